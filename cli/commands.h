@@ -1,0 +1,8 @@
+#pragma once
+// Each returns the process exit status: 0 ok, 1 runtime error (message printed), 2 usage error.
+int cmd_generate(int argc, char **argv);
+int cmd_dump(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_make_random(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_tokenizer_train(int argc, char **argv);

@@ -1,0 +1,78 @@
+// The backend boundary. Model code (src/model) is written once against these ops; a backend
+// (src/backend/cpu, src/backend/cuda) owns where buffers live and how each op runs.
+//
+// Conventions for every op:
+// - Activations are fp32, row-major, rows contiguous: a [n][dim] buffer is n*dim floats.
+//   Pointers are backend pointers (host memory on the CPU, device memory on CUDA): model code
+//   may do pointer arithmetic on them but never dereferences them.
+// - Weights are bs_mat views in their stored dtype (BF16/F16/F32), widened on the fly,
+//   accumulation in fp32. A Linear weight is [out][in] as nn.Linear stores it.
+// - Small integer inputs (token ids) are host arrays; the backend copies what it needs.
+// - Ops are asynchronous with respect to the host on devices; download() and sync() order them.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "util/dtype.h"
+#include "util/err.h"
+
+// A 2-D weight view: rows x cols elements of dtype, row-major (a vector is rows = 1).
+typedef struct bs_mat {
+    const void *data;   // backend pointer to rows*cols elements
+    bs_dtype dtype;
+    int64_t rows, cols;
+} bs_mat;
+
+typedef struct bs_backend bs_backend;
+
+struct bs_backend {
+    const char *name;   // "cpu", "cuda"
+    void *impl;         // backend-private state
+
+    // Memory. alloc returns zeroed memory or NULL (and fills err).
+    void *(*alloc)(bs_backend *be, size_t bytes, bs_err *err);
+    void  (*free)(bs_backend *be, void *p);
+    void  (*upload)(bs_backend *be, void *dst, const void *host_src, size_t bytes);
+    void  (*download)(bs_backend *be, void *host_dst, const void *src, size_t bytes);
+    void  (*copy)(bs_backend *be, void *dst, const void *src, size_t bytes);
+    void  (*sync)(bs_backend *be);
+    // Makes a host weight usable by this backend (CPU: the same view, no copy; CUDA: upload once).
+    int   (*weight)(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err);
+
+    // y[n][W.rows] = x[n][W.cols] . W^T   (accumulate != 0: y += instead of =)
+    void (*matmul)(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int accumulate);
+    // y[n][dim] = x / sqrt(mean(x^2) + eps) * w   (fp32 statistics; y may alias x)
+    void (*rmsnorm)(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps);
+    // In place on x[n][n_heads*hd]: optional per-head RMSNorm with weight norm_w [hd] (NULL: none),
+    // then rotate-half RoPE for positions pos0 .. pos0+n-1 with base theta.
+    void (*head_norm_rope)(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w,
+                           float eps, int pos0, float theta);
+    // Multi-head attention with grouped K/V heads.
+    //   q [n_q][n_heads*hd], k/v [key rows][n_kv_heads*hd] (row index = key position), out [n_q][n_heads*hd].
+    //   Query i sees keys [key_lo, key_hi) where key_hi = causal ? q_pos0 + i + 1 : n_keys,
+    //   key_lo = window > 0 ? max(0, key_hi - window) : 0 (window counts the query's own key).
+    //   Scale hd^-0.5, softmax in fp32; query head h reads kv head h / (n_heads / n_kv_heads).
+    void (*attention)(bs_backend *be, float *out, const float *q, const float *k, const float *v,
+                      int n_q, int n_heads, int n_kv_heads, int hd, int n_keys, int q_pos0, int causal,
+                      int window);
+    // h[i] = silu(gate[i]) * up[i] for i < n (h may alias gate)
+    void (*swiglu)(bs_backend *be, float *h, const float *gate, const float *up, size_t n);
+    // y[i] += x[i]
+    void (*add)(bs_backend *be, float *y, const float *x, size_t n);
+    // out[n][table.cols] = table[ids[i]] widened (ids: host array, already range-checked)
+    void (*embed)(bs_backend *be, float *out, const bs_mat *table, const int32_t *ids, int n);
+    // dst rows of width floats at stride dst_stride <- src rows at src_stride (both in floats)
+    void (*copy_rows)(bs_backend *be, float *dst, size_t dst_stride, const float *src, size_t src_stride,
+                      int n, int width);
+    // out_host[i] = argmax of logits row i (first index on ties)
+    void (*argmax)(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
+
+    void (*destroy)(bs_backend *be);
+};
+
+// The CPU backend: `reference` selects the plain scalar ops (the exact, simple path the fast
+// kernels and other backends are tested against); otherwise the fastest kernels this CPU supports.
+bs_backend *bs_backend_cpu(int reference);
+// The CUDA backend on device `ordinal`; NULL with a message when built without CUDA or no GPU is usable.
+bs_backend *bs_backend_cuda(int ordinal, bs_err *err);
+// "cpu", "cpu-ref" or "cuda[:N]".
+bs_backend *bs_backend_by_name(const char *name, bs_err *err);

@@ -1,0 +1,157 @@
+// The CPU reference ops: plain scalar C, one thread, written to be obviously right.
+// Every faster kernel (cpu_fast*.c, the CUDA backend) is tested against these.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cpu/cpu.h"
+
+static void *cpu_alloc(bs_backend *be, size_t bytes, bs_err *err) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? (bytes + 63) / 64 * 64 : 64)) {
+        bs_fail(err, "out of host memory allocating %zu bytes", bytes);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+static void cpu_free(bs_backend *be, void *p) { free(p); }
+static void cpu_memcpy(bs_backend *be, void *dst, const void *src, size_t bytes) { if (bytes) memmove(dst, src, bytes); }
+static void cpu_sync(bs_backend *be) {}
+static int cpu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) { *dst = *host; return 0; }
+
+static void ref_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
+    for (int r = 0; r < n; r++)
+        for (int64_t o = 0; o < W->rows; o++) {
+            float s = 0;
+            for (int64_t i = 0; i < W->cols; i++) s += x[r * W->cols + i] * bs_load_elem(W->data, W->dtype, o * W->cols + i);
+            y[r * W->rows + o] = acc ? y[r * W->rows + o] + s : s;
+        }
+}
+
+void bs_cpu_rmsnorm_row(float *y, const float *x, int dim, const bs_mat *w, float eps) {
+    float ss = 0;
+    for (int i = 0; i < dim; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / dim + eps);
+    for (int i = 0; i < dim; i++) y[i] = x[i] * inv * (w ? bs_load_elem(w->data, w->dtype, i) : 1.0f);
+}
+
+static void ref_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) {
+    for (int r = 0; r < n; r++) bs_cpu_rmsnorm_row(y + (size_t)r * dim, x + (size_t)r * dim, dim, w, eps);
+}
+
+// RoPE angles as transformers computes them: inv_freq in fp32, angle = fp32(pos) * inv_freq.
+void bs_cpu_rope_row(float *x, int hd, int pos, float theta) {
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+        float a = (float)pos * inv_freq, c = cosf(a), s = sinf(a);
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x1 * c + x0 * s;
+    }
+}
+
+static void ref_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w,
+                               float eps, int pos0, float theta) {
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)r * n_heads + h) * hd;
+            if (norm_w) bs_cpu_rmsnorm_row(v, v, hd, norm_w, eps);
+            bs_cpu_rope_row(v, hd, pos0 + r, theta);
+        }
+}
+
+static void ref_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v,
+                          int n_q, int n_heads, int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
+    int group = n_heads / n_kv;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *sc = malloc(sizeof(float) * (n_keys > 0 ? n_keys : 1));
+    for (int i = 0; i < n_q; i++) {
+        int hi = causal ? q_pos0 + i + 1 : n_keys;
+        if (hi > n_keys) hi = n_keys;
+        int lo = window > 0 && hi - window > 0 ? hi - window : 0;
+        for (int h = 0; h < n_heads; h++) {
+            const float *qh = q + ((size_t)i * n_heads + h) * hd;
+            int kh = h / group;
+            float mx = -INFINITY;
+            for (int j = lo; j < hi; j++) {
+                const float *kj = k + ((size_t)j * n_kv + kh) * hd;
+                float s = 0;
+                for (int d = 0; d < hd; d++) s += qh[d] * kj[d];
+                sc[j] = s * scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            float sum = 0;
+            for (int j = lo; j < hi; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
+            float *o = out + ((size_t)i * n_heads + h) * hd;
+            for (int d = 0; d < hd; d++) o[d] = 0;
+            for (int j = lo; j < hi; j++) {
+                const float *vj = v + ((size_t)j * n_kv + kh) * hd;
+                float p = sc[j] / sum;
+                for (int d = 0; d < hd; d++) o[d] += p * vj[d];
+            }
+        }
+    }
+    free(sc);
+}
+
+static void ref_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+static void ref_add(bs_backend *be, float *y, const float *x, size_t n) { for (size_t i = 0; i < n; i++) y[i] += x[i]; }
+
+static void ref_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) {
+    for (int r = 0; r < n; r++)
+        for (int64_t i = 0; i < t->cols; i++) out[r * t->cols + i] = bs_load_elem(t->data, t->dtype, (size_t)ids[r] * t->cols + i);
+}
+
+static void cpu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width) {
+    for (int r = 0; r < n; r++) memmove(dst + r * ds, src + r * ss, sizeof(float) * width);
+}
+
+static void cpu_argmax(bs_backend *be, int32_t *out, const float *logits, int n, int vocab) {
+    for (int r = 0; r < n; r++) {
+        const float *l = logits + (size_t)r * vocab;
+        int best = 0;
+        for (int i = 1; i < vocab; i++) if (l[i] > l[best]) best = i;
+        out[r] = best;
+    }
+}
+
+static void cpu_destroy(bs_backend *be) { free(be); }
+
+void bs_cpu_fill_reference(bs_backend *be) {
+    be->alloc = cpu_alloc; be->free = cpu_free;
+    be->upload = cpu_memcpy; be->download = cpu_memcpy; be->copy = cpu_memcpy;
+    be->sync = cpu_sync; be->weight = cpu_weight;
+    be->matmul = ref_matmul; be->rmsnorm = ref_rmsnorm; be->head_norm_rope = ref_head_norm_rope;
+    be->attention = ref_attention; be->swiglu = ref_swiglu; be->add = ref_add; be->embed = ref_embed;
+    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->destroy = cpu_destroy;
+}
+
+bs_backend *bs_backend_cpu(int reference) {
+    bs_backend *be = calloc(1, sizeof *be);
+    if (!be) return NULL;
+    bs_cpu_fill_reference(be);
+    be->name = "cpu-ref";
+    if (!reference) { be->name = "cpu"; bs_cpu_install_fast(be); }
+    return be;
+}
+
+bs_backend *bs_backend_by_name(const char *name, bs_err *err) {
+    if (!name || !strcmp(name, "cpu")) return bs_backend_cpu(0);
+    if (!strcmp(name, "cpu-ref")) return bs_backend_cpu(1);
+    if (!strncmp(name, "cuda", 4)) {
+        int ord = name[4] == ':' ? atoi(name + 5) : 0;
+        return bs_backend_cuda(ord, err);
+    }
+    bs_fail(err, "unknown device '%s' (expected cpu, cpu-ref or cuda[:N])", name);
+    return NULL;
+}
+
+#ifndef BS_WITH_CUDA
+bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
+    bs_fail(err, "this blockspec was built without CUDA (rebuild with `make cuda` on a machine with nvcc)");
+    return NULL;
+}
+#endif

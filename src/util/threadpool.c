@@ -1,0 +1,92 @@
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <sched.h>
+#include "util/threadpool.h"
+
+#define MAX_THREADS 256
+#define SPIN_ROUNDS 200000
+
+static struct {
+    int n;                        // threads including the caller
+    pthread_t th[MAX_THREADS];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic unsigned gen;         // bumped for every job
+    _Atomic int next;             // next task index to claim
+    _Atomic int done;             // tasks finished
+    _Atomic int sleeping;
+    _Atomic int stop;
+    int n_tasks;
+    bs_task_fn fn;
+    void *ctx;
+} P;
+
+static void run_tasks(void) {
+    int t;
+    while ((t = atomic_fetch_add_explicit(&P.next, 1, memory_order_acq_rel)) < P.n_tasks) {
+        P.fn(P.ctx, t, P.n_tasks);
+        atomic_fetch_add_explicit(&P.done, 1, memory_order_acq_rel);
+    }
+}
+
+static void *worker(void *arg) {
+    unsigned seen = 0;
+    for (;;) {
+        int spins = 0;
+        while (atomic_load_explicit(&P.gen, memory_order_acquire) == seen) {
+            if (atomic_load(&P.stop)) return NULL;
+            if (++spins < SPIN_ROUNDS) { __builtin_ia32_pause(); continue; }
+            pthread_mutex_lock(&P.mu);
+            atomic_fetch_add(&P.sleeping, 1);
+            while (atomic_load(&P.gen) == seen && !atomic_load(&P.stop)) pthread_cond_wait(&P.cv, &P.mu);
+            atomic_fetch_sub(&P.sleeping, 1);
+            pthread_mutex_unlock(&P.mu);
+            spins = 0;
+        }
+        seen = atomic_load(&P.gen);
+        if (atomic_load(&P.stop)) return NULL;
+        run_tasks();
+    }
+    (void)arg;
+}
+
+void bs_pool_init(int n_threads) {
+    if (P.n) return;
+    if (n_threads <= 0) {
+        const char *env = getenv("BS_THREADS");
+        n_threads = env ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    }
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+    pthread_mutex_init(&P.mu, NULL);
+    pthread_cond_init(&P.cv, NULL);
+    P.n = n_threads;
+    for (int i = 1; i < n_threads; i++)
+        if (pthread_create(&P.th[i], NULL, worker, NULL) != 0) { P.n = i; break; }
+}
+
+int bs_pool_size(void) { if (!P.n) bs_pool_init(0); return P.n; }
+
+void bs_parallel_for(int n_tasks, bs_task_fn fn, void *ctx) {
+    if (!P.n) bs_pool_init(0);
+    if (n_tasks <= 0) return;
+    if (P.n == 1 || n_tasks == 1) { for (int t = 0; t < n_tasks; t++) fn(ctx, t, n_tasks); return; }
+    P.fn = fn; P.ctx = ctx; P.n_tasks = n_tasks;
+    atomic_store(&P.done, 0);
+    atomic_store(&P.next, 0);
+    atomic_fetch_add_explicit(&P.gen, 1, memory_order_release);
+    if (atomic_load(&P.sleeping)) { pthread_mutex_lock(&P.mu); pthread_cond_broadcast(&P.cv); pthread_mutex_unlock(&P.mu); }
+    run_tasks();
+    while (atomic_load_explicit(&P.done, memory_order_acquire) < n_tasks) __builtin_ia32_pause();
+}
+
+void bs_pool_shutdown(void) {
+    if (!P.n) return;
+    atomic_store(&P.stop, 1);
+    pthread_mutex_lock(&P.mu); pthread_cond_broadcast(&P.cv); pthread_mutex_unlock(&P.mu);
+    for (int i = 1; i < P.n; i++) pthread_join(P.th[i], NULL);
+    P.n = 0;
+    atomic_store(&P.stop, 0);
+}

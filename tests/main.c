@@ -1,0 +1,34 @@
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "harness.h"
+#include "util/timer.h"
+
+static bs_test *head;
+int bs_test_skipped_flag;
+
+void bs_test_register(bs_test *t) { t->next = head; head = t; }
+void bs_test_skip(const char *why) { printf("  skipped: %s\n", why); bs_test_skipped_flag = 1; }
+const char *bs_fixtures_dir(void) { const char *d = getenv("BS_FIXTURES"); return d ? d : "../shared/fixtures"; }
+const char *bs_cli_path(void) { const char *d = getenv("BS_BIN"); return d ? d : "build/blockspec"; }
+
+int main(int argc, char **argv) {
+    // Registration order is reversed by the constructor list; run in file order for readable logs.
+    bs_test *list[4096]; int n = 0;
+    for (bs_test *t = head; t && n < 4096; t = t->next) list[n++] = t;
+    int passed = 0, failed = 0, skipped = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        bs_test *t = list[i];
+        if (argc > 1 && !strstr(t->name, argv[1])) continue;
+        int f = 0; bs_test_skipped_flag = 0;
+        double t0 = bs_now();
+        t->fn(&f);
+        double dt = bs_now() - t0;
+        if (f) { failed++; printf("FAIL %s (%.2fs)\n", t->name, dt); }
+        else if (bs_test_skipped_flag) { skipped++; printf("SKIP %s\n", t->name); }
+        else { passed++; printf("ok   %s (%.2fs)\n", t->name, dt); }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}
