@@ -14,7 +14,7 @@ ARCH    ?= -march=x86-64-v3
 endif
 CFLAGS  ?= $(OPT) $(ARCH) -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -fno-strict-aliasing \
-           -Iinclude -Isrc -D_GNU_SOURCE
+           -Iinclude -Isrc -I. -D_GNU_SOURCE
 LDLIBS  += -lcjson -lonig -lutf8proc -lpthread -lm
 
 # Every .c under src/ is part of the library; CUDA sources are added only by `make cuda`.
