@@ -16,6 +16,9 @@ CFLAGS  ?= $(OPT) $(ARCH) -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -fno-strict-aliasing -Wno-format-zero-length \
            -Iinclude -Isrc -I. -D_GNU_SOURCE
 LDLIBS  += -lcjson -lonig -lutf8proc -lpthread -lm
+# For machines where the Debian libraries live elsewhere (e.g. unpacked .debs on the GPU machine).
+CFLAGS  += $(EXTRA_CFLAGS)
+LDLIBS  := $(EXTRA_LDFLAGS) $(LDLIBS)
 
 # Every .c under src/ is part of the library; CUDA sources are added only by `make cuda`.
 LIB_SRC  := $(shell find src -name '*.c' | sort)

@@ -11,9 +11,9 @@ typedef struct bs_tensor_spec {
     int init;          // BS_INIT_*
 } bs_tensor_spec;
 
-enum { BS_INIT_LINEAR = 0,   // N(0, 1/in) scaled so activations stay O(1)
+enum { BS_INIT_LINEAR = 0,   // variance 1/in, so activations stay O(1)
        BS_INIT_ONES = 1,     // norm gains
-       BS_INIT_EMBED = 2 };  // N(0, 1)
+       BS_INIT_EMBED = 2 };  // unit variance
 
 // Writes the tensors (bf16) into dir/model.safetensors, or into n_shards files plus the index.
 // Tensors are generated and written one at a time: memory stays at one tensor.
