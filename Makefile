@@ -27,11 +27,11 @@ TEST_SRC := $(wildcard tests/*.c)
 BENCH_SRC:= $(wildcard bench/*.c)
 
 ifeq ($(CUDA),1)
-NVCC     ?= nvcc
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 CUDA_SRC := $(shell find src/backend/cuda -name '*.cu' | sort)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CFLAGS   += -DBS_WITH_CUDA
-NVFLAGS  ?= -O3 -std=c++17 -Iinclude -Isrc -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
+NVFLAGS  ?= -O3 -std=c++17 -Iinclude -Isrc -I. -Xcompiler -Wall -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
 LDLIBS   += -L/usr/local/cuda/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 endif
 
@@ -44,6 +44,9 @@ all: $(BUILD)/blockspec
 $(LIB): $(LIB_OBJ) ; @rm -f $@ && ar rcs $@ $^
 $(BUILD)/blockspec: $(CLI_OBJ) $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/run_tests: $(TEST_OBJ) $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ)) $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# Decode-shaped timings of a backend (bench/backend_bench.c): built by `make cuda` and `make bench-tools`.
+$(BUILD)/backend_bench: $(BUILD)/bench/backend_bench.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+bench-tools: $(BUILD)/backend_bench
 $(BUILD)/%.o: %.c ; @mkdir -p $(dir $@) && $(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 $(BUILD)/%.o: %.cu ; @mkdir -p $(dir $@) && $(NVCC) $(NVFLAGS) -c -o $@ $<
 
@@ -54,8 +57,8 @@ test: $(BUILD)/run_tests $(BUILD)/blockspec
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
-cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all $(BUILD)-cuda/run_tests
+cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench
 
 clean: ; rm -rf build build-asan build-cuda build-portable
-.PHONY: all test asan cuda clean
+.PHONY: all test asan cuda clean bench-tools
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

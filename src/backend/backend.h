@@ -65,6 +65,20 @@ struct bs_backend {
                       int n, int width);
     // out_host[i] = argmax of logits row i (first index on ties)
     void (*argmax)(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
+    // dst[(row0 + i) * width + j] = src[i * width + j] for i < n, j < width (e.g. new K/V rows into a cache)
+    void (*store_rows)(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
+
+    // Optional recording of a sequence of ops for cheap replay (CUDA graphs); NULL where unsupported.
+    // record_begin(be, pos_base) starts recording: nothing executes until a replay. While recording,
+    // the *position arguments* of ops (head_norm_rope pos0; attention n_keys and q_pos0; store_rows row0)
+    // are recorded relative to pos_base, and embed's ids become inputs of the replay. replay(be, rec,
+    // pos_base, ids, n_ids) runs the recorded ops as if issued with every position argument shifted by
+    // (pos_base - the recording's pos_base) and embed reading `ids`. Every other argument (pointers,
+    // sizes) is frozen. Recording must not call download/argmax/alloc/free (anything that syncs).
+    int   (*record_begin)(bs_backend *be, int pos_base);
+    void *(*record_end)(bs_backend *be, bs_err *err);    // the recording, or NULL (err filled)
+    void  (*replay)(bs_backend *be, void *rec, int pos_base, const int32_t *ids, int n_ids);
+    void  (*record_free)(bs_backend *be, void *rec);
 
     void (*destroy)(bs_backend *be);
 };

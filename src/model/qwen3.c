@@ -6,6 +6,8 @@
 
 #define CHUNK_ROWS 64
 
+int bs_qwen3_use_graphs = -1;
+
 static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const bs_checkpoint *ck, bs_backend *be, bs_err *err) {
     int H = c->hidden_size, qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim, I = c->intermediate_size;
     struct { bs_mat *m; const char *name; int64_t rows, cols; } w[] = {
@@ -42,7 +44,9 @@ int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *
     if (!m->layers) { bs_fail(err, "out of memory"); goto fail; }
     for (int i = 0; i < c->n_layers; i++) if (load_layer(&m->layers[i], i, c, ck, be, err)) goto fail;
     size_t R = m->max_rows, H = c->hidden_size, qd = (size_t)c->n_heads * c->head_dim, I = c->intermediate_size;
+    size_t kd = (size_t)c->n_kv_heads * c->head_dim;
     if (!(m->x = be->alloc(be, R * H * 4, err)) || !(m->xn = be->alloc(be, R * H * 4, err)) ||
+        !(m->kx = be->alloc(be, R * kd * 4, err)) || !(m->vx = be->alloc(be, R * kd * 4, err)) ||
         !(m->q = be->alloc(be, R * qd * 4, err)) || !(m->att = be->alloc(be, R * qd * 4, err)) ||
         !(m->gate = be->alloc(be, R * I * 4, err)) || !(m->up = be->alloc(be, R * I * 4, err))) goto fail;
     return 0;
@@ -53,7 +57,7 @@ fail:
 
 void bs_qwen3_free(bs_qwen3 *m) {
     if (!m->be) return;
-    float *bufs[] = { m->x, m->xn, m->q, m->att, m->gate, m->up };
+    float *bufs[] = { m->x, m->xn, m->q, m->kx, m->vx, m->att, m->gate, m->up };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) m->be->free(m->be, bufs[i]);
     free(m->layers);
     memset(m, 0, sizeof *m);
@@ -74,7 +78,20 @@ int bs_kv_init(bs_kv_cache *kv, const bs_qwen3_config *c, int max_ctx, bs_backen
     return 0;
 }
 
+// A recorded single-chunk forward: replayable at any position with other ids.
+typedef struct bs_fwd_rec {
+    const bs_qwen3 *m;
+    int n, logits_all, n_taps, taps[16];
+    float *logits, *tap_out;
+    int seen;                    // calls with this key so far (the second one records)
+    void *rec;
+} bs_fwd_rec;
+#define MAX_RECS 16
+
 void bs_kv_free(bs_kv_cache *kv) {
+    for (int i = 0; i < kv->n_recs; i++)
+        if (kv->recs[i].rec) kv->be->record_free(kv->be, kv->recs[i].rec);
+    free(kv->recs);
     for (int l = 0; kv->be && l < kv->n_layers; l++) {
         if (kv->k && kv->k[l]) kv->be->free(kv->be, kv->k[l]);
         if (kv->v && kv->v[l]) kv->be->free(kv->be, kv->v[l]);
@@ -106,13 +123,15 @@ static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int 
     emit_taps(m, out, 0, m->x, row0, n);
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
-        float *kc = kv->k[l] + (size_t)pos0 * kd, *vc = kv->v[l] + (size_t)pos0 * kd;
         be->rmsnorm(be, m->xn, m->x, n, H, &L->attn_norm, c->rms_eps);
         be->matmul(be, m->q, m->xn, n, &L->wq, 0);
-        be->matmul(be, kc, m->xn, n, &L->wk, 0);     // new K/V rows go straight into the cache
-        be->matmul(be, vc, m->xn, n, &L->wv, 0);
+        be->matmul(be, m->kx, m->xn, n, &L->wk, 0);
+        be->matmul(be, m->vx, m->xn, n, &L->wv, 0);
         be->head_norm_rope(be, m->q, n, nH, hd, &L->q_norm, c->rms_eps, pos0, c->rope_theta);
-        be->head_norm_rope(be, kc, n, nKV, hd, &L->k_norm, c->rms_eps, pos0, c->rope_theta);
+        be->head_norm_rope(be, m->kx, n, nKV, hd, &L->k_norm, c->rms_eps, pos0, c->rope_theta);
+        // New K/V rows into the cache at their positions (a position argument: replayable).
+        be->store_rows(be, kv->k[l], pos0, m->kx, n, kd);
+        be->store_rows(be, kv->v[l], pos0, m->vx, n, kd);
         be->attention(be, m->att, m->q, kv->k[l], kv->v[l], n, nH, nKV, hd, pos0 + n, pos0, 1, 0);
         be->matmul(be, m->x, m->att, n, &L->wo, 1);  // residual add fused into the projection
         be->rmsnorm(be, m->xn, m->x, n, H, &L->mlp_norm, c->rms_eps);
@@ -138,6 +157,38 @@ static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int 
     }
 }
 
+// Backends with record/replay: a forward of a shape seen before is recorded once (the second time)
+// and replayed from then on. Returns 0 when done, -1 on error, 1 when the call must run plainly.
+static int forward_recorded(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err) {
+    if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
+    if (!bs_qwen3_use_graphs || out->n_taps > 16) return 1;
+    bs_backend *be = m->be;
+    bs_fwd_rec *r = NULL;
+    for (int i = 0; i < kv->n_recs && !r; i++) {
+        bs_fwd_rec *c = &kv->recs[i];
+        if (c->m == m && c->n == n && c->logits_all == out->logits_all && c->logits == out->logits && c->tap_out == out->tap_out &&
+            c->n_taps == out->n_taps && !memcmp(c->taps, out->taps, sizeof(int) * out->n_taps)) r = c;
+    }
+    if (!r) {
+        if (kv->n_recs == MAX_RECS) return 1;
+        if (!kv->recs && !(kv->recs = calloc(MAX_RECS, sizeof *kv->recs))) return 1;
+        r = &kv->recs[kv->n_recs++];
+        r->m = m; r->n = n; r->logits_all = out->logits_all; r->logits = out->logits; r->tap_out = out->tap_out;
+        r->n_taps = out->n_taps; memcpy(r->taps, out->taps, sizeof(int) * out->n_taps);
+    }
+    if (!r->rec && r->seen++ < 1) return 1;    // first time: plain (one-off shapes like a prompt stay unrecorded)
+    int pos0 = kv->n_past;
+    if (!r->rec) {
+        if (be->record_begin(be, pos0)) return 1;
+        forward_chunk(m, kv, ids, n, out, 0, 1);
+        kv->n_past = pos0;
+        if (!(r->rec = be->record_end(be, err))) return -1;
+    }
+    be->replay(be, r->rec, pos0, ids, n);
+    kv->n_past = pos0 + n;
+    return 0;
+}
+
 int bs_qwen3_forward(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err) {
     static const bs_fwd_out none = { 0 };
     if (!out) out = &none;
@@ -148,6 +199,10 @@ int bs_qwen3_forward(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, co
         return bs_fail(err, "context full: %d cached + %d new tokens exceed the context length %d", kv->n_past, n, kv->max_ctx);
     for (int t = 0; t < out->n_taps; t++)
         if (out->taps[t] < 0 || out->taps[t] > m->cfg.n_layers) return bs_fail(err, "tap %d is outside hidden_states [0, %d]", out->taps[t], m->cfg.n_layers);
+    if (n <= m->max_rows && m->be->record_begin) {
+        int rc = forward_recorded(m, kv, ids, n, out, err);
+        if (rc <= 0) return rc;   // 1: not recordable, run it plainly
+    }
     for (int r = 0; r < n; r += m->max_rows) {
         int c = n - r < m->max_rows ? n - r : m->max_rows;
         forward_chunk(m, kv, ids + r, c, out, r, r + c == n);

@@ -22,7 +22,7 @@ typedef struct bs_qwen3 {
     bs_qwen3_layer *layers;      // [n_layers]
     int max_rows;                // rows per internal chunk (longer inputs are processed in chunks)
     // workspace, backend memory, max_rows rows each
-    float *x, *xn, *q, *att, *gate, *up;
+    float *x, *xn, *q, *kx, *vx, *att, *gate, *up;
 } bs_qwen3;
 
 // The KV cache of one timeline. Rows [0, n_past) are committed; rolling back is setting n_past.
@@ -30,6 +30,9 @@ typedef struct bs_kv_cache {
     int n_layers, kv_dim, max_ctx, n_past;
     float **k, **v;              // [n_layers] -> [max_ctx][kv_dim], backend memory
     bs_backend *be;
+    // Recorded forwards (backends with record/replay, e.g. CUDA graphs), keyed by the call's shape.
+    struct bs_fwd_rec *recs;
+    int n_recs;
 } bs_kv_cache;
 
 // What a forward should hand back besides updating the cache.
@@ -50,6 +53,10 @@ int bs_kv_init(bs_kv_cache *kv, const bs_qwen3_config *cfg, int max_ctx, bs_back
 void bs_kv_free(bs_kv_cache *kv);
 // O(1): later rows are simply overwritten by the next forward.
 int bs_kv_rollback(bs_kv_cache *kv, int n_past, bs_err *err);
+
+// Record/replay forwards on backends that support it (CUDA graphs): -1 = from $BS_GRAPHS (default on;
+// BS_GRAPHS=0 turns it off), 0 = off, 1 = on.
+extern int bs_qwen3_use_graphs;
 
 // Runs n new rows (ids at positions kv->n_past ...) and appends their K/V. Checks ids and context room.
 int bs_qwen3_forward(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err);

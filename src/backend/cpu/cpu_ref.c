@@ -109,6 +109,10 @@ static void cpu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *sr
     for (int r = 0; r < n; r++) memmove(dst + r * ds, src + r * ss, sizeof(float) * width);
 }
 
+static void cpu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width) {
+    if (n > 0) memmove(dst + (size_t)row0 * width, src, sizeof(float) * (size_t)n * width);
+}
+
 static void cpu_argmax(bs_backend *be, int32_t *out, const float *logits, int n, int vocab) {
     for (int r = 0; r < n; r++) {
         const float *l = logits + (size_t)r * vocab;
@@ -126,7 +130,7 @@ void bs_cpu_fill_reference(bs_backend *be) {
     be->sync = cpu_sync; be->weight = cpu_weight;
     be->matmul = ref_matmul; be->rmsnorm = ref_rmsnorm; be->head_norm_rope = ref_head_norm_rope;
     be->attention = ref_attention; be->swiglu = ref_swiglu; be->add = ref_add; be->embed = ref_embed;
-    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->destroy = cpu_destroy;
+    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->store_rows = cpu_store_rows; be->destroy = cpu_destroy;
 }
 
 bs_backend *bs_backend_cpu(int reference) {

@@ -1,0 +1,161 @@
+// backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16]
+// Decode-shaped timings of one backend in one run: device-to-device copy bandwidth (the roofline's
+// ceiling), plain greedy decode tok/s against the bandwidth roofline, the target forward of B rows
+// vs 1 row at the context length, and each weight GEMM's achieved bandwidth at 1 and B rows.
+// Results are printed as a table (last) and as `key value` lines for scripts.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine/engine.h"
+#include "util/timer.h"
+
+static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
+static double median(double *v, int n) { qsort(v, n, sizeof *v, cmp_d); return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); }
+
+static double mat_bytes(const bs_mat *m) { return (double)m->rows * m->cols * bs_dtype_size(m->dtype); }
+
+int main(int argc, char **argv) {
+    const char *model = NULL, *device = "cuda";
+    int ctx = 512, steps = 64, B = 16;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--block") && i + 1 < argc) B = atoi(argv[++i]);
+        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16]\n"); return 2; }
+    }
+    if (!model || ctx < 1 || steps < 1 || B < 1 || B > 64) { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16]\n"); return 2; }
+    bs_err err = {0};
+    bs_engine *e = NULL;
+    double t0 = bs_now();
+    if (bs_engine_open(&e, model, device, &err)) { fprintf(stderr, "backend_bench: %s\n", err.msg); return 1; }
+    bs_backend *be = e->be;
+    const bs_qwen3_config *c = &e->cfg;
+    int V = c->vocab_size, H = c->hidden_size;
+    printf("load_s %.2f\n", bs_now() - t0);
+
+    // 1. device-to-device copy bandwidth (bytes read + bytes written)
+    size_t cb = (size_t)1 << 30;
+    void *ba = be->alloc(be, cb, &err), *bb = be->alloc(be, cb, &err);
+    double bw = 0;
+    if (ba && bb) {
+        double tr[7];
+        for (int r = 0; r < 2; r++) be->copy(be, bb, ba, cb);
+        be->sync(be);
+        for (int r = 0; r < 7; r++) {
+            double s = bs_now();
+            for (int k = 0; k < 10; k++) be->copy(be, (k & 1) ? ba : bb, (k & 1) ? bb : ba, cb);
+            be->sync(be);
+            tr[r] = bs_now() - s;
+        }
+        bw = 2.0 * cb * 10 / median(tr, 7);
+        be->free(be, ba); be->free(be, bb);
+    } else { fprintf(stderr, "backend_bench: copy buffers: %s\n", err.msg); }
+    printf("copy_bw_GBps %.1f\n", bw / 1e9);
+
+    // bytes a decode step must read: every layer weight + the LM head (the embedding: one row)
+    double wbytes = mat_bytes(&e->target.lm_head) + mat_bytes(&e->target.norm);
+    for (int l = 0; l < c->n_layers; l++) {
+        bs_qwen3_layer *L = &e->target.layers[l];
+        const bs_mat *ms[] = { &L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->q_norm, &L->k_norm, &L->mlp_norm, &L->w_gate, &L->w_up, &L->w_down };
+        for (int k = 0; k < 11; k++) wbytes += mat_bytes(ms[k]);
+    }
+    double kvbytes = 2.0 * c->n_layers * (double)ctx * c->n_kv_heads * c->head_dim * 4;
+    double roof = bw / (wbytes + kvbytes);
+    printf("weight_bytes_per_step %.0f\nkv_bytes_at_ctx %.0f\nroofline_tok_s %.1f\n", wbytes, kvbytes, roof);
+
+    // 2. per-GEMM bandwidth at 1 and B rows (layer 0 weights, the LM head)
+    bs_qwen3_layer *L0 = &e->target.layers[0];
+    struct { const char *name; const bs_mat *w; } gm[] = {
+        { "q_proj", &L0->wq }, { "k_proj", &L0->wk }, { "o_proj", &L0->wo }, { "gate_proj", &L0->w_gate }, { "down_proj", &L0->w_down }, { "lm_head", &e->target.lm_head },
+    };
+    size_t maxd = (size_t)V > (size_t)c->intermediate_size ? (size_t)V : (size_t)c->intermediate_size;
+    float *gx = be->alloc(be, sizeof(float) * 64 * maxd, &err), *gy = be->alloc(be, sizeof(float) * 64 * maxd, &err);
+    // some non-zero activations
+    float *hx = malloc(sizeof(float) * 64 * maxd);
+    for (size_t i = 0; i < 64 * maxd; i++) hx[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    if (gx) be->upload(be, gx, hx, sizeof(float) * 64 * maxd);
+    free(hx);
+    double gemm_gbps[6][2];
+    for (int g = 0; g < 6 && gx && gy; g++)
+        for (int k = 0; k < 2; k++) {
+            int n = k ? B : 1, reps = gm[g].w == &e->target.lm_head ? 20 : 100;
+            for (int r = 0; r < 3; r++) be->matmul(be, gy, gx, n, gm[g].w, 0);
+            be->sync(be);
+            double s = bs_now();
+            for (int r = 0; r < reps; r++) be->matmul(be, gy, gx, n, gm[g].w, 0);
+            be->sync(be);
+            double t = (bs_now() - s) / reps;
+            gemm_gbps[g][k] = mat_bytes(gm[g].w) / t / 1e9;
+            printf("gemm_%s_rows%d_us %.2f GBps %.1f\n", gm[g].name, n, t * 1e6, gemm_gbps[g][k]);
+        }
+
+    // 3. prefill ctx tokens, then plain greedy decode with a host sync per token (as `generate` does)
+    bs_session s;
+    if (bs_session_init(&s, e, ctx + steps + 2 * B + 64, NULL, &err)) { fprintf(stderr, "backend_bench: %s\n", err.msg); return 1; }
+    int32_t *ids = malloc(sizeof(int32_t) * (ctx + 64));
+    uint64_t x = 12345;
+    for (int i = 0; i < ctx + 64; i++) { x = x * 6364136223846793005ull + 1442695040888963407ull; ids[i] = (int32_t)((x >> 33) % (uint64_t)V); }
+    bs_fwd_out last = { .logits = s.logits };
+    t0 = bs_now();
+    if (bs_qwen3_forward(&e->target, &s.kv, ids, ctx, &last, &err)) { fprintf(stderr, "backend_bench: %s\n", err.msg); return 1; }
+    be->sync(be);
+    double t_prefill = bs_now() - t0;
+    printf("prefill_%d_s %.3f\n", ctx, t_prefill);
+    double decode_tps[2] = { 0, 0 };
+    for (int mode = 0; mode < 2; mode++) {     // 0: recorded graphs (default), 1: plain launches
+        bs_qwen3_use_graphs = mode == 0;
+        int32_t tok;
+        be->argmax(be, &tok, s.logits, 1, V);
+        for (int w = 0; w < 4; w++) { bs_qwen3_forward(&e->target, &s.kv, &tok, 1, &last, &err); be->argmax(be, &tok, s.logits, 1, V); }
+        bs_kv_rollback(&s.kv, ctx, &err);
+        t0 = bs_now();
+        for (int i = 0; i < steps; i++) {
+            if (bs_qwen3_forward(&e->target, &s.kv, &tok, 1, &last, &err)) { fprintf(stderr, "backend_bench: %s\n", err.msg); return 1; }
+            be->argmax(be, &tok, s.logits, 1, V);
+        }
+        double t = bs_now() - t0;
+        decode_tps[mode] = steps / t;
+        printf("decode_%s_tok_s %.2f step_ms %.3f\n", mode ? "nograph" : "graph", steps / t, t / steps * 1e3);
+        bs_kv_rollback(&s.kv, ctx, &err);
+    }
+    bs_qwen3_use_graphs = 1;
+
+    // 4. target forward of B rows (all logits, as a verify needs) vs 1 row, at ctx
+    double fw[2];
+    for (int k = 0; k < 2; k++) {
+        int n = k ? B : 1, R = 30;
+        bs_fwd_out fo = { .logits = s.logits, .logits_all = 1 };
+        double tv[30];
+        for (int w = 0; w < 3; w++) { bs_qwen3_forward(&e->target, &s.kv, ids + ctx, n, &fo, &err); be->sync(be); bs_kv_rollback(&s.kv, ctx, &err); }
+        for (int r = 0; r < R; r++) {
+            double a = bs_now();
+            bs_qwen3_forward(&e->target, &s.kv, ids + ctx, n, &fo, &err);
+            be->sync(be);
+            tv[r] = bs_now() - a;
+            bs_kv_rollback(&s.kv, ctx, &err);
+        }
+        fw[k] = median(tv, R);
+        printf("forward_rows%d_ms %.3f\n", n, fw[k] * 1e3);
+    }
+
+    printf("\n| figure | value |\n|---|---|\n");
+    printf("| device-to-device copy bandwidth (read+write) | %.0f GB/s |\n", bw / 1e9);
+    printf("| bytes per decode step (weights + KV at %d) | %.2f GB + %.3f GB |\n", ctx, wbytes / 1e9, kvbytes / 1e9);
+    printf("| roofline | %.1f tok/s |\n", roof);
+    printf("| plain greedy decode, graphs | %.1f tok/s (%.1f%% of roofline) |\n", decode_tps[0], 100 * decode_tps[0] / roof);
+    printf("| plain greedy decode, no graphs | %.1f tok/s (%.1f%% of roofline) |\n", decode_tps[1], 100 * decode_tps[1] / roof);
+    printf("| target forward 1 row / %d rows (ctx %d) | %.3f ms / %.3f ms = %.3fx |\n", B, ctx, fw[0] * 1e3, fw[1] * 1e3, fw[1] / fw[0]);
+    printf("| prefill %d tokens | %.1f ms |\n", ctx, t_prefill * 1e3);
+    for (int g = 0; g < 6 && gx; g++)
+        printf("| GEMM %s %lldx%lld: 1 row / %d rows | %.0f / %.0f GB/s |\n", gm[g].name, (long long)gm[g].w->rows, (long long)gm[g].w->cols, B,
+               gemm_gbps[g][0], gemm_gbps[g][1]);
+    if (gx) be->free(be, gx);
+    if (gy) be->free(be, gy);
+    free(ids);
+    bs_session_free(&s);
+    bs_engine_close(e);
+    (void)H;
+    return 0;
+}

@@ -1,0 +1,27 @@
+#!/bin/bash
+# Builds the CUDA backend on the GPU machine, runs the whole test suite there (CPU + GPU tests),
+# then the H200 benchmark (Qwen3-8B shape, bf16, batch 1, 512-token context). Logs go to $OUT.
+# Usage (from the repository root): tests/gpu/run_device.sh [DEBDIR] [FIXTURES]
+#   DEBDIR: unpacked-on-the-fly .debs of cJSON / Oniguruma / utf8proc when the machine lacks them.
+set -u
+OUT=${OUT:-/tmp/bs_out}; mkdir -p "$OUT"
+DEBDIR=${1:-..}; FIX=${2:-../fixtures}
+echo "== machine"; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/machine.txt"
+lscpu | grep -E 'Model name' ; echo "avx512: $(lscpu | grep -o 'avx512[a-z_0-9]*' | sort -u | tr '\n' ' ')" | tee -a "$OUT/machine.txt"
+X=()
+if ls "$DEBDIR"/*.deb >/dev/null 2>&1; then
+  for f in "$DEBDIR"/*.deb; do dpkg -x "$f" /tmp/sysroot; done
+  L=/tmp/sysroot/usr/lib/x86_64-linux-gnu
+  X=(EXTRA_CFLAGS=-I/tmp/sysroot/usr/include "EXTRA_LDFLAGS=-L$L -Wl,-rpath,$L")
+fi
+echo "== build"; t0=$(date +%s)
+make cuda -j16 "${X[@]}" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+echo "built in $(( $(date +%s) - t0 )) s"
+echo "== tests"; export BS_FIXTURES="$FIX" BS_BIN=build-cuda/blockspec
+./build-cuda/run_tests > "$OUT/tests.log" 2>&1; echo "run_tests rc=$?"
+grep -E "^(ok|FAIL|SKIP)|FAIL |passed" "$OUT/tests.log" | tail -40
+echo "== bench"
+MODEL=/tmp/qwen3-8b-random
+t0=$(date +%s); ./build-cuda/blockspec make-random -c bench/configs/qwen3-8b.json --out $MODEL > "$OUT/make_random.log" 2>&1 || { cat "$OUT/make_random.log"; exit 1; }
+echo "make-random in $(( $(date +%s) - t0 )) s"
+./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 2>&1 | tee "$OUT/bench.log"

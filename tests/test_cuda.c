@@ -1,0 +1,476 @@
+// The CUDA backend against the CPU reference ops (like ggml's test-backend-ops): every op on random
+// inputs, batch invariance (a row computed in a block is bit-identical to the row computed alone),
+// graph record/replay, the whole forward of a random model, the shared fixtures on the GPU and
+// lossless greedy speculative verification. Without a usable GPU (or in a build without CUDA) every
+// test here is SKIPPED with the reason printed, never reported as passed.
+//
+// Tolerances (max |gpu - ref| / max(1, max |ref|)):
+//   matmul with bf16 weights: 2e-5 (activations enter the tensor cores as bf16 hi + bf16 lo: ~16
+//   mantissa bits; fp32 accumulate in another order than the CPU); all other ops: 1e-5 (fp32, other
+//   summation order). The fixtures use the CPU tests' own tolerance (1e-3 abs on logits and hidden
+//   states); the random model's whole forward 1e-3 relative (errors compound over layers).
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include "harness.h"
+#include "fixture_util.h"
+#include "engine/engine.h"
+#include "io/random_ckpt.h"
+#include "io/json.h"
+#include "util/rng.h"
+
+static bs_backend *cuda_be(void) {
+    static bs_backend *be; static int tried; static char why[600];
+    if (!tried) {
+        tried = 1;
+        bs_err err = {0};
+        if (getenv("BS_NO_CUDA_TESTS")) snprintf(why, sizeof why, "BS_NO_CUDA_TESTS is set");
+        else if (!(be = bs_backend_cuda(0, &err))) snprintf(why, sizeof why, "no CUDA backend: %s", err.msg);
+    }
+    if (!be) bs_test_skip(why);
+    return be;
+}
+#define NEED_CUDA(be) bs_backend *be = cuda_be(); if (!be) return
+
+static uint64_t rs = 88172645463325252ull;
+static float frand(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f; }
+static float *rand_vec(size_t n, float scale) { float *v = malloc(sizeof(float) * n); for (size_t i = 0; i < n; i++) v[i] = frand() * scale; return v; }
+static void *rand_mat(bs_dtype dt, size_t n) {
+    void *p = malloc(n * bs_dtype_size(dt));
+    for (size_t i = 0; i < n; i++) {
+        float f = frand();
+        if (dt == BS_F32) ((float *)p)[i] = f;
+        else if (dt == BS_BF16) ((uint16_t *)p)[i] = bs_f32_to_bf16(f);
+        else { _Float16 h = (_Float16)f; memcpy((uint16_t *)p + i, &h, 2); }
+    }
+    return p;
+}
+static float *up(bs_backend *be, const float *h, size_t n) {
+    bs_err err; float *d = be->alloc(be, n * 4 + 64, &err);
+    if (d && h) be->upload(be, d, h, n * 4);
+    return d;
+}
+static float *down(bs_backend *be, const float *d, size_t n) { float *h = malloc(n * 4); be->download(be, h, d, n * 4); return h; }
+static double rel_err(const float *a, const float *ref, size_t n) {
+    double mx = 1, d = 0;
+    for (size_t i = 0; i < n; i++) { if (fabs(ref[i]) > mx) mx = fabs(ref[i]); }
+    for (size_t i = 0; i < n; i++) { double e = fabs((double)a[i] - ref[i]); if (!(e <= d)) d = e; }   // NaN -> NaN
+    return d / mx;
+}
+
+TEST(cuda_op_matmul) {
+    NEED_CUDA(be);
+    bs_backend *ref = bs_backend_cpu(1);
+    bs_err err = {0};
+    struct { int M, K; bs_dtype dt; } shapes[] = {
+        { 64, 64, BS_BF16 }, { 384, 64, BS_BF16 }, { 1000, 72, BS_BF16 }, { 1024, 4096, BS_BF16 }, { 4096, 1024, BS_BF16 },
+        { 200, 1536, BS_BF16 }, { 96, 80, BS_F32 }, { 96, 80, BS_F16 }, { 33, 36, BS_BF16 },
+    };
+    int ns[] = { 1, 2, 7, 8, 9, 16, 17, 33, 64, 70 };
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        int M = shapes[si].M, K = shapes[si].K;
+        bs_mat hw = { rand_mat(shapes[si].dt, (size_t)M * K), shapes[si].dt, M, K }, dw;
+        CHECK(be->weight(be, &dw, &hw, &err) == 0, "%s", err.msg);
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            int n = ns[ni];
+            if ((size_t)M * K * n > 40000000 && n > 17) continue;   // keep the scalar reference quick
+            for (int acc = 0; acc < 2; acc++) {
+                float *x = rand_vec((size_t)n * K, 1), *y0 = rand_vec((size_t)n * M, 1), *y = malloc(sizeof(float) * n * M);
+                memcpy(y, y0, sizeof(float) * n * M);
+                ref->matmul(ref, y, x, n, &hw, acc);
+                float *dx = up(be, x, (size_t)n * K), *dy = up(be, y0, (size_t)n * M);
+                be->matmul(be, dy, dx, n, &dw, acc);
+                float *g = down(be, dy, (size_t)n * M);
+                double e = rel_err(g, y, (size_t)n * M);
+                CHECK(e < 2e-5, "matmul M=%d K=%d %s n=%d acc=%d: rel err %g", M, K, bs_dtype_name(hw.dtype), n, acc, e);
+                free(x); free(y0); free(y); free(g); be->free(be, dx); be->free(be, dy);
+            }
+        }
+        free((void *)hw.data);
+    }
+    // an unaligned activation pointer takes the generic path
+    {
+        int M = 64, K = 64, n = 3;
+        bs_mat hw = { rand_mat(BS_BF16, M * K), BS_BF16, M, K }, dw;
+        CHECK(be->weight(be, &dw, &hw, &err) == 0, "%s", err.msg);
+        float *x = rand_vec(n * K + 1, 1), *y = malloc(sizeof(float) * n * M);
+        ref->matmul(ref, y, x + 1, n, &hw, 0);
+        float *dx = up(be, x, n * K + 1), *dy = up(be, NULL, n * M);
+        be->matmul(be, dy, dx + 1, n, &dw, 0);
+        float *g = down(be, dy, n * M);
+        CHECK(rel_err(g, y, n * M) < 2e-5, "unaligned matmul: %g", rel_err(g, y, n * M));
+        free(x); free(y); free(g); free((void *)hw.data); be->free(be, dx); be->free(be, dy);
+    }
+    ref->destroy(ref);
+}
+
+// A row's result must not depend on how many rows are in the call (exact equality).
+TEST(cuda_matmul_batch_invariant) {
+    NEED_CUDA(be);
+    bs_err err = {0};
+    int shapes[][2] = { { 1024, 4096 }, { 4096, 4096 }, { 12288, 4096 }, { 4096, 12288 }, { 384, 64 } };
+    for (int si = 0; si < 5; si++) {
+        int M = shapes[si][0], K = shapes[si][1], n = 40;
+        bs_mat hw = { rand_mat(BS_BF16, (size_t)M * K), BS_BF16, M, K }, dw;
+        CHECK(be->weight(be, &dw, &hw, &err) == 0, "%s", err.msg);
+        float *x = rand_vec((size_t)n * K, 1);
+        float *dx = up(be, x, (size_t)n * K), *dy = up(be, NULL, (size_t)n * M), *d1 = up(be, NULL, M);
+        be->matmul(be, dy, dx, n, &dw, 0);
+        float *all = down(be, dy, (size_t)n * M);
+        int rows[] = { 0, 5, 15, 16, 39 };
+        for (int k = 0; k < 5; k++) {
+            be->matmul(be, d1, dx + (size_t)rows[k] * K, 1, &dw, 0);
+            float *one = down(be, d1, M);
+            CHECK(!memcmp(one, all + (size_t)rows[k] * M, 4 * M), "M=%d K=%d: row %d alone differs from the row in a 40-row call", M, K, rows[k]);
+            free(one);
+        }
+        // and against a 16-row call
+        be->matmul(be, dy, dx, 16, &dw, 0);
+        float *sixteen = down(be, dy, (size_t)16 * M);
+        CHECK(!memcmp(sixteen, all, sizeof(float) * 16 * M), "M=%d K=%d: 16-row call differs from the 40-row call", M, K);
+        free(sixteen); free(all); free(x); free((void *)hw.data); be->free(be, dx); be->free(be, dy); be->free(be, d1);
+    }
+}
+
+TEST(cuda_op_rmsnorm_rope_elementwise) {
+    NEED_CUDA(be);
+    bs_backend *ref = bs_backend_cpu(1);
+    bs_err err = {0};
+    // rmsnorm (aliased and not), with bf16 and f32 weights and without
+    int dims[] = { 64, 4096, 1000 };
+    for (int di = 0; di < 3; di++) {
+        int n = 5, dim = dims[di];
+        for (int wk = 0; wk < 3; wk++) {
+            bs_dtype dt = wk == 0 ? BS_BF16 : BS_F32;
+            bs_mat hw = { rand_mat(dt, dim), dt, 1, dim }, dw;
+            CHECK(be->weight(be, &dw, &hw, &err) == 0, "%s", err.msg);
+            float *x = rand_vec((size_t)n * dim, 3), *y = malloc(sizeof(float) * n * dim);
+            ref->rmsnorm(ref, y, x, n, dim, wk == 2 ? NULL : &hw, 1e-6f);
+            float *dx = up(be, x, (size_t)n * dim);
+            be->rmsnorm(be, dx, dx, n, dim, wk == 2 ? NULL : &dw, 1e-6f);
+            float *g = down(be, dx, (size_t)n * dim);
+            CHECK(rel_err(g, y, (size_t)n * dim) < 1e-5, "rmsnorm dim %d: %g", dim, rel_err(g, y, (size_t)n * dim));
+            free(x); free(y); free(g); free((void *)hw.data); be->free(be, dx);
+        }
+    }
+    // head norm + rope
+    int hds[] = { 16, 64, 128 };
+    for (int hi = 0; hi < 3; hi++)
+        for (int wn = 0; wn < 2; wn++) {
+            int hd = hds[hi], nh = 8, n = 7, pos0 = hi * 1000 + 3;
+            bs_mat hw = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, dw;
+            CHECK(be->weight(be, &dw, &hw, &err) == 0, "%s", err.msg);
+            float *x = rand_vec((size_t)n * nh * hd, 2), *dx = up(be, x, (size_t)n * nh * hd);
+            ref->head_norm_rope(ref, x, n, nh, hd, wn ? &hw : NULL, 1e-6f, pos0, 1e6f);
+            be->head_norm_rope(be, dx, n, nh, hd, wn ? &dw : NULL, 1e-6f, pos0, 1e6f);
+            float *g = down(be, dx, (size_t)n * nh * hd);
+            CHECK(rel_err(g, x, (size_t)n * nh * hd) < 1e-5, "head_norm_rope hd %d norm %d: %g", hd, wn, rel_err(g, x, (size_t)n * nh * hd));
+            free(x); free(g); free((void *)hw.data); be->free(be, dx);
+        }
+    // swiglu, add
+    {
+        size_t n = 100003;
+        float *a = rand_vec(n, 6), *b = rand_vec(n, 2), *r = malloc(4 * n);
+        float *da = up(be, a, n), *db = up(be, b, n);
+        ref->swiglu(ref, r, a, b, n);
+        be->swiglu(be, da, da, db, n);
+        float *g = down(be, da, n);
+        CHECK(rel_err(g, r, n) < 1e-5, "swiglu: %g", rel_err(g, r, n));
+        ref->add(ref, r, b, n); be->add(be, da, db, n); free(g); g = down(be, da, n);
+        CHECK(rel_err(g, r, n) < 1e-5, "add: %g", rel_err(g, r, n));
+        free(a); free(b); free(r); free(g); be->free(be, da); be->free(be, db);
+    }
+    // embed (bf16 table), copy_rows, store_rows
+    {
+        int V = 300, H = 72, n = 70;
+        bs_mat ht = { rand_mat(BS_BF16, V * H), BS_BF16, V, H }, dt;
+        CHECK(be->weight(be, &dt, &ht, &err) == 0, "%s", err.msg);
+        int32_t ids[70]; for (int i = 0; i < n; i++) ids[i] = (i * 37 + 11) % V;
+        float *r = malloc(sizeof(float) * n * H), *d = up(be, NULL, (size_t)n * H);
+        ref->embed(ref, r, &ht, ids, n); be->embed(be, d, &dt, ids, n);
+        float *g = down(be, d, (size_t)n * H);
+        CHECK(!memcmp(g, r, sizeof(float) * n * H), "embed differs");
+        float *dst = up(be, NULL, (size_t)200 * H), *hdst = calloc(200 * H, 4);
+        be->copy_rows(be, dst + 3, 2 * H, d, H, 10, H - 5); ref->copy_rows(ref, hdst + 3, 2 * H, r, H, 10, H - 5);
+        be->store_rows(be, dst, 150, d, 5, H); ref->store_rows(ref, hdst, 150, r, 5, H);
+        free(g); g = down(be, dst, (size_t)200 * H);
+        CHECK(!memcmp(g, hdst, sizeof(float) * 200 * H), "copy_rows / store_rows differ");
+        free(r); free(g); free(hdst); free((void *)ht.data); be->free(be, d); be->free(be, dst);
+    }
+    // argmax with ties (first index wins) and a large vocabulary
+    {
+        int V = 151936, n = 3;
+        float *l = rand_vec((size_t)n * V, 5);
+        l[100] = 9; l[2000] = 9; l[V + 7] = 9; l[V + 6] = 9; l[2 * V + V - 1] = 11;
+        float *d = up(be, l, (size_t)n * V);
+        int32_t a[3], b[3];
+        be->argmax(be, a, d, n, V); ref->argmax(ref, b, l, n, V);
+        CHECK(a[0] == b[0] && a[1] == b[1] && a[2] == b[2], "argmax %d %d %d vs %d %d %d", a[0], a[1], a[2], b[0], b[1], b[2]);
+        free(l); be->free(be, d);
+    }
+    ref->destroy(ref);
+}
+
+TEST(cuda_op_attention) {
+    NEED_CUDA(be);
+    bs_backend *ref = bs_backend_cpu(1);
+    struct { int nq, nh, nkv, hd, nkeys, qpos0, causal, window; } cs[] = {
+        { 1, 32, 8, 128, 600, 599, 1, 0 },     // decode
+        { 16, 32, 8, 128, 528, 512, 1, 0 },    // verify block
+        { 70, 8, 2, 128, 70, 0, 1, 0 },        // prefill (more than one launch of rows)
+        { 16, 32, 8, 128, 1500, 1484, 1, 0 },  // several chunks per split
+        { 8, 4, 2, 16, 20, 12, 0, 0 },         // drafter block: bidirectional over context + block
+        { 16, 16, 4, 64, 300, 284, 0, 0 },
+        { 12, 4, 2, 16, 40, 28, 1, 5 },        // sliding window
+        { 5, 8, 8, 128, 3000, 2995, 1, 1000 },
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
+        int nq = cs[ci].nq, nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, nk = cs[ci].nkeys;
+        float *q = rand_vec((size_t)nq * nh * hd, 1), *k = rand_vec((size_t)nk * nkv * hd, 1), *v = rand_vec((size_t)nk * nkv * hd, 1);
+        float *o = malloc(sizeof(float) * nq * nh * hd);
+        ref->attention(ref, o, q, k, v, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
+        float *dq = up(be, q, (size_t)nq * nh * hd), *dk = up(be, k, (size_t)nk * nkv * hd), *dv = up(be, v, (size_t)nk * nkv * hd);
+        float *dout = up(be, NULL, (size_t)nq * nh * hd);
+        be->attention(be, dout, dq, dk, dv, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
+        float *g = down(be, dout, (size_t)nq * nh * hd);
+        double e = rel_err(g, o, (size_t)nq * nh * hd);
+        CHECK(e < 1e-5, "attention case %zu (nq %d heads %d/%d hd %d keys %d causal %d window %d): %g", ci, nq, nh, nkv, hd, nk, cs[ci].causal, cs[ci].window, e);
+        // batch invariance: causal row i alone (n_keys = its own range) is bit-identical
+        if (cs[ci].causal && nq > 1) {
+            int i = nq / 2 + 1;
+            be->attention(be, dout, dq + (size_t)i * nh * hd, dk, dv, 1, nh, nkv, hd, cs[ci].qpos0 + i + 1, cs[ci].qpos0 + i, 1, cs[ci].window);
+            float *one = down(be, dout, (size_t)nh * hd);
+            CHECK(!memcmp(one, g + (size_t)i * nh * hd, sizeof(float) * nh * hd), "attention case %zu: row %d alone differs from the block", ci, i);
+            free(one);
+        }
+        free(q); free(k); free(v); free(o); free(g);
+        be->free(be, dq); be->free(be, dk); be->free(be, dv); be->free(be, dout);
+    }
+    ref->destroy(ref);
+}
+
+// A recorded sequence replayed at another position equals the same ops issued plainly there.
+TEST(cuda_record_replay) {
+    NEED_CUDA(be);
+    bs_err err = {0};
+    int nh = 8, nkv = 2, hd = 128, n = 4, V = 50, ctx = 300, kd = nkv * hd;
+    bs_mat ht = { rand_mat(BS_BF16, V * nh * hd), BS_BF16, V, nh * hd }, dt;
+    CHECK(be->weight(be, &dt, &ht, &err) == 0, "%s", err.msg);
+    float *kc = rand_vec((size_t)ctx * kd, 1);
+    float *dk = up(be, kc, (size_t)ctx * kd), *dv = up(be, kc, (size_t)ctx * kd), *dq = up(be, NULL, (size_t)n * nh * hd);
+    float *dout = up(be, NULL, (size_t)n * nh * hd);
+    int32_t ids[4] = { 3, 7, 49, 0 };
+    #define SEQ(pos) do { be->embed(be, dq, &dt, ids, n); be->head_norm_rope(be, dq, n, nh, hd, NULL, 1e-6f, pos, 1e4f); \
+        be->store_rows(be, dk, pos, dq, n, kd); be->attention(be, dout, dq, dk, dv, n, nh, nkv, hd, (pos) + n, pos, 1, 0); } while (0)
+    CHECK(be->record_begin(be, 10) == 0);
+    SEQ(10);
+    void *rec = be->record_end(be, &err);
+    CHECK(rec, "%s", err.msg);
+    ids[0] = 11; ids[2] = 1;
+    SEQ(200);
+    float *plain = down(be, dout, (size_t)n * nh * hd);
+    be->replay(be, rec, 200, ids, n);
+    float *rep = down(be, dout, (size_t)n * nh * hd);
+    CHECK(!memcmp(plain, rep, sizeof(float) * n * nh * hd), "replay at another position differs from plain ops there");
+    be->record_free(be, rec);
+    free(plain); free(rep); free(kc); free((void *)ht.data);
+    be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout);
+}
+
+// --- whole forward ---------------------------------------------------------------------------
+
+static int write_random_model(const char *dir, bs_err *err) {
+    bs_qwen3_config c = { .vocab_size = 2048, .hidden_size = 512, .n_layers = 3, .n_heads = 8, .n_kv_heads = 2, .head_dim = 128,
+                          .intermediate_size = 1024, .max_position = 1024, .rms_eps = 1e-6f, .rope_theta = 1e6f, .bos_id = -1 };
+    mkdir(dir, 0755);
+    cJSON *j = bs_qwen3_config_to_json(&c);
+    char path[1200]; snprintf(path, sizeof path, "%s/config.json", dir);
+    char *txt = cJSON_Print(j);
+    FILE *f = fopen(path, "w");
+    if (!f) { cJSON_Delete(j); free(txt); return bs_fail(err, "cannot write %s", path); }
+    fputs(txt, f); fclose(f); free(txt); cJSON_Delete(j);
+    bs_tensor_spec *specs; int n;
+    if (bs_qwen3_tensor_specs(&c, &specs, &n, err)) return -1;
+    int rc = bs_write_random_tensors(dir, specs, n, 1, 7, err);
+    free(specs);
+    return rc;
+}
+
+TEST(cuda_forward_random_model_vs_cpu) {
+    NEED_CUDA(be0);
+    char dir[256]; snprintf(dir, sizeof dir, "/tmp/bs_cuda_rand_%d", (int)getpid());
+    bs_err err = {0};
+    CHECK(write_random_model(dir, &err) == 0, "%s", err.msg);
+    bs_engine *ec, *eg;
+    CHECK(bs_engine_open(&ec, dir, "cpu", &err) == 0, "%s", err.msg);
+    CHECK(bs_engine_open(&eg, dir, "cuda", &err) == 0, "%s", err.msg);
+    bs_backend *be = eg->be;
+    int V = ec->cfg.vocab_size, H = ec->cfg.hidden_size, NT = ec->cfg.n_layers + 1, P = 90, B = 16;
+    int32_t ids[128]; for (int i = 0; i < 128; i++) ids[i] = (i * 7919 + 13) % V;
+    int taps[8]; for (int t = 0; t < NT; t++) taps[t] = t;
+    bs_kv_cache kc, kg;
+    CHECK(bs_kv_init(&kc, &ec->cfg, 256, ec->be, &err) == 0 && bs_kv_init(&kg, &eg->cfg, 256, be, &err) == 0, "%s", err.msg);
+    float *lc = malloc(sizeof(float) * P * V), *tc = malloc(sizeof(float) * P * NT * H);
+    float *dl = up(be, NULL, (size_t)P * V), *dtp = up(be, NULL, (size_t)P * NT * H);
+    bs_fwd_out fc = { .logits = lc, .logits_all = 1, .taps = taps, .n_taps = NT, .tap_out = tc };
+    bs_fwd_out fg = { .logits = dl, .logits_all = 1, .taps = taps, .n_taps = NT, .tap_out = dtp };
+    // prefill (two chunks), then decode steps (recorded from the second on), then a verify block
+    CHECK(bs_qwen3_forward(&ec->target, &kc, ids, P, &fc, &err) == 0, "%s", err.msg);
+    CHECK(bs_qwen3_forward(&eg->target, &kg, ids, P, &fg, &err) == 0, "%s", err.msg);
+    float *g = down(be, dl, (size_t)P * V), *gt = down(be, dtp, (size_t)P * NT * H);
+    CHECK(rel_err(g, lc, (size_t)P * V) < 1e-3, "prefill logits: %g", rel_err(g, lc, (size_t)P * V));
+    CHECK(rel_err(gt, tc, (size_t)P * NT * H) < 1e-3, "prefill taps: %g", rel_err(gt, tc, (size_t)P * NT * H));
+    free(g); free(gt);
+    bs_fwd_out oc = { .logits = lc }, og = { .logits = dl };
+    for (int s = 0; s < 5; s++) {
+        CHECK(bs_qwen3_forward(&ec->target, &kc, ids + P + s, 1, &oc, &err) == 0, "%s", err.msg);
+        CHECK(bs_qwen3_forward(&eg->target, &kg, ids + P + s, 1, &og, &err) == 0, "%s", err.msg);
+        g = down(be, dl, V);
+        CHECK(rel_err(g, lc, V) < 1e-3, "decode step %d logits: %g", s, rel_err(g, lc, V));
+        free(g);
+    }
+    CHECK(bs_kv_rollback(&kc, P, &err) == 0 && bs_kv_rollback(&kg, P, &err) == 0, "%s", err.msg);
+    for (int rep = 0; rep < 3; rep++) {   // the third one is a graph replay
+        CHECK(bs_kv_rollback(&kc, P, &err) == 0 && bs_kv_rollback(&kg, P, &err) == 0, "%s", err.msg);
+        CHECK(bs_qwen3_forward(&ec->target, &kc, ids + 20 + rep, B, &fc, &err) == 0, "%s", err.msg);
+        CHECK(bs_qwen3_forward(&eg->target, &kg, ids + 20 + rep, B, &fg, &err) == 0, "%s", err.msg);
+        g = down(be, dl, (size_t)B * V); gt = down(be, dtp, (size_t)B * NT * H);
+        CHECK(rel_err(g, lc, (size_t)B * V) < 1e-3, "block %d logits: %g", rep, rel_err(g, lc, (size_t)B * V));
+        CHECK(rel_err(gt, tc, (size_t)B * NT * H) < 1e-3, "block %d taps: %g", rep, rel_err(gt, tc, (size_t)B * NT * H));
+        free(g); free(gt);
+    }
+    free(lc); free(tc); be->free(be, dl); be->free(be, dtp);
+    bs_kv_free(&kc); bs_kv_free(&kg);
+    bs_engine_close(ec); bs_engine_close(eg);
+    char cmd[300]; snprintf(cmd, sizeof cmd, "rm -rf %s", dir); if (system(cmd)) {}
+}
+
+// The shared fixtures (transformers' vectors) on the GPU, with the CPU tests' tolerance.
+#define TOL 1e-3
+TEST(cuda_target_fixture) {
+    NEED_CUDA(be0);
+    char dir[1024], file[1024];
+    bs_err err = {0};
+    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
+    snprintf(file, sizeof file, "%s/target.expect.safetensors", bs_fixtures_dir());
+    bs_engine *e; bs_checkpoint *x;
+    CHECK(bs_engine_open(&e, dir, "cuda", &err) == 0, "%s", err.msg);
+    CHECK(bs_checkpoint_open(&x, file, &err) == 0, "%s", err.msg);
+    bs_backend *be = e->be;
+    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, NT = e->cfg.n_layers + 1;
+    long P, G, B;
+    const int32_t *prompt = fx_tensor(x, "prompt_ids", "I32", -1, &P);
+    const int32_t *greedy = fx_tensor(x, "greedy_ids", "I32", -1, &G);
+    const int32_t *block = fx_tensor(x, "block_ids", "I32", -1, &B);
+    CHECK(prompt && greedy && block, "reference ids missing");
+    const float *pre_logits = fx_tensor(x, "prefill_logits", "F32", P * V, NULL);
+    const float *pre_hs = fx_tensor(x, "prefill_hidden_states", "F32", NT * P * H, NULL);
+    const float *step_logits = fx_tensor(x, "greedy_step_logits", "F32", G * V, NULL);
+    const float *blk_logits = fx_tensor(x, "block_logits", "F32", B * V, NULL);
+    const float *blk_hs = fx_tensor(x, "block_hidden_states", "F32", NT * B * H, NULL);
+    CHECK(pre_logits && pre_hs && step_logits && blk_logits && blk_hs, "reference tensors missing");
+    bs_kv_cache kv;
+    CHECK(bs_kv_init(&kv, &e->cfg, 0, be, &err) == 0, "%s", err.msg);
+    int taps[64]; for (int t = 0; t < NT; t++) taps[t] = t;
+    float *dl = up(be, NULL, (size_t)P * V), *dt = up(be, NULL, (size_t)P * NT * H);
+    bs_fwd_out fo = { .logits = dl, .logits_all = 1, .taps = taps, .n_taps = NT, .tap_out = dt };
+    CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, &err) == 0, "%s", err.msg);
+    float *logits = down(be, dl, (size_t)P * V), *tap = down(be, dt, (size_t)P * NT * H);
+    CHECK(fx_max_abs_diff(logits, pre_logits, P * V) < TOL, "prefill logits differ by %g", fx_max_abs_diff(logits, pre_logits, P * V));
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < P; r++) {
+            double d = fx_max_abs_diff(tap + ((size_t)r * NT + t) * H, pre_hs + ((size_t)t * P + r) * H, H);
+            CHECK(d < TOL, "hidden_states[%d] row %d differs by %g", t, r, d);
+        }
+    int32_t tok = bs_argmax(logits + (P - 1) * V, V);
+    bs_fwd_out one = { .logits = dl };
+    for (int i = 0; i < G; i++) {
+        if (i > 0) {
+            CHECK(bs_qwen3_forward(&e->target, &kv, &tok, 1, &one, &err) == 0, "%s", err.msg);
+            float *l = down(be, dl, V);
+            double d = fx_max_abs_diff(l, step_logits + (size_t)i * V, V);
+            int32_t t2; be->argmax(be, &t2, dl, 1, V);
+            tok = bs_argmax(l, V);
+            free(l);
+            CHECK(d < TOL, "greedy step %d logits differ by %g", i, d);
+            CHECK(t2 == tok, "device argmax %d != host argmax %d", t2, tok);
+        }
+        CHECK(tok == greedy[i], "greedy token %d: got %d, expected %d", i, tok, greedy[i]);
+    }
+    CHECK(bs_kv_rollback(&kv, (int)P, &err) == 0, "%s", err.msg);
+    CHECK(bs_qwen3_forward(&e->target, &kv, block, (int)B, &fo, &err) == 0, "%s", err.msg);
+    free(logits); free(tap);
+    logits = down(be, dl, (size_t)B * V); tap = down(be, dt, (size_t)B * NT * H);
+    CHECK(fx_max_abs_diff(logits, blk_logits, B * V) < TOL, "block logits differ by %g", fx_max_abs_diff(logits, blk_logits, B * V));
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < B; r++) {
+            double d = fx_max_abs_diff(tap + ((size_t)r * NT + t) * H, blk_hs + ((size_t)t * B + r) * H, H);
+            CHECK(d < TOL, "block hidden_states[%d] row %d differs by %g", t, r, d);
+        }
+    free(logits); free(tap); be->free(be, dl); be->free(be, dt);
+    bs_kv_free(&kv); bs_checkpoint_close(x); bs_engine_close(e);
+}
+
+// Greedy speculative decoding == plain greedy decoding on the GPU. Plain greedy runs one row per
+// forward (recorded graphs after the first steps); the speculative side verifies blocks of 16 rows
+// whose drafts are the true continuation with one token corrupted at a varying place (so rounds
+// accept 0..15 drafts), accepts the matching prefix plus the target's own token, rolls the cache
+// back and continues. Outputs must be identical, and every verify row's logits bit-identical to the
+// plain step's logits (batch invariance).
+TEST(cuda_greedy_spec_equals_plain) {
+    NEED_CUDA(be0);
+    char dir[1024]; bs_err err = {0};
+    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
+    bs_engine *e;
+    CHECK(bs_engine_open(&e, dir, "cuda", &err) == 0, "%s", err.msg);
+    bs_backend *be = e->be;
+    int V = e->cfg.vocab_size, P = 12, N = 120, BL = 16;
+    int32_t prompt[12]; for (int i = 0; i < P; i++) prompt[i] = (i * 31 + 5) % V;
+    bs_kv_cache kv;
+    CHECK(bs_kv_init(&kv, &e->cfg, 0, be, &err) == 0, "%s", err.msg);
+    float *dl = up(be, NULL, (size_t)64 * V);
+    int32_t plain[200], spec[200];
+    float *plain_logits = malloc(sizeof(float) * (N + 1) * V);
+    bs_fwd_out fo = { .logits = dl };
+    CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0, "%s", err.msg);
+    be->argmax(be, &plain[0], dl, 1, V);
+    be->download(be, plain_logits, dl, sizeof(float) * V);
+    for (int i = 1; i < N; i++) {
+        CHECK(bs_qwen3_forward(&e->target, &kv, &plain[i - 1], 1, &fo, &err) == 0, "%s", err.msg);
+        be->argmax(be, &plain[i], dl, 1, V);
+        be->download(be, plain_logits + (size_t)i * V, dl, sizeof(float) * V);
+    }
+    // speculative: the first token comes from the prompt's logits (already known: plain[0])
+    CHECK(bs_kv_rollback(&kv, P, &err) == 0, "%s", err.msg);
+    bs_fwd_out fb = { .logits = dl, .logits_all = 1 };
+    int n = 1, round = 0;
+    spec[0] = plain[0];
+    float *vl = malloc(sizeof(float) * BL * V);
+    while (n < N) {
+        // block = [last accepted token, drafts...]; drafts = truth with position `bad` corrupted
+        int32_t blk[16]; int bad = 1 + round % (BL + 2);
+        blk[0] = spec[n - 1];
+        for (int j = 1; j < BL; j++) { int idx = n - 1 + j; blk[j] = idx < N ? plain[idx] : 0; if (j == bad) blk[j] = (blk[j] + 1) % V; }
+        int past = kv.n_past;
+        CHECK(bs_qwen3_forward(&e->target, &kv, blk, BL, &fb, &err) == 0, "%s", err.msg);
+        int32_t am[16];
+        be->argmax(be, am, dl, BL, V);
+        be->download(be, vl, dl, sizeof(float) * BL * V);
+        int acc = 0;
+        while (acc < BL - 1 && am[acc] == blk[acc + 1]) acc++;
+        int n0 = n;
+        for (int j = 0; j <= acc && n < N; j++) {
+            // row j of the block predicts token n0 + j; plain step n0 + j produced the same logits
+            CHECK(!memcmp(vl + (size_t)j * V, plain_logits + (size_t)(n0 + j) * V, sizeof(float) * V),
+                  "round %d: verify row %d logits differ from plain step %d (batch invariance)", round, j, n0 + j);
+            spec[n++] = am[j];
+        }
+        CHECK(bs_kv_rollback(&kv, past + acc + 1, &err) == 0, "%s", err.msg);
+        round++;
+    }
+    for (int i = 0; i < N; i++) CHECK(spec[i] == plain[i], "token %d: speculative %d != plain %d", i, spec[i], plain[i]);
+    free(vl); free(plain_logits); be->free(be, dl);
+    bs_kv_free(&kv); bs_engine_close(e);
+}
