@@ -211,22 +211,22 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_bf16_kernel(float *__restric
 
     for (int k0 = kbeg + warp * 32; k0 < kend; k0 += MM_WARPS * 32 * MM_UNROLL) {
         uint4 w[MM_UNROLL][4];
-        bool kok[MM_UNROLL];
+        bool kok[MM_UNROLL], lok[MM_UNROLL];   // kok: chunk in range (warp-uniform); lok: this lane's 8 k in range
 #pragma unroll
         for (int u = 0; u < MM_UNROLL; u++) {
-            int k = k0 + u * MM_WARPS * 32 + t * 8;
-            kok[u] = k < kend;
+            int kc = k0 + u * MM_WARPS * 32, k = kc + t * 8;
+            kok[u] = kc < kend; lok[u] = k < kend;
 #pragma unroll
-            for (int i = 0; i < 4; i++) w[u][i] = (kok[u] && rok[i]) ? ldg_stream(wr[i] + k) : make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < 4; i++) w[u][i] = (lok[u] && rok[i]) ? ldg_stream(wr[i] + k) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < MM_UNROLL; u++) {
-            if (!kok[u]) continue;
+            if (!kok[u]) continue;   // warp-uniform: mma.sync needs every lane
             int k = k0 + u * MM_WARPS * 32 + t * 8;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 uint32_t hi[4], lo[4];
-                if (xok[j]) {
+                if (xok[j] && lok[u]) {
                     float4 a = *(const float4 *)(xr[j] + k), b = *(const float4 *)(xr[j] + k + 4);
                     split_pair(a.x, a.y, hi[0], lo[0]); split_pair(a.z, a.w, hi[1], lo[1]);
                     split_pair(b.x, b.y, hi[2], lo[2]); split_pair(b.z, b.w, hi[3], lo[3]);
