@@ -91,6 +91,25 @@ int main(int argc, char **argv) {
             printf("gemm_%s_rows%d_us %.2f GBps %.1f\n", gm[g].name, n, t * 1e6, gemm_gbps[g][k]);
         }
 
+    // grouped launches as the forward issues them (q/k/v, gate/up)
+    double grp_us[2][2] = { { 0, 0 }, { 0, 0 } };
+    for (int gi = 0; gi < 2 && gx && gy && be->matmul_multi; gi++)
+        for (int k = 0; k < 2; k++) {
+            int n = k ? B : 1, cnt = gi ? 2 : 3;
+            const bs_mat *ws[3] = { gi ? &L0->w_gate : &L0->wq, gi ? &L0->w_up : &L0->wk, &L0->wv };
+            size_t off = 0; float *ys[3];
+            for (int q = 0; q < cnt; q++) { ys[q] = gy + off; off += (size_t)n * ws[q]->rows; }
+            double bytes = 0; for (int q = 0; q < cnt; q++) bytes += mat_bytes(ws[q]);
+            for (int r = 0; r < 3; r++) be->matmul_multi(be, cnt, ys, ws, gx, n);
+            be->sync(be);
+            double s0 = bs_now();
+            for (int r = 0; r < 100; r++) be->matmul_multi(be, cnt, ys, ws, gx, n);
+            be->sync(be);
+            double t = (bs_now() - s0) / 100;
+            grp_us[gi][k] = t * 1e6;
+            printf("gemm_group_%s_rows%d_us %.2f GBps %.1f\n", gi ? "gate_up" : "qkv", n, t * 1e6, bytes / t / 1e9);
+        }
+
     // 3. prefill ctx tokens, then plain greedy decode with a host sync per token (as `generate` does)
     bs_session s;
     if (bs_session_init(&s, e, ctx + steps + 2 * B + 64, NULL, &err)) { fprintf(stderr, "backend_bench: %s\n", err.msg); return 1; }
@@ -151,6 +170,8 @@ int main(int argc, char **argv) {
     for (int g = 0; g < 6 && gx; g++)
         printf("| GEMM %s %lldx%lld: 1 row / %d rows | %.0f / %.0f GB/s |\n", gm[g].name, (long long)gm[g].w->rows, (long long)gm[g].w->cols, B,
                gemm_gbps[g][0], gemm_gbps[g][1]);
+    printf("| grouped q/k/v, gate/up: 1 row | %.1f us, %.1f us |\n", grp_us[0][0], grp_us[1][0]);
+    printf("| grouped q/k/v, gate/up: %d rows | %.1f us, %.1f us |\n", B, grp_us[0][1], grp_us[1][1]);
     if (gx) be->free(be, gx);
     if (gy) be->free(be, gy);
     free(ids);

@@ -134,6 +134,36 @@ TEST(cuda_matmul_batch_invariant) {
     }
 }
 
+// matmul_multi (q/k/v and gate/up in one launch) equals separate matmul calls exactly.
+TEST(cuda_matmul_multi) {
+    NEED_CUDA(be);
+    bs_err err = {0};
+    int Ms[3] = { 4096, 1024, 1024 }, K = 4096;
+    bs_mat hw[3], dw[3];
+    const bs_mat *wp[3];
+    for (int i = 0; i < 3; i++) {
+        hw[i] = (bs_mat){ rand_mat(BS_BF16, (size_t)Ms[i] * K), BS_BF16, Ms[i], K };
+        CHECK(be->weight(be, &dw[i], &hw[i], &err) == 0, "%s", err.msg);
+        wp[i] = &dw[i];
+    }
+    int ns[] = { 1, 16, 70 };
+    for (int ni = 0; ni < 3; ni++) {
+        int n = ns[ni];
+        float *x = rand_vec((size_t)n * K, 1), *dx = up(be, x, (size_t)n * K);
+        float *ya[3], *yb[3];
+        for (int i = 0; i < 3; i++) { ya[i] = up(be, NULL, (size_t)n * Ms[i]); yb[i] = up(be, NULL, (size_t)n * Ms[i]); }
+        be->matmul_multi(be, 3, ya, wp, dx, n);
+        for (int i = 0; i < 3; i++) be->matmul(be, yb[i], dx, n, wp[i], 0);
+        for (int i = 0; i < 3; i++) {
+            float *a = down(be, ya[i], (size_t)n * Ms[i]), *b = down(be, yb[i], (size_t)n * Ms[i]);
+            CHECK(!memcmp(a, b, sizeof(float) * n * Ms[i]), "matmul_multi output %d (n=%d) differs from matmul", i, n);
+            free(a); free(b); be->free(be, ya[i]); be->free(be, yb[i]);
+        }
+        free(x); be->free(be, dx);
+    }
+    for (int i = 0; i < 3; i++) free((void *)hw[i].data);
+}
+
 TEST(cuda_op_rmsnorm_rope_elementwise) {
     NEED_CUDA(be);
     bs_backend *ref = bs_backend_cpu(1);

@@ -40,6 +40,9 @@ struct bs_backend {
 
     // y[n][W.rows] = x[n][W.cols] . W^T   (accumulate != 0: y += instead of =)
     void (*matmul)(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int accumulate);
+    // Optional (NULL: call matmul for each): y[i][n][W[i].rows] = x[n][K] . W[i]^T for i < count (<= 4), all
+    // W[i] with the same K; one launch on devices (q/k/v, gate/up). Results equal separate matmul calls.
+    void (*matmul_multi)(bs_backend *be, int count, float *const *y, const bs_mat *const *W, const float *x, int n);
     // y[n][dim] = x / sqrt(mean(x^2) + eps) * w   (fp32 statistics; y may alias x)
     void (*rmsnorm)(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps);
     // In place on x[n][n_heads*hd]: optional per-head RMSNorm with weight norm_w [hd] (NULL: none),

@@ -186,13 +186,24 @@ __device__ __forceinline__ uint4 ldg_stream(const void *p) {
     return r;
 }
 
+// Up to MM_MAX_JOBS weights sharing one input x run in one launch (q/k/v, gate/up): the flat grid
+// is the concatenation of each job's (tile, split) blocks.
+#define MM_MAX_JOBS 4
+struct mm_job { float *y; const __nv_bfloat16 *W; int M, acc, kper, S, tiles, blk0; float *ws; unsigned *counters; };
+struct mm_jobs { mm_job j[MM_MAX_JOBS]; int count; };
+
 template <int NT>
-__global__ void __launch_bounds__(MM_WARPS * 32) mm_bf16_kernel(float *__restrict__ y, const float *__restrict__ x, int n,
-                                                               const __nv_bfloat16 *__restrict__ W, int M, int K, int acc,
-                                                               int kper, float *__restrict__ ws, unsigned *__restrict__ counters) {
+__global__ void __launch_bounds__(MM_WARPS * 32) mm_bf16_kernel(const float *__restrict__ x, int n, int K, mm_jobs jobs) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * 32;
-    const int S = gridDim.y, s = blockIdx.y;
+    int ji = 0;
+#pragma unroll
+    for (int q = 1; q < MM_MAX_JOBS; q++) if (q < jobs.count && (int)blockIdx.x >= jobs.j[q].blk0) ji = q;
+    const mm_job &J = jobs.j[ji];
+    float *__restrict__ y = J.y; const __nv_bfloat16 *__restrict__ W = J.W;
+    const int M = J.M, acc = J.acc, kper = J.kper, S = J.S, tiles = J.tiles;
+    float *__restrict__ ws = J.ws; unsigned *__restrict__ counters = J.counters;
+    const int local = blockIdx.x - J.blk0, tile = local % tiles, s = local / tiles;
+    const int row0 = tile * 32;
     const int kbeg = s * kper, kend = min(K, kbeg + kper);
     float d[2][NT][4];
 #pragma unroll
@@ -209,24 +220,28 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_bf16_kernel(float *__restric
 #pragma unroll
     for (int j = 0; j < NT; j++) { int c = j * 8 + g; xok[j] = c < n; xr[j] = x + (size_t)(xok[j] ? c : 0) * K; }
 
-    for (int k0 = kbeg + warp * 32; k0 < kend; k0 += MM_WARPS * 32 * MM_UNROLL) {
-        uint4 w[MM_UNROLL][4];
-        bool kok[MM_UNROLL], lok[MM_UNROLL];   // kok: chunk in range (warp-uniform); lok: this lane's 8 k in range
+    // Software pipelined: the weights of the next step are in flight while this step computes.
+    constexpr int U = NT >= 4 ? 2 : MM_UNROLL;
+    constexpr int STEP = MM_WARPS * 32 * U;
+    uint4 wa[U][4], wb[U][4];
+    auto load = [&](uint4 (&w)[U][4], int k0) {
 #pragma unroll
-        for (int u = 0; u < MM_UNROLL; u++) {
-            int kc = k0 + u * MM_WARPS * 32, k = kc + t * 8;
-            kok[u] = kc < kend; lok[u] = k < kend;
-#pragma unroll
-            for (int i = 0; i < 4; i++) w[u][i] = (lok[u] && rok[i]) ? ldg_stream(wr[i] + k) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < MM_UNROLL; u++) {
-            if (!kok[u]) continue;   // warp-uniform: mma.sync needs every lane
+        for (int u = 0; u < U; u++) {
             int k = k0 + u * MM_WARPS * 32 + t * 8;
+#pragma unroll
+            for (int i = 0; i < 4; i++) w[u][i] = (k < kend && rok[i]) ? ldg_stream(wr[i] + k) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    auto compute = [&](uint4 (&w)[U][4], int k0) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int kc = k0 + u * MM_WARPS * 32, k = kc + t * 8;
+            if (kc >= kend) continue;   // warp-uniform: mma.sync needs every lane
+            bool lok = k < kend;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 uint32_t hi[4], lo[4];
-                if (xok[j] && lok[u]) {
+                if (xok[j] && lok) {
                     float4 a = *(const float4 *)(xr[j] + k), b = *(const float4 *)(xr[j] + k + 4);
                     split_pair(a.x, a.y, hi[0], lo[0]); split_pair(a.z, a.w, hi[1], lo[1]);
                     split_pair(b.x, b.y, hi[2], lo[2]); split_pair(b.z, b.w, hi[3], lo[3]);
@@ -245,6 +260,15 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_bf16_kernel(float *__restric
                 }
             }
         }
+    };
+    int k0 = kbeg + warp * 32;
+    if (k0 < kend) load(wa, k0);
+    for (; k0 < kend; k0 += 2 * STEP) {
+        if (k0 + STEP < kend) load(wb, k0 + STEP);
+        compute(wa, k0);
+        if (k0 + STEP >= kend) break;
+        if (k0 + 2 * STEP < kend) load(wa, k0 + 2 * STEP);
+        compute(wb, k0 + STEP);
     }
     // Note on rows: the thread's rows are {g, g+8} in m-tile 0 = block rows g, g+8 ... but we loaded
     // w[u][0..3] as rows g, g+8, g+16, g+24: m-tile 0 = rows (g, g+8) and m-tile 1 = (g+16, g+24).
@@ -274,21 +298,21 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_bf16_kernel(float *__restric
         float v = 0.f;
 #pragma unroll
         for (int w2 = 0; w2 < MM_WARPS; w2++) v += red[w2][col][r];
-        ws[((size_t)s * n + col) * (gridDim.x * 32) + row0 + r] = v;
+        ws[((size_t)s * n + col) * (tiles * 32) + row0 + r] = v;
     }
     __threadfence();
     __syncthreads();
     __shared__ unsigned last;
-    if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)S - 1;
+    if (threadIdx.x == 0) last = atomicAdd(&counters[tile], 1u) == (unsigned)S - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
     for (int col = threadIdx.x >> 5; col < n; col += MM_WARPS) {
         float v = 0.f;
-        for (int s2 = 0; s2 < S; s2++) v += __ldcg(&ws[((size_t)s2 * n + col) * (gridDim.x * 32) + row0 + r]);
+        for (int s2 = 0; s2 < S; s2++) v += __ldcg(&ws[((size_t)s2 * n + col) * (tiles * 32) + row0 + r]);
         if (row0 + r < M) { float *o = y + (size_t)col * M + row0 + r; *o = acc ? *o + v : v; }
     }
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+    if (threadIdx.x == 0) counters[tile] = 0;
 }
 
 // Any dtype, any alignment: one block per (output row, x row); exact fp32 FMA.
@@ -308,45 +332,81 @@ __global__ void mm_generic_kernel(float *y, const float *x, int n, const void *W
     }
 }
 
-static void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
-    cuda_impl *c = CI(be);
+static bool mm_fast(const float *x, const bs_mat *W) {
+    return W->dtype == BS_BF16 && W->cols % 8 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)W->data & 15) == 0;
+}
+
+static void mm_generic(cuda_impl *c, float *y, const float *x, int n, const bs_mat *W, int acc) {
     int M = (int)W->rows, K = (int)W->cols;
-    if (n <= 0 || M <= 0) return;
-    bool fast = W->dtype == BS_BF16 && K % 8 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)W->data & 15) == 0;
-    if (!fast) {
-        for (int r = 0; r < n; r += 65535) {
-            dim3 grid(M, n - r < 65535 ? n - r : 65535);
-            mm_generic_kernel<<<grid, 128, 0, c->st>>>(y + (size_t)r * M, x + (size_t)r * K, grid.y, W->data, W->dtype, M, K, acc);
-            LAUNCHED("matmul (generic)");
-        }
-        return;
+    for (int r = 0; r < n; r += 65535) {
+        dim3 grid(M, n - r < 65535 ? n - r : 65535);
+        mm_generic_kernel<<<grid, 128, 0, c->st>>>(y + (size_t)r * M, x + (size_t)r * K, grid.y, W->data, W->dtype, M, K, acc);
+        LAUNCHED("matmul (generic)");
     }
-    // The K split depends on the weight's shape only (batch invariance).
-    int tiles = (M + 31) / 32, kchunks = (K + 31) / 32;
-    int S = (c->sms * 4) / tiles;
-    int smax = kchunks / (MM_WARPS * 4);
-    if (S > smax) S = smax;
-    if (S > 16) S = 16;
-    if (S < 1) S = 1;
-    int kper = ((kchunks + S - 1) / S) * 32;
-    S = (K + kper - 1) / kper;
-    if (tiles > c->n_counters && S > 1) {
+}
+
+// y[i] (+)= x . W[i]^T for `count` bf16 weights of the same K, in one launch per 64 rows.
+static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n) {
+    int K = (int)W[0]->cols;
+    mm_jobs jobs; memset(&jobs, 0, sizeof jobs);
+    jobs.count = count;
+    int blocks = 0, ctr = 0;
+    for (int i = 0; i < count; i++) {
+        mm_job *J = &jobs.j[i];
+        int M = (int)W[i]->rows;
+        // The K split depends on the weight's shape only (batch invariance).
+        int tiles = (M + 31) / 32, kchunks = (K + 31) / 32;
+        int S = (c->sms * 4) / tiles, smax = kchunks / (MM_WARPS * 4);
+        if (S > smax) S = smax;
+        if (S > 16) S = 16;
+        if (S < 1) S = 1;
+        int kper = ((kchunks + S - 1) / S) * 32;
+        S = (K + kper - 1) / kper;
+        J->W = (const __nv_bfloat16 *)W[i]->data; J->M = M; J->acc = acc[i]; J->kper = kper; J->S = S; J->tiles = tiles;
+        J->blk0 = blocks; blocks += tiles * S;
+        J->counters = NULL;
+        if (S > 1) { J->counters = (unsigned *)(uintptr_t)ctr; ctr += tiles; }   // offsets, fixed below
+    }
+    if (ctr > c->n_counters) {
         if (c->capturing) { fprintf(stderr, "blockspec: too many GEMM tiles while recording\n"); exit(1); }
         CK(cudaStreamSynchronize(c->st)); CK(cudaFree(c->counters));
-        c->n_counters = tiles; CK(cudaMalloc(&c->counters, sizeof(unsigned) * tiles)); CK(cudaMemsetAsync(c->counters, 0, sizeof(unsigned) * tiles, c->st));
+        c->n_counters = ctr; CK(cudaMalloc(&c->counters, sizeof(unsigned) * ctr)); CK(cudaMemsetAsync(c->counters, 0, sizeof(unsigned) * ctr, c->st));
     }
     for (int r = 0; r < n; r += 64) {
         int nn = n - r < 64 ? n - r : 64;
-        if (S > 1) ensure_ws(c, &c->ws, &c->ws_bytes, (size_t)S * nn * tiles * 32 * sizeof(float));
-        dim3 grid(tiles, S);
-        const __nv_bfloat16 *w = (const __nv_bfloat16 *)W->data;
-        float *yy = y + (size_t)r * M; const float *xx = x + (size_t)r * K;
-        if (nn <= 8) mm_bf16_kernel<1><<<grid, MM_WARPS * 32, 0, c->st>>>(yy, xx, nn, w, M, K, acc, kper, c->ws, c->counters);
-        else if (nn <= 16) mm_bf16_kernel<2><<<grid, MM_WARPS * 32, 0, c->st>>>(yy, xx, nn, w, M, K, acc, kper, c->ws, c->counters);
-        else if (nn <= 32) mm_bf16_kernel<4><<<grid, MM_WARPS * 32, 0, c->st>>>(yy, xx, nn, w, M, K, acc, kper, c->ws, c->counters);
-        else mm_bf16_kernel<8><<<grid, MM_WARPS * 32, 0, c->st>>>(yy, xx, nn, w, M, K, acc, kper, c->ws, c->counters);
+        size_t wsz = 0;
+        for (int i = 0; i < count; i++) if (jobs.j[i].S > 1) wsz += (size_t)jobs.j[i].S * nn * jobs.j[i].tiles * 32;
+        if (wsz) ensure_ws(c, &c->ws, &c->ws_bytes, wsz * sizeof(float));
+        mm_jobs jr = jobs;
+        size_t off = 0;
+        for (int i = 0; i < count; i++) {
+            mm_job *J = &jr.j[i];
+            J->y = y[i] + (size_t)r * J->M;
+            if (J->S > 1) { J->ws = c->ws + off; off += (size_t)J->S * nn * J->tiles * 32; J->counters = c->counters + (uintptr_t)jobs.j[i].counters; }
+        }
+        const float *xx = x + (size_t)r * K;
+        if (nn <= 8) mm_bf16_kernel<1><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+        else if (nn <= 16) mm_bf16_kernel<2><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+        else if (nn <= 32) mm_bf16_kernel<4><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+        else mm_bf16_kernel<8><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
         LAUNCHED("matmul");
     }
+}
+
+static void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
+    cuda_impl *c = CI(be);
+    if (n <= 0 || W->rows <= 0) return;
+    if (!mm_fast(x, W)) { mm_generic(c, y, x, n, W, acc); return; }
+    mm_launch(c, 1, &y, &W, &acc, x, n);
+}
+
+static void cu_matmul_multi(bs_backend *be, int count, float *const *y, const bs_mat *const *W, const float *x, int n) {
+    cuda_impl *c = CI(be);
+    if (n <= 0) return;
+    int ok = count <= MM_MAX_JOBS, acc[MM_MAX_JOBS] = { 0 };
+    for (int i = 0; i < count && ok; i++) ok = mm_fast(x, W[i]) && W[i]->cols == W[0]->cols && W[i]->rows > 0;
+    if (ok) { mm_launch(c, count, y, W, acc, x, n); return; }
+    for (int i = 0; i < count; i++) cu_matmul(be, y[i], x, n, W[i], 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -773,7 +833,7 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     be->sync = cu_sync; be->weight = cu_weight;
     be->matmul = cu_matmul; be->rmsnorm = cu_rmsnorm; be->head_norm_rope = cu_head_norm_rope; be->attention = cu_attention;
     be->swiglu = cu_swiglu; be->add = cu_add; be->embed = cu_embed; be->copy_rows = cu_copy_rows; be->argmax = cu_argmax;
-    be->store_rows = cu_store_rows;
+    be->store_rows = cu_store_rows; be->matmul_multi = cu_matmul_multi;
     be->record_begin = cu_record_begin; be->record_end = cu_record_end; be->replay = cu_replay; be->record_free = cu_record_free;
     be->destroy = cu_destroy;
     return be;
