@@ -240,3 +240,32 @@ static void other_target(int *failed_, void (*edit)(cJSON *), const char *which,
 TEST(drafter_error_other_target_hidden) { other_target(failed_, ed_hidden, "dflash", "hidden_size"); }
 TEST(drafter_error_other_target_vocab) { other_target(failed_, ed_vocab, "dflash", "vocab_size"); }
 TEST(drafter_error_other_target_vocab_dspark) { other_target(failed_, ed_vocab, "dspark", "vocab_size"); }
+
+// The example configs under bench/configs parse to the shapes they describe.
+TEST(drafter_bench_configs) {
+    struct { const char *file; int arch, B, H, taps[5], r; } cases[] = {
+        { "qwen3-0.6b-dflash-b16", BS_DRAFTER_ZLAB, 16, 1024, { 1, 7, 13, 19, 25 }, 0 },
+        { "qwen3-0.6b-dspark-b7", BS_DRAFTER_DEEPSPEC, 7, 1024, { 1, 7, 13, 19, 25 }, 256 },
+        { "qwen3-8b-dflash-b16", BS_DRAFTER_ZLAB, 16, 4096, { 1, 9, 17, 25, 33 }, 0 },
+        { "qwen3-8b-dspark-b7", BS_DRAFTER_DEEPSPEC, 7, 4096, { 1, 9, 17, 25, 33 }, 256 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char path[256];
+        bs_err err = {0};
+        snprintf(path, sizeof path, "bench/configs/%s.json", cases[i].file);
+        if (access(path, R_OK)) SKIP("bench/configs not found (run from the repository root)");
+        cJSON *root = bs_json_load(path, &err);
+        CHECK(root, "%s", err.msg);
+        bs_drafter_config c;
+        int rc = bs_drafter_config_parse(&c, root, path, &err);
+        cJSON_Delete(root);
+        CHECK(rc == 0, "%s", err.msg);
+        CHECK(c.arch == cases[i].arch && c.block_size == cases[i].B && c.base.hidden_size == cases[i].H && c.markov_rank == cases[i].r, "%s", path);
+        CHECK(c.mask_token_id == 151669 && c.n_taps == 5 && c.base.n_layers == 5 && c.base.rope_theta == 1e6f, "%s", path);
+        for (int t = 0; t < 5; t++) CHECK(c.target_layer_ids[t] == cases[i].taps[t], "%s tap %d", path, t);
+        if (c.arch == BS_DRAFTER_DEEPSPEC) CHECK(c.markov_type == BS_MARKOV_VANILLA && c.conf_head && c.conf_with_markov, "%s", path);
+        int def[5];
+        bs_build_target_layer_ids(c.num_target_layers, 5, def);
+        CHECK(memcmp(def, c.target_layer_ids, sizeof def) == 0, "%s: taps are not the default spread", path);
+    }
+}
