@@ -47,7 +47,7 @@ static void ref_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim
 void bs_cpu_rope_row(float *x, int hd, int pos, float theta) {
     int half = hd / 2;
     for (int i = 0; i < half; i++) {
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+        float inv_freq = bs_rope_inv_freq(theta, i, hd);
         float a = (float)pos * inv_freq, c = cosf(a), s = sinf(a);
         float x0 = x[i], x1 = x[i + half];
         x[i] = x0 * c - x1 * s;
