@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "model/dflash.h"
+#include "spec/spec_loop.h"
 
 static void usage(void) {
     fprintf(stderr, "usage: blockspec dump -m DIR [-d DRAFTER] --prompt-ids IDS [-n N] [--block-ids IDS] [--device D] --out FILE.safetensors\n");
@@ -27,9 +28,38 @@ static float *by_layer(const float *rows_major, int rows, int n_taps, int H) {
 typedef struct drafter_dump {
     int32_t ids[BS_MAX_TAPS], block[BS_MAX_DRAFT + 1], tokens[BS_MAX_DRAFT];
     float *feat, *hidden, *logits, *step, conf[BS_MAX_DRAFT];
+    int32_t *spec_out;
+    bs_spec_stats st;
 } drafter_dump;
 
-static void drafter_dump_free(drafter_dump *dd) { free(dd->feat); free(dd->hidden); free(dd->logits); free(dd->step); }
+static void drafter_dump_free(drafter_dump *dd) {
+    free(dd->feat); free(dd->hidden); free(dd->logits); free(dd->step); free(dd->spec_out);
+    bs_spec_stats_free(&dd->st);
+}
+
+// The greedy speculative run, recorded the way z-lab's dflash_generate records it: rounds continue
+// while at most n tokens are out (one round more than needed to reach n), the output is cut to n and
+// every round's acceptance length (accepted + 1) is kept.
+static int dump_spec_run(bs_engine *e, const char *dir, const int32_t *prompt, int n_prompt, long n,
+                         bs_st_writer *w, drafter_dump *dd, bs_err *err) {
+    bs_session s;
+    bs_drafter *d = NULL;
+    int rc = -1, n_out = 0;
+    if (bs_session_init(&s, e, 0, NULL, err)) return -1;
+    dd->spec_out = malloc(sizeof(int32_t) * (n + 1));
+    bs_spec_opts o = { .stop_at_eos = 1 };
+    if (!dd->spec_out || bs_dflash_open(&d, dir, &e->target, s.kv.max_ctx, err) ||
+        bs_generate_spec(&s, d, prompt, n_prompt, (int)n + 1, &o, dd->spec_out, &n_out, NULL, NULL, &dd->st, err)) goto out;
+    int64_t shp[1] = { n_out < n ? n_out : n };
+    bs_st_writer_add(w, "spec_output_ids", "I32", 1, shp, dd->spec_out, err);
+    shp[0] = dd->st.n_lengths;
+    bs_st_writer_add(w, "acceptance_lengths", "I32", 1, shp, dd->st.acceptance_lengths, err);
+    rc = 0;
+out:
+    if (d) d->free(d);
+    bs_session_free(&s);
+    return rc;
+}
 
 // Context features of the prompt (from the prefill's hidden states), then one drafting forward.
 static int dump_drafter(bs_engine *e, bs_session *s, const char *dir, const int32_t *prompt, int n_prompt, const float *pre_logits,
@@ -148,8 +178,7 @@ int cmd_dump(int argc, char **argv) {
         shp[0] = NT; shp[1] = n_block; shp[2] = H; bs_st_writer_add(w, "block_hidden_states", "F32", 3, shp, blk_hs, &err);
     }
     if (drafter && dump_drafter(e, &s, drafter, prompt, n_prompt, pre_logits, pre_taps, w, &dd, &err)) goto out;
-    // Hook: the speculative loop's spec_output_ids / acceptance_lengths (fixtures dflash/dspark) are added
-    // here by src/spec once it exists.
+    if (drafter && n_greedy > 0 && dump_spec_run(e, drafter, prompt, n_prompt, n_greedy, w, &dd, &err)) goto out;
     be->free(be, d_logits); be->free(be, d_taps);
     if (bs_st_writer_write(w, out_path, &err)) goto out;
     rc = 0;

@@ -104,7 +104,7 @@ TEST(drafter_fixture_dspark_cpu_reference) { check_drafter(failed_, "cpu-ref", "
 TEST(drafter_fixture_dspark_cpu) { check_drafter(failed_, "cpu", "dspark"); }
 
 // `blockspec dump -m target -d drafter` as a user runs it: every reference tensor of the drafter set within
-// TOL, ids exact. spec_output_ids / acceptance_lengths come from the speculative loop: checked once dump has them.
+// TOL, ids exact, and (with -n) the greedy speculative run's spec_output_ids and acceptance_lengths.
 static void check_dump(int *failed_, const char *which) {
     char cmd[4096], out[256], exp_path[1024], tpath[1024];
     snprintf(out, sizeof out, "/tmp/bs_dump_%s_%d.safetensors", which, (int)getpid());
@@ -119,14 +119,15 @@ static void check_dump(int *failed_, const char *which) {
     CHECK(prompt);
     char ids[2048] = "";
     for (int i = 0; i < P; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", prompt[i]);
-    snprintf(cmd, sizeof cmd, "%s dump -m %s/target -d %s/%s --prompt-ids %s --out %s", bs_cli_path(), bs_fixtures_dir(), bs_fixtures_dir(), which, ids, out);
+    long G = 0;
+    CHECK(fx_tensor(tx, "greedy_ids", "I32", -1, &G) && G > 0);
+    snprintf(cmd, sizeof cmd, "%s dump -m %s/target -d %s/%s --prompt-ids %s -n %ld --out %s", bs_cli_path(), bs_fixtures_dir(), bs_fixtures_dir(), which, ids, G, out);
     CHECK(system(cmd) == 0, "%s", cmd);
     bs_checkpoint *got;
     CHECK(bs_checkpoint_open(&got, out, &err) == 0, "%s", err.msg);
     int n_checked = 0;
     for (int i = 0; i < x->n_tensors; i++) {
         const bs_tensor_info *t = &x->tensors[i], *g = bs_checkpoint_find(got, t->name);
-        if (!g && (!strcmp(t->name, "spec_output_ids") || !strcmp(t->name, "acceptance_lengths"))) continue;
         CHECK(g, "dump lacks '%s'", t->name);
         CHECK(g->n_dims == t->n_dims && g->nbytes == t->nbytes && !strcmp(g->dtype_name, t->dtype_name), "'%s' has another shape or dtype", t->name);
         if (!strcmp(t->dtype_name, "I32")) CHECK(memcmp(g->data, t->data, t->nbytes) == 0, "'%s' ids differ", t->name);
