@@ -135,6 +135,17 @@ static int load_added(bs_tokenizer *t, const cJSON *added, bs_err *err) {
         if (!a->len) continue;   // an empty token can never match
         a->content = strdup(c);
         a->id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
+        // As in Hugging Face, a token the model vocab (or an earlier added token) already has keeps
+        // that id, whatever id the entry declares.
+        int32_t have = bs_tok_map_get(&t->vocab, c, a->len);
+        if (have >= 0) {
+            a->id = have;
+            t->id_special[a->id] |= a->special;
+            t->added_first[a->normalized && t->n_norm > 0][(unsigned char)c[0]] = 1;
+            t->has_normalized_added |= a->normalized && t->n_norm > 0;
+            t->n_added++;
+            continue;
+        }
         a->special = jbool(it, "special", 0);
         a->lstrip = jbool(it, "lstrip", 0);
         a->rstrip = jbool(it, "rstrip", 0);

