@@ -123,6 +123,7 @@ int bs_ids_push(bs_ids *a, int32_t id) {
     return 0;
 }
 int bs_ids_append(bs_ids *a, const int32_t *v, size_t n) {
+    if (!n) return 0;
     if (a->n + n > a->cap) {
         size_t c = a->cap ? a->cap : 256;
         while (c < a->n + n) c *= 2;
