@@ -16,5 +16,8 @@ echo "cpu: $(lscpu | sed -n 's/^Model name: *//p')"
 node -e "const {Tokenizer}=require('tokenizers');const t=Tokenizer.fromFile('$DIR/tokenizer.json');t.encode(require('fs').readFileSync('build/bench_corpus.txt','utf8')).then(e=>console.log(e.getIds().join(',')))" --prefix tests/node > build/bench_ids_hf.txt 2>/dev/null || \
   (cd tests/node && node -e "const {Tokenizer}=require('tokenizers');const t=Tokenizer.fromFile('../../$DIR/tokenizer.json');t.encode(require('fs').readFileSync('../../build/bench_corpus.txt','utf8')).then(e=>console.log(e.getIds().join(',')))" > ../../build/bench_ids_hf.txt)
 cmp -s build/bench_ids_bs.txt build/bench_ids_hf.txt && echo "ids: identical" || { echo "ids: DIFFER"; exit 1; }
-echo -n "blockspec     : "; taskset -c 0 ./build/blockspec tokenize -m "$DIR" --prompt-file build/bench_corpus.txt --bench "$SECS"
-echo -n "tokenizers    : "; RAYON_NUM_THREADS=1 taskset -c 0 node tests/node/bench.js "$DIR" build/bench_corpus.txt "$SECS"
+for CH in 4096 0; do
+  [ "$CH" = 0 ] && echo "whole file as one text:" || echo "texts of ~$CH bytes:"
+  echo -n "  blockspec  : "; taskset -c 0 ./build/blockspec tokenize -m "$DIR" --prompt-file build/bench_corpus.txt --bench "$SECS" --chunk "$CH"
+  echo -n "  tokenizers : "; RAYON_NUM_THREADS=1 taskset -c 0 node tests/node/bench.js "$DIR" build/bench_corpus.txt "$SECS" "$CH"
+done
