@@ -7,11 +7,17 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
+#include "io/chat.h"
+#include "io/json.h"
 #include "spec/spec_loop.h"
 
 static void usage(void) {
     fprintf(stderr,
-        "usage: blockspec generate -m TARGET_DIR (--prompt-ids IDS) [options]\n"
+        "usage: blockspec generate -m TARGET_DIR (-p TEXT | --prompt-file F | --prompt-ids IDS) [options]\n"
+        "  --chat                   wrap the prompt as a user message in the model's chat template\n"
+        "  --system TEXT            system message (with --chat)\n"
+        "  --no-think               Qwen3 chat: enable_thinking=false (an empty <think></think> block)\n"
+        "  --chat-template NAME     qwen3 or chatml, when the model's template is not recognised\n"
         "  -d DIR                   drafter checkpoint (DFlash or DSpark): speculative decoding\n"
         "  -n N                     tokens to generate (default 64)\n"
         "  --temp T                 temperature (default 0 = greedy)\n"
@@ -28,7 +34,8 @@ static void usage(void) {
 }
 
 typedef struct gen_args {
-    const char *model, *drafter, *device;
+    const char *model, *drafter, *device, *text, *prompt_file, *system, *chat_template;
+    int chat, no_think;
     int32_t *prompt; int n_prompt;
     long n_new, ctx, draft_max;
     double conf_thr;
@@ -54,6 +61,12 @@ static int parse(int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "--top-k")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1 << 24, &l)) return 2; a->sampling.top_k = (int)l; }
         else if (!strcmp(o, "--top-p")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 1e-6, 1, &d)) return 2; a->sampling.top_p = (float)d; }
         else if (!strcmp(o, "--seed")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1L << 62, &l)) return 2; a->sampling.seed = (uint64_t)l; }
+        else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) { if (!(a->text = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--prompt-file")) { if (!(a->prompt_file = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--system")) { if (!(a->system = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--chat-template")) { if (!(a->chat_template = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--chat")) a->chat = 1;
+        else if (!strcmp(o, "--no-think")) a->no_think = 1;
         else if (!strcmp(o, "--print-ids")) a->print_ids = 1;
         else if (!strcmp(o, "--stats")) a->stats = 1;
         else if (!strcmp(o, "--json")) a->json = 1;
@@ -62,15 +75,52 @@ static int parse(int argc, char **argv, gen_args *a) {
         else { fprintf(stderr, "blockspec generate: unknown option %s\n", o); usage(); return 2; }
     }
     if (!a->model) { fprintf(stderr, "blockspec generate: -m TARGET_DIR is required\n"); usage(); return 2; }
-    if (!a->n_prompt) { fprintf(stderr, "blockspec generate: give a prompt with --prompt-ids\n"); usage(); return 2; }
+    if (!!a->n_prompt + !!a->text + !!a->prompt_file != 1) {
+        fprintf(stderr, "blockspec generate: give exactly one of -p TEXT, --prompt-file F, --prompt-ids IDS\n"); usage(); return 2;
+    }
+    if (a->chat && a->n_prompt) { fprintf(stderr, "blockspec generate: --chat needs a text prompt (-p or --prompt-file)\n"); return 2; }
     return 0;
 }
 
-typedef struct printer { int print_ids, n; } printer;
+// Turns the text prompt (optionally wrapped in the chat template) into ids.
+static int tokenize_prompt(gen_args *a, const bs_engine *e, bs_err *err) {
+    if (a->n_prompt) return 0;
+    if (!e->tok) return bs_fail(err, "%s: %s", a->model, e->tok_error[0] ? e->tok_error : "no tokenizer.json in this folder: pass --prompt-ids instead");
+    size_t len = 0;
+    char *text = NULL, *rendered = NULL;
+    if (a->prompt_file) { if (!(text = bs_read_file(a->prompt_file, &len, err))) return -1; }
+    else { text = strdup(a->text); len = strlen(text); }
+    if (a->chat) {
+        bs_chat_msg msgs[2]; size_t n = 0;
+        if (a->system) msgs[n++] = (bs_chat_msg){ "system", a->system, NULL };
+        msgs[n++] = (bs_chat_msg){ "user", text, NULL };
+        bs_chat_opts o = { BS_CHAT_AUTO, 1, !a->no_think };
+        if (a->chat_template && bs_chat_kind_parse(a->chat_template, &o.kind, err)) { free(text); return -1; }
+        if (bs_chat_render(e->tok, msgs, n, &o, &rendered, err)) { free(text); return -1; }
+        free(text);
+        text = rendered; len = strlen(text);
+    }
+    size_t n_ids = 0;
+    int32_t *ids = NULL;
+    int rc = bs_tokenizer_encode(e->tok, text, len, &ids, &n_ids, err);
+    free(text);
+    if (rc) return -1;
+    if (!n_ids) { free(ids); return bs_fail(err, "the prompt encodes to no tokens"); }
+    a->prompt = ids; a->n_prompt = (int)n_ids;
+    return 0;
+}
+
+// Streams the output: ids, or text through the streaming detokeniser.
+typedef struct printer { int print_ids, n; bs_detok *dt; } printer;
 
 static int on_token(void *ctx, int32_t t) {
     printer *p = ctx;
     if (p->print_ids) { printf("%s%d", p->n++ ? "," : "", t); fflush(stdout); }
+    else if (p->dt) {
+        char buf[1024];
+        int n = bs_detok_push(p->dt, t, buf, sizeof buf);
+        if (n > 0) { fwrite(buf, 1, (size_t)n, stdout); fflush(stdout); }
+    }
     return 0;
 }
 
@@ -134,16 +184,25 @@ int cmd_generate(int argc, char **argv) {
     rc = 1;
     if (bs_engine_open(&e, a.model, a.device, &err) || bs_session_init(&s, e, (int)a.ctx, &a.sampling, &err)) goto out;
     if (a.drafter && bs_drafter_open(&d, a.drafter, e, s.kv.max_ctx, &err)) goto out;
-    printer pr = { .print_ids = !a.json, .n = 0 };  // ids until detokenised text is available
+    if (tokenize_prompt(&a, e, &err)) goto out;
+    bs_detok dt;
+    if (e->tok) bs_detok_init(&dt, e->tok, 1);
+    printer pr = { .print_ids = !a.json && (a.print_ids || !e->tok), .n = 0, .dt = !a.json && e->tok ? &dt : NULL };
     if (d) {
         bs_spec_opts o = { .draft_max = (int)a.draft_max, .confidence_threshold = (float)a.conf_thr, .stop_at_eos = !a.ignore_eos };
         if (bs_generate_spec(&s, d, a.prompt, a.n_prompt, (int)a.n_new, &o, out, &n_out, on_token, &pr, &st, &err)) goto out;
     } else if (bs_generate_plain(&s, a.prompt, a.n_prompt, (int)a.n_new, !a.ignore_eos, out, &n_out, on_token, &pr, &err)) goto out;
-    if (pr.print_ids) printf("\n");
+    if (pr.dt && !pr.print_ids) { char buf[64]; int n = bs_detok_flush(&dt, buf, sizeof buf); if (n > 0) fwrite(buf, 1, (size_t)n, stdout); }
+    if (!a.json) printf("\n");
     if (a.stats) print_stats(&a, &s, &st, d != NULL);
     if (a.json) {
         cJSON *j = cJSON_CreateObject(), *ids = cJSON_AddArrayToObject(j, "output_ids");
         for (int i = 0; i < n_out; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(out[i]));
+        if (e->tok) {
+            char *txt = NULL; size_t tl = 0;
+            if (bs_tokenizer_decode(e->tok, out, (size_t)n_out, 1, &txt, &tl, &err) == 0) cJSON_AddStringToObject(j, "text", txt);
+            free(txt);
+        }
         cJSON_AddItemToObject(j, "stats", stats_json(&s, &st, d != NULL));
         char *txt = cJSON_PrintUnformatted(j);
         printf("%s\n", txt);
