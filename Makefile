@@ -13,9 +13,12 @@ else
 ARCH    ?= -march=x86-64-v3
 endif
 CFLAGS  ?= $(OPT) $(ARCH) -g
-CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -fno-strict-aliasing \
+CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -fno-strict-aliasing -Wno-format-zero-length \
            -Iinclude -Isrc -I. -D_GNU_SOURCE
 LDLIBS  += -lcjson -lonig -lutf8proc -lpthread -lm
+# For machines where the Debian libraries live elsewhere (e.g. unpacked .debs on the GPU machine).
+CFLAGS  += $(EXTRA_CFLAGS)
+LDLIBS  := $(EXTRA_LDFLAGS) $(LDLIBS)
 
 # Every .c under src/ is part of the library; CUDA sources are added only by `make cuda`.
 LIB_SRC  := $(shell find src -name '*.c' | sort)
@@ -40,18 +43,18 @@ LIB      := $(BUILD)/libblockspec.a
 all: $(BUILD)/blockspec
 $(LIB): $(LIB_OBJ) ; @rm -f $@ && ar rcs $@ $^
 $(BUILD)/blockspec: $(CLI_OBJ) $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/tests: $(TEST_OBJ) $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ)) $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/run_tests: $(TEST_OBJ) $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ)) $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/%.o: %.c ; @mkdir -p $(dir $@) && $(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 $(BUILD)/%.o: %.cu ; @mkdir -p $(dir $@) && $(NVCC) $(NVFLAGS) -c -o $@ $<
 
 # The tests find the reference vectors in ../shared/fixtures (override with BS_FIXTURES=dir).
-test: $(BUILD)/tests $(BUILD)/blockspec
-	BS_BIN=$(BUILD)/blockspec ./$(BUILD)/tests $(T)
+test: $(BUILD)/run_tests $(BUILD)/blockspec
+	BS_BIN=$(BUILD)/blockspec ./$(BUILD)/run_tests $(T)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
-cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all $(BUILD)-cuda/tests
+cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all $(BUILD)-cuda/run_tests
 
 clean: ; rm -rf build build-asan build-cuda build-portable
 .PHONY: all test asan cuda clean

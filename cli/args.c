@@ -1,0 +1,45 @@
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "cli/args.h"
+
+int cli_parse_ids(const char *flag, const char *s, int32_t **out) {
+    int n = 0, cap = 16;
+    int32_t *ids = malloc(sizeof *ids * cap);
+    const char *p = s;
+    while (ids && *p) {
+        char *end; errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) { fprintf(stderr, "blockspec: %s: '%s' is not a comma-separated list of token ids\n", flag, s); free(ids); return -1; }
+        if (n == cap) { cap *= 2; int32_t *ni = realloc(ids, sizeof *ids * cap); if (!ni) break; ids = ni; }
+        ids[n++] = (int32_t)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) { fprintf(stderr, "blockspec: %s: unexpected '%c' in '%s'\n", flag, *p, s); free(ids); return -1; }
+    }
+    if (!ids) { fprintf(stderr, "blockspec: out of memory\n"); return -1; }
+    if (!n) { fprintf(stderr, "blockspec: %s: empty list\n", flag); free(ids); return -1; }
+    *out = ids;
+    return n;
+}
+
+const char *cli_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) { fprintf(stderr, "blockspec: option %s needs a value\n", argv[*i]); return NULL; }
+    return argv[++*i];
+}
+
+int cli_int(const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end; errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi) { fprintf(stderr, "blockspec: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, s); return -1; }
+    *out = v;
+    return 0;
+}
+
+int cli_float(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end; errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !(v >= lo && v <= hi)) { fprintf(stderr, "blockspec: %s expects a number in [%g, %g], got '%s'\n", flag, lo, hi, s); return -1; }
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,11 @@
+// Small helpers shared by the subcommands' option parsing.
+#pragma once
+#include <stdint.h>
+
+// Parses "1,2,3" into a malloc'd array; returns count or -1 (message printed, naming the flag).
+int cli_parse_ids(const char *flag, const char *s, int32_t **out);
+// Value of option argv[*i] ("--flag VALUE"); advances *i. Prints an error and returns NULL if missing.
+const char *cli_value(int argc, char **argv, int *i);
+// Strict number parsing: the whole string must be a number in range, else an error naming the flag.
+int cli_int(const char *flag, const char *s, long lo, long hi, long *out);
+int cli_float(const char *flag, const char *s, double lo, double hi, double *out);

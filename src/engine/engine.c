@@ -1,0 +1,89 @@
+#include <stdlib.h>
+#include <string.h>
+#include "engine/engine.h"
+#include "util/timer.h"
+
+int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, bs_err *err) {
+    *out = NULL;
+    bs_engine *e = calloc(1, sizeof *e);
+    if (!e) return bs_fail(err, "out of memory");
+    e->model_dir = strdup(model_dir);
+    if (bs_qwen3_config_load(&e->cfg, model_dir, err)) goto fail;
+    if (!(e->be = bs_backend_by_name(device, err))) goto fail;
+    if (bs_checkpoint_open(&e->ck, model_dir, err)) goto fail;
+    if (bs_qwen3_init(&e->target, &e->cfg, e->ck, e->be, err)) goto fail;
+    *out = e;
+    return 0;
+fail:
+    bs_engine_close(e);
+    return -1;
+}
+
+void bs_engine_close(bs_engine *e) {
+    if (!e) return;
+    bs_qwen3_free(&e->target);
+    bs_checkpoint_close(e->ck);
+    if (e->be) e->be->destroy(e->be);
+    free(e->model_dir);
+    free(e);
+}
+
+int bs_is_eos(const bs_engine *e, int32_t t) {
+    for (int i = 0; i < e->cfg.n_eos; i++) if (e->cfg.eos_ids[i] == t) return 1;
+    return 0;
+}
+
+int bs_session_init(bs_session *s, bs_engine *e, int max_ctx, const bs_sampling *sampling, bs_err *err) {
+    memset(s, 0, sizeof *s);
+    s->eng = e;
+    if (sampling) s->sampling = *sampling;
+    bs_rng_seed(&s->rng, s->sampling.seed);
+    int V = e->cfg.vocab_size;
+    if (bs_kv_init(&s->kv, &e->cfg, max_ctx, e->be, err)) return -1;
+    s->logits = e->be->alloc(e->be, sizeof(float) * V * 64, err);
+    s->logits_host = malloc(sizeof(float) * V);
+    s->probs = malloc(sizeof(float) * V);
+    s->scratch = malloc(sizeof(float) * 2 * V);
+    if (!s->logits || !s->logits_host || !s->probs || !s->scratch) { bs_session_free(s); return bs_fail(err, "out of memory"); }
+    return 0;
+}
+
+void bs_session_free(bs_session *s) {
+    if (s->logits) s->eng->be->free(s->eng->be, s->logits);
+    free(s->logits_host); free(s->probs); free(s->scratch);
+    bs_kv_free(&s->kv);
+    memset(s, 0, sizeof *s);
+}
+
+static int32_t next_token(bs_session *s) {
+    bs_backend *be = s->eng->be;
+    int V = s->eng->cfg.vocab_size;
+    if (bs_sampling_greedy(&s->sampling)) { int32_t t; be->argmax(be, &t, s->logits, 1, V); return t; }
+    be->download(be, s->logits_host, s->logits, sizeof(float) * V);
+    return bs_sample_logits(&s->sampling, s->logits_host, V, s->probs, s->scratch, &s->rng);
+}
+
+int bs_generate_plain(bs_session *s, const int32_t *prompt, int n_prompt, int n_new, int stop_at_eos,
+                      int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx, bs_err *err) {
+    bs_engine *e = s->eng;
+    *n_out = 0;
+    if (n_prompt <= 0) return bs_fail(err, "the prompt is empty");
+    if (s->kv.n_past + n_prompt + (n_new > 0 ? n_new - 1 : 0) > s->kv.max_ctx)
+        return bs_fail(err, "prompt (%d tokens) + %d new tokens exceed the context length %d", n_prompt, n_new, s->kv.max_ctx);
+    bs_fwd_out fo = { .logits = s->logits };
+    double t0 = bs_now();
+    if (bs_qwen3_forward(&e->target, &s->kv, prompt, n_prompt, &fo, err)) return -1;
+    int32_t tok = next_token(s);
+    double t1 = bs_now();
+    s->stats.n_prompt = n_prompt; s->stats.t_prefill = t1 - t0;
+    for (int i = 0; i < n_new; i++) {
+        out[(*n_out)++] = tok;
+        if (cb && cb(cb_ctx, tok)) break;
+        if ((stop_at_eos && bs_is_eos(e, tok)) || i + 1 == n_new) break;
+        if (bs_qwen3_forward(&e->target, &s->kv, &tok, 1, &fo, err)) return -1;
+        tok = next_token(s);
+    }
+    s->stats.n_generated = *n_out;
+    s->stats.t_decode = bs_now() - t1;
+    return 0;
+}

@@ -1,0 +1,125 @@
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "io/config.h"
+#include "io/random_ckpt.h"
+#include "util/dtype.h"
+#include "util/rng.h"
+
+// Uniform on [-sqrt(3), sqrt(3)): unit variance like a Gaussian, but cheap enough to fill an 8B
+// checkpoint in seconds (values are irrelevant to speed, only their scale to numerics).
+static float unit_noise(bs_rng *r) {
+    return (float)((int64_t)(bs_rng_u64(r) >> 11) - (1LL << 52)) * (float)(1.7320508075688772 / 4503599627370496.0);
+}
+
+static size_t numel(const bs_tensor_spec *s) { size_t n = 1; for (int d = 0; d < s->n_dims; d++) n *= (size_t)s->shape[d]; return n; }
+
+static int write_shard(const char *path, const bs_tensor_spec *specs, int lo, int hi, bs_rng *rng, bs_err *err) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "__metadata__"), "format", "pt");
+    size_t off = 0;
+    for (int i = lo; i < hi; i++) {
+        cJSON *o = cJSON_AddObjectToObject(root, specs[i].name);
+        cJSON_AddStringToObject(o, "dtype", "BF16");
+        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+        for (int d = 0; d < specs[i].n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)specs[i].shape[d]));
+        cJSON *of = cJSON_AddArrayToObject(o, "data_offsets");
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
+        off += numel(&specs[i]) * 2;
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
+    }
+    char *hdr = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f || !hdr) { free(hdr); if (f) fclose(f); return bs_fail(err, "%s: cannot create (%m)", path); }
+    size_t hlen = strlen(hdr), padded = (hlen + 7) / 8 * 8;
+    uint64_t h64 = padded;
+    int ok = fwrite(&h64, 8, 1, f) == 1 && fwrite(hdr, 1, hlen, f) == hlen;
+    for (size_t i = hlen; i < padded && ok; i++) ok = fputc(' ', f) != EOF;
+    free(hdr);
+    enum { CH = 1 << 20 };
+    uint16_t *buf = malloc(CH * 2);
+    for (int i = lo; i < hi && ok && buf; i++) {
+        size_t n = numel(&specs[i]);
+        float scale = specs[i].init == BS_INIT_LINEAR ? 1.0f / sqrtf((float)specs[i].shape[specs[i].n_dims - 1]) : 1.0f;
+        for (size_t done = 0; done < n && ok; ) {
+            size_t m = n - done < CH ? n - done : CH;
+            for (size_t j = 0; j < m; j++)
+                buf[j] = bs_f32_to_bf16(specs[i].init == BS_INIT_ONES ? 1.0f : unit_noise(rng) * scale);
+            ok = fwrite(buf, 2, m, f) == m;
+            done += m;
+        }
+    }
+    free(buf);
+    if (fclose(f) != 0) ok = 0;
+    if (!ok || rename(tmp, path) != 0) { unlink(tmp); return bs_fail(err, "%s: write failed (%m)", path); }
+    return 0;
+}
+
+int bs_write_random_tensors(const char *dir, const bs_tensor_spec *specs, int n, int n_shards, uint64_t seed, bs_err *err) {
+    bs_rng rng; bs_rng_seed(&rng, seed);
+    char path[4096];
+    if (n_shards <= 1) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        return write_shard(path, specs, 0, n, &rng, err);
+    }
+    cJSON *idx = cJSON_CreateObject(), *wm;
+    cJSON_AddObjectToObject(idx, "metadata");
+    wm = cJSON_AddObjectToObject(idx, "weight_map");
+    int per = (n + n_shards - 1) / n_shards;
+    for (int s = 0; s < n_shards; s++) {
+        int lo = s * per, hi = lo + per < n ? lo + per : n;
+        if (lo >= hi) break;
+        char name[64];
+        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (write_shard(path, specs, lo, hi, &rng, err)) { cJSON_Delete(idx); return -1; }
+        for (int i = lo; i < hi; i++) cJSON_AddStringToObject(wm, specs[i].name, name);
+    }
+    char *txt = cJSON_Print(idx);
+    cJSON_Delete(idx);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(path, "w");
+    int ok = f && txt && fputs(txt, f) >= 0;
+    if (f && fclose(f) != 0) ok = 0;
+    free(txt);
+    return ok ? 0 : bs_fail(err, "%s: write failed", path);
+}
+
+static void spec(bs_tensor_spec *s, int *n, int init, int64_t rows, int64_t cols, const char *fmt, int layer) {
+    snprintf(s[*n].name, sizeof s[*n].name, fmt, layer);
+    s[*n].init = init;
+    if (rows) { s[*n].n_dims = 2; s[*n].shape[0] = rows; s[*n].shape[1] = cols; }
+    else { s[*n].n_dims = 1; s[*n].shape[0] = cols; }
+    (*n)++;
+}
+
+int bs_qwen3_tensor_specs(const bs_qwen3_config *c, bs_tensor_spec **out, int *n_out, bs_err *err) {
+    int64_t H = c->hidden_size, hd = c->head_dim, qd = (int64_t)c->n_heads * hd, kd = (int64_t)c->n_kv_heads * hd, I = c->intermediate_size, V = c->vocab_size;
+    bs_tensor_spec *s = calloc((size_t)c->n_layers * 11 + 3, sizeof *s);
+    if (!s) return bs_fail(err, "out of memory");
+    int n = 0;
+    spec(s, &n, BS_INIT_EMBED, V, H, "model.embed_tokens.weight", 0);
+    for (int l = 0; l < c->n_layers; l++) {
+        spec(s, &n, BS_INIT_ONES, 0, H, "model.layers.%d.input_layernorm.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, qd, H, "model.layers.%d.self_attn.q_proj.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, kd, H, "model.layers.%d.self_attn.k_proj.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, kd, H, "model.layers.%d.self_attn.v_proj.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, H, qd, "model.layers.%d.self_attn.o_proj.weight", l);
+        spec(s, &n, BS_INIT_ONES, 0, hd, "model.layers.%d.self_attn.q_norm.weight", l);
+        spec(s, &n, BS_INIT_ONES, 0, hd, "model.layers.%d.self_attn.k_norm.weight", l);
+        spec(s, &n, BS_INIT_ONES, 0, H, "model.layers.%d.post_attention_layernorm.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, I, H, "model.layers.%d.mlp.gate_proj.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, I, H, "model.layers.%d.mlp.up_proj.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, H, I, "model.layers.%d.mlp.down_proj.weight", l);
+    }
+    spec(s, &n, BS_INIT_ONES, 0, H, "model.norm.weight", 0);
+    if (!c->tie_embeddings) spec(s, &n, BS_INIT_LINEAR, V, H, "lm_head.weight", 0);
+    *out = s; *n_out = n;
+    return 0;
+}

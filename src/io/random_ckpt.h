@@ -1,0 +1,23 @@
+// Random checkpoints of any shape, written as users receive real ones (bf16 safetensors, optionally
+// sharded with model.safetensors.index.json), so benchmarks and tests run at real sizes without weights.
+#pragma once
+#include <stdint.h>
+#include "util/err.h"
+
+typedef struct bs_tensor_spec {
+    char name[160];
+    int n_dims;
+    int64_t shape[2];
+    int init;          // BS_INIT_*
+} bs_tensor_spec;
+
+enum { BS_INIT_LINEAR = 0,   // variance 1/in, so activations stay O(1)
+       BS_INIT_ONES = 1,     // norm gains
+       BS_INIT_EMBED = 2 };  // unit variance
+
+// Writes the tensors (bf16) into dir/model.safetensors, or into n_shards files plus the index.
+// Tensors are generated and written one at a time: memory stays at one tensor.
+int bs_write_random_tensors(const char *dir, const bs_tensor_spec *specs, int n, int n_shards, uint64_t seed, bs_err *err);
+// The tensors a Qwen3 target of this config needs (caller frees *specs).
+struct bs_qwen3_config;
+int bs_qwen3_tensor_specs(const struct bs_qwen3_config *c, bs_tensor_spec **specs, int *n, bs_err *err);

@@ -1,0 +1,55 @@
+// The Qwen3 target: a decoder-only transformer (RMSNorm, GQA with q/k-norm, RoPE, SwiGLU) over a
+// rollback-able KV cache, able to hand out "taps" (hidden states of chosen layers) for drafters.
+#pragma once
+#include "backend/backend.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+
+typedef struct bs_qwen3_layer {
+    bs_mat attn_norm;            // [H]
+    bs_mat wq, wk, wv, wo;       // [nH*hd, H], [nKV*hd, H], [nKV*hd, H], [H, nH*hd]
+    bs_mat q_norm, k_norm;       // [hd]
+    bs_mat mlp_norm;             // [H]   post_attention_layernorm
+    bs_mat w_gate, w_up, w_down; // [I, H], [I, H], [H, I]
+} bs_qwen3_layer;
+
+typedef struct bs_qwen3 {
+    bs_qwen3_config cfg;
+    bs_backend *be;
+    bs_mat embed;                // [V, H]
+    bs_mat norm;                 // [H]
+    bs_mat lm_head;              // [V, H] (the embedding when tied)
+    bs_qwen3_layer *layers;      // [n_layers]
+    int max_rows;                // rows per internal chunk (longer inputs are processed in chunks)
+    // workspace, backend memory, max_rows rows each
+    float *x, *xn, *q, *att, *gate, *up;
+} bs_qwen3;
+
+// The KV cache of one timeline. Rows [0, n_past) are committed; rolling back is setting n_past.
+typedef struct bs_kv_cache {
+    int n_layers, kv_dim, max_ctx, n_past;
+    float **k, **v;              // [n_layers] -> [max_ctx][kv_dim], backend memory
+    bs_backend *be;
+} bs_kv_cache;
+
+// What a forward should hand back besides updating the cache.
+typedef struct bs_fwd_out {
+    float *logits;               // backend buffer [rows][V] or NULL
+    int logits_all;              // 1: a row of logits per input row; 0: only for the last row
+    const int *taps;             // hidden_states indices (0 = embeddings, i = after layer i-1, n_layers = after final norm)
+    int n_taps;
+    float *tap_out;              // backend buffer [rows][n_taps * H], taps concatenated in the given order
+} bs_fwd_out;
+
+// Loads weights from a checkpoint (kept open by the caller) for a parsed config; every tensor's
+// name and shape is checked. Weights are used in place on the CPU.
+int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *ck, bs_backend *be, bs_err *err);
+void bs_qwen3_free(bs_qwen3 *m);
+
+int bs_kv_init(bs_kv_cache *kv, const bs_qwen3_config *cfg, int max_ctx, bs_backend *be, bs_err *err);
+void bs_kv_free(bs_kv_cache *kv);
+// O(1): later rows are simply overwritten by the next forward.
+int bs_kv_rollback(bs_kv_cache *kv, int n_past, bs_err *err);
+
+// Runs n new rows (ids at positions kv->n_past ...) and appends their K/V. Checks ids and context room.
+int bs_qwen3_forward(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err);

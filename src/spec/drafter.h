@@ -1,0 +1,39 @@
+// The drafter interface the speculative loop drives. A drafter reads the target's taps of committed
+// rows ("context") and proposes a block of draft tokens after an anchor token.
+// Implementations: src/model/dflash.c (z-lab DFlash, DeepSpec DFlash/DSpark), test drafters in tests/.
+#pragma once
+#include <stdint.h>
+#include "backend/backend.h"
+#include "spec/sampler.h"
+
+#define BS_MAX_DRAFT 64
+
+typedef struct bs_draft {
+    int n;                          // drafted tokens d_1..d_n (n <= max_n asked for)
+    int32_t tokens[BS_MAX_DRAFT];
+    // Processed draft distributions q_1..q_n, host memory [n][vocab], owned by the drafter and valid
+    // until its next call. q_k is the distribution d_k was actually drawn from (for DSpark: the Markov
+    // step given the drafted prefix), processed with the same bs_sampling as the target.
+    // NULL when sampling is greedy (q is then one-hot at d_k).
+    const float *q;
+    int has_conf;                   // 1 if conf[] holds c_k = P(d_k survives | d_1..d_{k-1} survived)
+    float conf[BS_MAX_DRAFT];
+} bs_draft;
+
+typedef struct bs_drafter bs_drafter;
+struct bs_drafter {
+    const char *name;               // "dflash", "dspark", ...
+    int max_drafts;                 // block capacity: B-1 (z-lab DFlash) or B (DeepSpec DFlash / DSpark)
+    int n_taps;                     // target hidden_states indices the context features are built from,
+    const int *taps;                //   concatenated in this order ([rows][n_taps * H])
+    int n_ctx;                      // committed context rows held (positions 0 .. n_ctx-1)
+    void *impl;
+
+    // Appends context rows for positions n_ctx .. n_ctx+n-1 (feat: backend buffer [n][n_taps*H]).
+    int  (*add_context)(bs_drafter *d, const float *feat, int n, bs_err *err);
+    // Forgets context rows past n_ctx (O(1)).
+    int  (*rollback)(bs_drafter *d, int n_ctx, bs_err *err);
+    // Drafts up to max_n tokens following `anchor`, which sits at position d->n_ctx.
+    int  (*propose)(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err);
+    void (*free)(bs_drafter *d);
+};

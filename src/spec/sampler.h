@@ -1,0 +1,23 @@
+// Turning logits into a token. The processed distribution (temperature -> top-k -> top-p, the order
+// transformers uses) is materialised as a vector, because speculative sampling needs p and q.
+#pragma once
+#include <stdint.h>
+#include "util/rng.h"
+
+typedef struct bs_sampling {
+    float temperature;   // <= 0: greedy (argmax, first index on ties)
+    int top_k;           // 0: off. Keeps every token whose logit is >= the k-th largest (ties kept, as transformers)
+    float top_p;         // >= 1: off. Keeps the most probable tokens until their mass reaches top_p
+    uint64_t seed;
+} bs_sampling;
+
+static inline int bs_sampling_greedy(const bs_sampling *s) { return !s || s->temperature <= 0; }
+
+int32_t bs_argmax(const float *logits, int vocab);
+// probs[vocab] = the processed distribution of logits (one-hot at the argmax when greedy). `scratch`
+// needs 2*vocab floats (NULL: allocated). Returns the number of tokens with non-zero probability.
+int bs_sampling_probs(const bs_sampling *s, const float *logits, int vocab, float *probs, float *scratch);
+// Draws from a distribution that sums to ~1 (zeros never drawn).
+int32_t bs_sample_probs(const float *probs, int vocab, bs_rng *rng);
+// logits -> token (greedy or sampled from the processed distribution); scratch as above.
+int32_t bs_sample_logits(const bs_sampling *s, const float *logits, int vocab, float *probs, float *scratch, bs_rng *rng);

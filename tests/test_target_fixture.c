@@ -1,0 +1,138 @@
+// The Qwen3 target against transformers' vectors (shared/fixtures/target*): prefill logits and
+// hidden states, greedy decoding with a KV cache, and a verify block on top of the prompt's cache.
+// Also runs `blockspec dump` as a user would and compares its file with the same vectors.
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "harness.h"
+#include "fixture_util.h"
+#include "engine/engine.h"
+
+#define TOL 1e-3
+
+static int open_fixture(const char *dev, bs_engine **e, bs_checkpoint **exp, int *failed_) {
+    char dir[1024], file[1024];
+    bs_err err = {0};
+    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
+    snprintf(file, sizeof file, "%s/target.expect.safetensors", bs_fixtures_dir());
+    if (bs_engine_open(e, dir, dev, &err)) { fprintf(stderr, "  %s\n", err.msg); *failed_ = 1; return -1; }
+    if (bs_checkpoint_open(exp, file, &err)) { fprintf(stderr, "  %s\n", err.msg); *failed_ = 1; return -1; }
+    return 0;
+}
+
+static void check_target(int *failed_, const char *dev) {
+    bs_engine *e; bs_checkpoint *x;
+    if (open_fixture(dev, &e, &x, failed_)) return;
+    bs_err err = {0};
+    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, NT = e->cfg.n_layers + 1;
+    long P, G, B;
+    const int32_t *prompt = fx_tensor(x, "prompt_ids", "I32", -1, &P);
+    const int32_t *greedy = fx_tensor(x, "greedy_ids", "I32", -1, &G);
+    const int32_t *block = fx_tensor(x, "block_ids", "I32", -1, &B);
+    CHECK(prompt && greedy && block, "reference ids missing");
+    const float *pre_logits = fx_tensor(x, "prefill_logits", "F32", P * V, NULL);
+    const float *pre_hs = fx_tensor(x, "prefill_hidden_states", "F32", NT * P * H, NULL);
+    const float *step_logits = fx_tensor(x, "greedy_step_logits", "F32", G * V, NULL);
+    const float *blk_logits = fx_tensor(x, "block_logits", "F32", B * V, NULL);
+    const float *blk_hs = fx_tensor(x, "block_hidden_states", "F32", NT * B * H, NULL);
+    CHECK(pre_logits && pre_hs && step_logits && blk_logits && blk_hs, "reference tensors missing or misshaped");
+
+    bs_kv_cache kv;
+    CHECK(bs_kv_init(&kv, &e->cfg, 0, e->be, &err) == 0, "%s", err.msg);
+    int taps[64];
+    for (int t = 0; t < NT; t++) taps[t] = t;
+    float *logits = malloc(sizeof(float) * P * V), *tap = malloc(sizeof(float) * P * NT * H);
+    bs_fwd_out fo = { .logits = logits, .logits_all = 1, .taps = taps, .n_taps = NT, .tap_out = tap };
+    CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, &err) == 0, "%s", err.msg);
+    CHECK(fx_max_abs_diff(logits, pre_logits, P * V) < TOL, "prefill logits differ by %g", fx_max_abs_diff(logits, pre_logits, P * V));
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < P; r++) {
+            double d = fx_max_abs_diff(tap + ((size_t)r * NT + t) * H, pre_hs + ((size_t)t * P + r) * H, H);
+            CHECK(d < TOL, "hidden_states[%d] row %d differs by %g", t, r, d);
+        }
+    // Greedy continuation, one token at a time.
+    int32_t tok = bs_argmax(logits + (P - 1) * V, V);
+    bs_fwd_out one = { .logits = logits };
+    for (int i = 0; i < G; i++) {
+        if (i > 0) {
+            CHECK(bs_qwen3_forward(&e->target, &kv, &tok, 1, &one, &err) == 0, "%s", err.msg);
+            double d = fx_max_abs_diff(logits, step_logits + (size_t)i * V, V);
+            CHECK(d < TOL, "greedy step %d logits differ by %g", i, d);
+            tok = bs_argmax(logits, V);
+        }
+        CHECK(tok == greedy[i], "greedy token %d: got %d, expected %d", i, tok, greedy[i]);
+    }
+    // A verify block after the prompt's cache: roll back the greedy rows first.
+    CHECK(bs_kv_rollback(&kv, (int)P, &err) == 0, "%s", err.msg);
+    CHECK(bs_qwen3_forward(&e->target, &kv, block, (int)B, &fo, &err) == 0, "%s", err.msg);
+    CHECK(fx_max_abs_diff(logits, blk_logits, B * V) < TOL, "block logits differ by %g", fx_max_abs_diff(logits, blk_logits, B * V));
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < B; r++) {
+            double d = fx_max_abs_diff(tap + ((size_t)r * NT + t) * H, blk_hs + ((size_t)t * B + r) * H, H);
+            CHECK(d < TOL, "block hidden_states[%d] row %d differs by %g", t, r, d);
+        }
+    free(logits); free(tap);
+    bs_kv_free(&kv);
+    bs_checkpoint_close(x);
+    bs_engine_close(e);
+}
+
+TEST(target_fixture_cpu_reference) { check_target(failed_, "cpu-ref"); }
+TEST(target_fixture_cpu) { check_target(failed_, "cpu"); }
+
+// Roll back 5 rows, recompute them: logits must be identical to the first computation.
+TEST(target_kv_rollback_recompute) {
+    bs_engine *e; bs_checkpoint *x;
+    if (open_fixture("cpu", &e, &x, failed_)) return;
+    bs_err err = {0};
+    int V = e->cfg.vocab_size;
+    long P;
+    const int32_t *prompt = fx_tensor(x, "prompt_ids", "I32", -1, &P);
+    CHECK(prompt && P > 5);
+    bs_kv_cache kv;
+    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    float *a = malloc(sizeof(float) * P * V), *b = malloc(sizeof(float) * P * V);
+    bs_fwd_out fa = { .logits = a, .logits_all = 1 }, fb = { .logits = b, .logits_all = 1 };
+    CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fa, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_rollback(&kv, (int)P - 5, &err) == 0, "%s", err.msg);
+    CHECK(kv.n_past == P - 5);
+    CHECK(bs_qwen3_forward(&e->target, &kv, prompt + P - 5, 5, &fb, &err) == 0, "%s", err.msg);
+    CHECK(memcmp(a + (P - 5) * V, b, sizeof(float) * 5 * V) == 0, "recomputed logits differ after rollback");
+    CHECK(bs_kv_rollback(&kv, (int)P + 1, &err) != 0, "rolling forward must be refused");
+    free(a); free(b);
+    bs_kv_free(&kv); bs_checkpoint_close(x); bs_engine_close(e);
+}
+
+// `blockspec dump` on the fixture reproduces the expected file, tensor by tensor.
+TEST(target_dump_cli) {
+    char cmd[4096], out[256], exp_path[1024];
+    snprintf(out, sizeof out, "/tmp/bs_dump_%d.safetensors", (int)getpid());
+    snprintf(exp_path, sizeof exp_path, "%s/target.expect.safetensors", bs_fixtures_dir());
+    bs_err err = {0};
+    bs_checkpoint *x;
+    CHECK(bs_checkpoint_open(&x, exp_path, &err) == 0, "%s", err.msg);
+    long P, G, B;
+    const int32_t *prompt = fx_tensor(x, "prompt_ids", "I32", -1, &P);
+    fx_tensor(x, "greedy_ids", "I32", -1, &G);
+    const int32_t *block = fx_tensor(x, "block_ids", "I32", -1, &B);
+    CHECK(prompt && block);
+    char ids[2048] = "", bids[2048] = "";
+    for (int i = 0; i < P; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", prompt[i]);
+    for (int i = 0; i < B; i++) snprintf(bids + strlen(bids), sizeof bids - strlen(bids), "%s%d", i ? "," : "", block[i]);
+    snprintf(cmd, sizeof cmd, "%s dump -m %s/target --prompt-ids %s -n %ld --block-ids %s --out %s", bs_cli_path(), bs_fixtures_dir(), ids, G, bids, out);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    bs_checkpoint *got;
+    CHECK(bs_checkpoint_open(&got, out, &err) == 0, "%s", err.msg);
+    int n_checked = 0;
+    for (int i = 0; i < x->n_tensors; i++) {
+        const bs_tensor_info *t = &x->tensors[i], *g = bs_checkpoint_find(got, t->name);
+        CHECK(g, "dump lacks '%s'", t->name);
+        CHECK(g->n_dims == t->n_dims && g->nbytes == t->nbytes && !strcmp(g->dtype_name, t->dtype_name), "'%s' has another shape or dtype", t->name);
+        if (!strcmp(t->dtype_name, "I32")) CHECK(memcmp(g->data, t->data, t->nbytes) == 0, "'%s' ids differ", t->name);
+        else { double d = fx_max_abs_diff(g->data, t->data, (long)(t->nbytes / 4)); CHECK(d < TOL, "'%s' differs by %g", t->name, d); }
+        n_checked++;
+    }
+    CHECK(n_checked == 8, "expected the 8 reference tensors, checked %d", n_checked);
+    bs_checkpoint_close(got); bs_checkpoint_close(x);
+    remove(out);
+}
