@@ -113,8 +113,8 @@ TEST(cpu_matmul_all_paths) {
 
 static double maxabs(const float *x, size_t n) { double m = 0; for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]); return m; }
 
-#define NEAR_ARRAYS(a, b, n, tol) do { for (size_t i_ = 0; i_ < (size_t)(n); i_++) \
-    CHECK_NEAR((a)[i_], (b)[i_], (tol), "at %zu (path %s)", i_, bs_cpu_path_name(p)); } while (0)
+#define NEAR_ARRAYS(a, b, n, tol) do { double tol_ = (tol); for (size_t i_ = 0; i_ < (size_t)(n); i_++) \
+    CHECK_NEAR((a)[i_], (b)[i_], tol_, "at %zu (path %s)", i_, bs_cpu_path_name(p)); } while (0)
 
 TEST(cpu_attention_all_paths) {
     bs_backend *ref = bs_backend_cpu(1);
