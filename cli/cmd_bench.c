@@ -133,7 +133,7 @@ int cmd_bench(int argc, char **argv) {
 }
 
 
-// Whole-model forwards on a checkpoint (e.g. `blockspec make-random -c bench/qwen3-0.6b.config.json --out DIR`).
+// Whole-model forwards on a checkpoint (e.g. `blockspec make-random -c bench/configs/qwen3-0.6b.json --out DIR`).
 // Roofline of an n-row forward: every weight matrix streamed once (layers + LM head; embedding rows are
 // negligible) plus the KV cache read by attention, vs n x (matmul + attention) multiply-adds at the bf16 peak.
 int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int prefill, const bs_roofline *rl) {

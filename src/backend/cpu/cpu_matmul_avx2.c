@@ -6,7 +6,7 @@
 //   its evens and odds line up. This is the cheapest bf16 widening on AVX2.
 // - F16: two vcvtph2ps (natural order); F32: two loads.
 // Blocks: 4 weight rows x up to 3 activation rows = 12 accumulators (+2 weight registers, x as FMA memory
-// operands); 1 activation row uses separate even/odd accumulators (8 chains) to cover FMA latency.
+// operands). Every (weight row, activation row) pair has one accumulator chain in every block shape.
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_simd_avx2.h"
 
@@ -66,20 +66,21 @@ AI_AVX2 void block4x2(const int dt, const void *W, int64_t o, int64_t K, int64_t
     ST(a00, 0, 0); ST(a01, 0, 1); ST(a10, 1, 0); ST(a11, 1, 1);
     ST(a20, 2, 0); ST(a21, 2, 1); ST(a30, 3, 0); ST(a31, 3, 1);
 }
-// One activation row: separate even/odd accumulators (8 independent FMA chains) to cover FMA latency.
+// One activation row. Each output keeps the same single FMA chain as in the multi-row blocks, so a row's
+// result never depends on how many rows share the call (a verify block must reproduce a decode step
+// bit for bit, or greedy speculative output could drift). Four chains still outrun memory at one row.
 AI_AVX2 void block4x1(const int dt, const void *W, int64_t o, int64_t K, int64_t kf, const float *x, float *y, int64_t O, int acc) {
-    ZERO(a0); ZERO(a1); ZERO(a2); ZERO(a3); ZERO(b0); ZERO(b1); ZERO(b2); ZERO(b3);
+    ZERO(a00); ZERO(a10); ZERO(a20); ZERO(a30);
     size_t w0 = (size_t)o * K, w1 = w0 + K, w2 = w1 + K, w3 = w2 + K;
     const float *x0 = x;
     for (int64_t k = 0; k < kf; k += 16) {
-        __m256 xe = _mm256_loadu_ps(x + k), xo = _mm256_loadu_ps(x + k + 8), we, wo;
-        loadw16(dt, W, w0 + k, &we, &wo); a0 = _mm256_fmadd_ps(we, xe, a0); b0 = _mm256_fmadd_ps(wo, xo, b0);
-        loadw16(dt, W, w1 + k, &we, &wo); a1 = _mm256_fmadd_ps(we, xe, a1); b1 = _mm256_fmadd_ps(wo, xo, b1);
-        loadw16(dt, W, w2 + k, &we, &wo); a2 = _mm256_fmadd_ps(we, xe, a2); b2 = _mm256_fmadd_ps(wo, xo, b2);
-        loadw16(dt, W, w3 + k, &we, &wo); a3 = _mm256_fmadd_ps(we, xe, a3); b3 = _mm256_fmadd_ps(wo, xo, b3);
+        __m256 we, wo;
+        loadw16(dt, W, w0 + k, &we, &wo); FMA2(a00, we, wo, x0 + k);
+        loadw16(dt, W, w1 + k, &we, &wo); FMA2(a10, we, wo, x0 + k);
+        loadw16(dt, W, w2 + k, &we, &wo); FMA2(a20, we, wo, x0 + k);
+        loadw16(dt, W, w3 + k, &we, &wo); FMA2(a30, we, wo, x0 + k);
     }
-    a0 = _mm256_add_ps(a0, b0); a1 = _mm256_add_ps(a1, b1); a2 = _mm256_add_ps(a2, b2); a3 = _mm256_add_ps(a3, b3);
-    ST(a0, 0, 0); ST(a1, 1, 0); ST(a2, 2, 0); ST(a3, 3, 0);
+    ST(a00, 0, 0); ST(a10, 1, 0); ST(a20, 2, 0); ST(a30, 3, 0);
 }
 // One weight row (the O % 4 tail) x RN activation rows.
 AI_AVX2 void block1(const int dt, const int RN, const void *W, int64_t o, int64_t K, int64_t kf, const float *x, float *y, int64_t O, int acc) {
