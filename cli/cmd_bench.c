@@ -3,6 +3,8 @@
 //     0.6B-shaped matmuls (q/k/v/o/gate/up/down and LM head) at each row count.
 //   blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024]
 //     whole-model forwards (prefill, decode, n-row forwards after a --ctx token cache).
+//   blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512]
+//     one speculative round per drafter: draft and verify time vs a decode step, rooflines, implied speedup.
 // Figures only: nothing is asserted. Kernel path: BS_CPU_KERNELS, threads: BS_THREADS.
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include "engine/engine.h"
 
 int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int prefill, const bs_roofline *rl);
+int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_roofline *rl);
 
 // Other processes on the machine skew every figure: print the kernel's CPU pressure (share of time some
 // runnable task waited for a CPU, last 10 s) so a contended run is recognisable.
@@ -94,11 +97,12 @@ static int bench_ops(bs_dtype dt, const int32_t *rows, int n_rows, const bs_roof
 int cmd_bench(int argc, char **argv) {
     int ops = 0, ctx = 512, prefill = 512;
     long bw_mib = 1024;
-    const char *model = NULL, *dts = "bf16", *rows_s = NULL;
+    const char *model = NULL, *dts = "bf16", *rows_s = NULL, *round = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--ops")) ops = 1;
         else if (!strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--round")) { if (!(round = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--dtype")) { if (!(dts = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--rows")) { if (!(rows_s = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--bw-mib")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 64, 1 << 16, &bw_mib)) return 2; }
@@ -107,6 +111,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: blockspec bench --ops [--dtype bf16|f16|f32] [--rows 1,2,4,8,16,32] [--bw-mib 1024]\n"
                    "       blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024]\n"
+                   "       blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512]\n"
                    "Prints figures beside the rooflines (read GB/s, GFMA/s) measured first on all threads.\n"
                    "BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernel path, BS_THREADS the threads.\n");
             return 0;
@@ -126,7 +131,8 @@ int cmd_bench(int argc, char **argv) {
     print_roofline(&rl);
     int rc = 0;
     if (ops) rc = bench_ops(dt, rows, n_rows, &rl);
-    if (!rc && model) rc = bench_model(model, rows, n_rows, ctx, prefill, &rl);
+    if (!rc && model && round) rc = bench_round(model, round, ctx, &rl);
+    else if (!rc && model) rc = bench_model(model, rows, n_rows, ctx, prefill, &rl);
     print_pressure("after");
     free(rows);
     return rc;
