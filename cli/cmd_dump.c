@@ -48,8 +48,9 @@ static int dump_spec_run(bs_engine *e, const char *dir, const int32_t *prompt, i
     if (bs_session_init(&s, e, 0, NULL, err)) return -1;
     dd->spec_out = malloc(sizeof(int32_t) * (n + 1));
     bs_spec_opts o = { .stop_at_eos = 1 };
-    if (!dd->spec_out || bs_dflash_open(&d, dir, &e->target, s.kv.max_ctx, err) ||
-        bs_generate_spec(&s, d, prompt, n_prompt, (int)n + 1, &o, dd->spec_out, &n_out, NULL, NULL, &dd->st, err)) goto out;
+    if (!dd->spec_out || bs_dflash_open(&d, dir, &e->target, s.kv.max_ctx, err)) goto out;
+    o.draft_max = d->max_drafts;   // the whole block, as the reference verifies it
+    if (bs_generate_spec(&s, d, prompt, n_prompt, (int)n + 1, &o, dd->spec_out, &n_out, NULL, NULL, &dd->st, err)) goto out;
     int64_t shp[1] = { n_out < n ? n_out : n };
     bs_st_writer_add(w, "spec_output_ids", "I32", 1, shp, dd->spec_out, err);
     shp[0] = dd->st.n_lengths;

@@ -23,7 +23,7 @@ static void usage(void) {
         "  --temp T                 temperature (default 0 = greedy)\n"
         "  --top-k K, --top-p P     filters applied after temperature (transformers' order)\n"
         "  --seed S                 RNG seed (default 0)\n"
-        "  --draft-max N            draft at most N tokens per round (default: the drafter's block)\n"
+        "  --draft-max N            verify at most N drafts per round (default: the block on a GPU, 4 on a CPU)\n"
         "  --confidence-threshold C verify only leading drafts whose confidence is >= C (DSpark)\n"
         "  --ignore-eos             do not stop at end-of-sequence tokens\n"
         "  -c N                     context length (default: the model's max_position_embeddings)\n"

@@ -70,7 +70,7 @@ static void greedy_case(int *failed_, bs_engine *e, int block, int corrupt, uint
     bs_kv_rollback(&s.kv, 0, &err);
     bs_drafter d = { .name = "forced", .max_drafts = block, .n_taps = 2, .taps = f.taps, .impl = &f,
                      .add_context = forced_add, .rollback = forced_rollback, .propose = forced_propose };
-    bs_spec_opts o = { .stop_at_eos = 0 };
+    bs_spec_opts o = { .draft_max = block, .stop_at_eos = 0 };
     bs_spec_stats st; int n_spec;
     CHECK(bs_generate_spec(&s, &d, seq, P, N, &o, spec, &n_spec, NULL, NULL, &st, &err) == 0, "%s", err.msg);
     CHECK(n_spec == N, "spec produced %d tokens, plain %d", n_spec, N);
@@ -177,7 +177,7 @@ static double sampling_pvalue(bs_engine *e, const bs_sampling *smp, int block, i
     bs_session s;
     bs_sampling sm = *smp;
     bs_session_init(&s, e, 64, &sm, &err);
-    bs_spec_opts o = { .stop_at_eos = 0 };
+    bs_spec_opts o = { .draft_max = block, .stop_at_eos = 0 };
     for (long r = 0; r < runs; r++) {
         bs_rng_seed(&s.rng, 1000003ull * r + 17 + block);
         bs_kv_rollback(&s.kv, 0, &err); d.n_ctx = 0;
