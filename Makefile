@@ -32,7 +32,7 @@ CUDA_SRC := $(shell find src/backend/cuda -name '*.cu' | sort)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CFLAGS   += -DBS_WITH_CUDA
 NVFLAGS  ?= -O3 -std=c++17 -Iinclude -Isrc -I. -Xcompiler -Wall -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
-LDLIBS   += -L/usr/local/cuda/lib64 -lcudart -lcublasLt -lcublas -lstdc++
+LDLIBS   += -L/usr/local/cuda/lib64 -lcudart -lstdc++
 endif
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
@@ -59,6 +59,29 @@ asan:
 
 cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench
 
-clean: ; rm -rf build build-asan build-cuda build-portable
-.PHONY: all test asan cuda clean bench-tools
+# Everything a fresh Debian 12 machine needs (run as root): compilers, the Debian libraries blockspec
+# links, and the npm packages the tokenizer tests compare against.
+deps:
+	@if ! dpkg -s libcjson-dev libonig-dev libutf8proc-dev build-essential >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential libcjson-dev libonig-dev libutf8proc-dev; fi
+	@if [ -f tests/node/package.json ] && command -v npm >/dev/null; then npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; fi
+
+# The whole check: the suite, the suite under sanitizers, and (where nvcc exists) a CUDA compile.
+test-all: test asan
+	@if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then $(MAKE) cuda-compile; else echo "CUDA compile skipped: no nvcc on this machine"; fi
+
+# libFuzzer on the parsers (clang): `make fuzz FUZZ_SECONDS=60`.
+FUZZ_SECONDS ?= 30
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" build-fuzz/libblockspec.a
+	clang -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -I. tests/fuzz/fuzz_safetensors.c build-fuzz/libblockspec.a \
+	      $(LDLIBS) -o build-fuzz/fuzz_safetensors
+	mkdir -p build-fuzz/corpus && cp ../shared/fixtures/*.safetensors build-fuzz/corpus/ 2>/dev/null || true
+	./build-fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus
+
+# CI has nvcc but no GPU: compile everything CUDA (the GPU tests then SKIP with the reason printed).
+cuda-compile: cuda
+
+clean: ; rm -rf build build-asan build-cuda build-portable build-fuzz
+.PHONY: all test asan cuda clean deps test-all cuda-compile fuzz bench-tools
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,4 +1,222 @@
+// blockspec bench: kernel and forward benchmarks printed beside the machine's rooflines.
+//   blockspec bench --ops [--dtype bf16|f16|f32] [--rows 1,2,4,8,16,32] [--bw-mib 1024]
+//     0.6B-shaped matmuls (q/k/v/o/gate/up/down and LM head) at each row count.
+//   blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024]
+//     whole-model forwards (prefill, decode, n-row forwards after a --ctx token cache).
+//   blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512]
+//     one speculative round per drafter: draft and verify time vs a decode step, rooflines, implied speedup.
+// Figures only: nothing is asserted. Kernel path: BS_CPU_KERNELS, threads: BS_THREADS.
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli/args.h"
 #include "cli/commands.h"
-// Not built yet: this command is being written (see the open issues).
-int cmd_bench(int argc, char **argv) { fprintf(stderr, "blockspec: this command is not available yet\n"); return 1; }
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_roofline.h"
+#include "util/threadpool.h"
+#include "util/timer.h"
+#include "engine/engine.h"
+
+int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int prefill, const bs_roofline *rl);
+int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_roofline *rl);
+
+// Other processes on the machine skew every figure: print the kernel's CPU pressure (share of time some
+// runnable task waited for a CPU, last 10 s) so a contended run is recognisable.
+static void print_pressure(const char *when) {
+    FILE *f = fopen("/proc/pressure/cpu", "r");
+    char line[256];
+    if (f && fgets(line, sizeof line, f)) {
+        double a10 = -1;
+        char *p = strstr(line, "avg10=");
+        if (p) a10 = atof(p + 6);
+        printf("cpu pressure %s: %.0f%% (avg10; > ~5%% means other processes compete for the cores)\n", when, a10);
+    }
+    if (f) fclose(f);
+}
+
+static void print_roofline(const bs_roofline *rl) {
+    printf("roofline (%d threads, %s): read %.1f GB/s, FMA peak %.1f GFMA/s raw, %.1f GFMA/s with bf16 widening\n",
+           rl->threads, rl->path, rl->read_gbs, rl->fma_raw_g, rl->fma_bf16_g);
+}
+
+// Roofline time of a matmul: weights streamed once, x and y once each; compute at the dtype's peak.
+double bench_roofline_time(const bs_roofline *rl, double bytes, double fmas, bs_dtype dt, int *compute_bound) {
+    double peak = (dt == BS_BF16 ? rl->fma_bf16_g : rl->fma_raw_g) * 1e9;
+    double tm = bytes / (rl->read_gbs * 1e9), tc = peak > 0 ? fmas / peak : 0;
+    if (compute_bound) *compute_bound = tc > tm;
+    return tm > tc ? tm : tc;
+}
+
+static int bench_ops(bs_dtype dt, const int32_t *rows, int n_rows, const bs_roofline *rl) {
+    static const struct { const char *name; int O, K; } S[] = {
+        { "q", 2048, 1024 }, { "k", 1024, 1024 }, { "v", 1024, 1024 }, { "o", 1024, 2048 },
+        { "gate", 3072, 1024 }, { "up", 3072, 1024 }, { "down", 1024, 3072 }, { "lm_head", 151936, 1024 },
+    };
+    bs_backend *be = bs_backend_cpu(0);
+    printf("kernels: %s, weights %s, %d threads\n", bs_cpu_path_name(bs_cpu_default_path()), bs_dtype_name(dt), bs_pool_size());
+    printf("%-8s %5s %10s %9s %9s %8s %7s\n", "matmul", "rows", "time_us", "GB/s", "GFMA/s", "bound", "roof%");
+    size_t esz = bs_dtype_size(dt);
+    for (size_t s = 0; s < sizeof S / sizeof *S; s++) {
+        size_t wbytes = (size_t)S[s].O * S[s].K * esz;
+        // Enough distinct copies that the set (>= 256 MiB) never fits in L3: every call streams from DRAM,
+        // as a model forward does (0.6B layers total ~0.9 GB).
+        int copies = (int)((((size_t)256 << 20) + wbytes - 1) / wbytes);
+        char *w = malloc(wbytes * copies);
+        if (!w) { fprintf(stderr, "bench: out of memory\n"); return 1; }
+        for (size_t i = 0; i < wbytes * copies / 2; i++) ((uint16_t *)w)[i] = dt == BS_F32 ? 0x3c00 + (i & 0xff) : 0x3c00 + (i & 0xff);
+        int maxn = 0;
+        for (int i = 0; i < n_rows; i++) if (rows[i] > maxn) maxn = rows[i];
+        float *x = malloc(sizeof(float) * maxn * S[s].K), *y = malloc(sizeof(float) * (size_t)maxn * S[s].O);
+        for (size_t i = 0; i < (size_t)maxn * S[s].K; i++) x[i] = (float)((i % 17) - 8) * 0.01f;
+        for (int ri = 0; ri < n_rows; ri++) {
+            int n = rows[ri];
+            bs_mat W = { w, dt, S[s].O, S[s].K };
+            be->matmul(be, y, x, n, &W, 0);   // warm-up (thread wake, x layout buffer)
+            double t0 = bs_now(), t;
+            int reps = 0;
+            do {
+                W.data = w + (size_t)(reps % copies) * wbytes;
+                be->matmul(be, y, x, n, &W, 0);
+                reps++;
+                t = bs_now() - t0;
+            } while (t < 0.3 || reps < copies);
+            t /= reps;
+            double bytes = (double)wbytes + 4.0 * n * (S[s].K + S[s].O), fmas = (double)n * S[s].O * S[s].K;
+            int cb;
+            double troof = bench_roofline_time(rl, bytes, fmas, dt, &cb);
+            printf("%-8s %5d %10.1f %9.1f %9.1f %8s %6.0f%%\n", S[s].name, n, t * 1e6, bytes / t / 1e9, fmas / t / 1e9,
+                   cb ? "compute" : "memory", 100 * troof / t);
+            fflush(stdout);
+        }
+        free(w); free(x); free(y);
+    }
+    be->destroy(be);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    int ops = 0, ctx = 512, prefill = 512;
+    long bw_mib = 1024;
+    const char *model = NULL, *dts = "bf16", *rows_s = NULL, *round = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--ops")) ops = 1;
+        else if (!strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--round")) { if (!(round = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--dtype")) { if (!(dts = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--rows")) { if (!(rows_s = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--bw-mib")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 64, 1 << 16, &bw_mib)) return 2; }
+        else if (!strcmp(a, "--ctx")) { long c; if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 0, 1 << 20, &c)) return 2; ctx = (int)c; }
+        else if (!strcmp(a, "--prefill")) { long c; if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1 << 20, &c)) return 2; prefill = (int)c; }
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: blockspec bench --ops [--dtype bf16|f16|f32] [--rows 1,2,4,8,16,32] [--bw-mib 1024]\n"
+                   "       blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024]\n"
+                   "       blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512]\n"
+                   "Prints figures beside the rooflines (read GB/s, GFMA/s) measured first on all threads.\n"
+                   "BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernel path, BS_THREADS the threads.\n");
+            return 0;
+        } else { fprintf(stderr, "bench: unknown option '%s' (see --help)\n", a); return 2; }
+    }
+    if (!ops && !model) { fprintf(stderr, "bench: give --ops or --model DIR (see --help)\n"); return 2; }
+    bs_dtype dt;
+    if (!strcmp(dts, "bf16")) dt = BS_BF16; else if (!strcmp(dts, "f16")) dt = BS_F16;
+    else if (!strcmp(dts, "f32")) dt = BS_F32; else { fprintf(stderr, "bench: --dtype must be bf16, f16 or f32\n"); return 2; }
+    int32_t *rows = NULL;
+    int n_rows = cli_parse_ids("--rows", rows_s ? rows_s : ops ? "1,2,4,8,16,32" : "1,2,4,8,16", &rows);
+    if (n_rows <= 0) return 2;
+    for (int i = 0; i < n_rows; i++) if (rows[i] < 1 || rows[i] > 4096) { fprintf(stderr, "bench: --rows values must be 1..4096\n"); return 2; }
+    bs_roofline rl;
+    if (bs_roofline_measure(&rl, (size_t)bw_mib << 20)) { fprintf(stderr, "bench: out of memory for the bandwidth buffer\n"); return 1; }
+    print_pressure("before");
+    print_roofline(&rl);
+    int rc = 0;
+    if (ops) rc = bench_ops(dt, rows, n_rows, &rl);
+    if (!rc && model && round) rc = bench_round(model, round, ctx, &rl);
+    else if (!rc && model) rc = bench_model(model, rows, n_rows, ctx, prefill, &rl);
+    print_pressure("after");
+    free(rows);
+    return rc;
+}
+
+
+// Whole-model forwards on a checkpoint (e.g. `blockspec make-random -c bench/configs/qwen3-0.6b.json --out DIR`).
+// Roofline of an n-row forward: every weight matrix streamed once (layers + LM head; embedding rows are
+// negligible) plus the KV cache read by attention, vs n x (matmul + attention) multiply-adds at the bf16 peak.
+int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int prefill, const bs_roofline *rl) {
+    bs_err err = {0};
+    bs_engine *e = NULL;
+    bs_kv_cache kv = {0};
+    float *logits = NULL;
+    int32_t *ids = NULL;
+    int rc = 1, maxn = prefill;
+    for (int i = 0; i < n_rows; i++) if (rows[i] > maxn) maxn = rows[i];
+    if (bs_engine_open(&e, dir, "cpu", &err)) goto out;
+    const bs_qwen3_config *c = &e->cfg;
+    bs_backend *be = e->be;
+    int need_ctx = (ctx > prefill ? ctx : prefill) + maxn + 64;
+    if (bs_kv_init(&kv, c, need_ctx, be, &err)) goto out;
+    if (!(logits = be->alloc(be, sizeof(float) * (size_t)maxn * c->vocab_size, &err))) goto out;
+    int n_ids = maxn > ctx ? maxn : ctx; if (n_ids < 64) n_ids = 64;
+    ids = malloc(sizeof(int32_t) * n_ids);
+    for (int i = 0; i < n_ids; i++) ids[i] = (int32_t)((i * 7919 + 13) % c->vocab_size);
+    bs_dtype dt = e->target.layers[0].wq.dtype;
+    int64_t H = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim, I = c->intermediate_size;
+    double per_layer = (double)H * q * 2 + (double)H * kvd * 2 + 3.0 * H * I;   // multiply-adds per row (= weight elements)
+    double mm_elems = per_layer * c->n_layers + (double)c->vocab_size * H;
+    double wbytes = mm_elems * bs_dtype_size(dt);
+    printf("model %s: %d layers, hidden %d, weights %s, %.2f GB streamed per forward\n", dir, c->n_layers, c->hidden_size,
+           bs_dtype_name(dt), wbytes / 1e9);
+
+    bs_fwd_out last = { .logits = logits, .logits_all = 0 };
+    // prefill
+    double t0 = bs_now();
+    if (bs_qwen3_forward(&e->target, &kv, ids, prefill, &last, &err)) goto out;
+    double tp = bs_now() - t0;
+    double pf_fma = (double)prefill * mm_elems + (double)c->n_layers * c->n_heads * c->head_dim * 2.0 * prefill * (prefill + 1) / 2;
+    int cb;
+    double troof = bench_roofline_time(rl, wbytes, pf_fma, dt, &cb);
+    printf("prefill %5d tokens: %8.1f ms  %8.1f tok/s  %6.1f GFMA/s  roofline %5.0f%% (%s-bound)\n", prefill, tp * 1e3,
+           prefill / tp, pf_fma / tp / 1e9, 100 * troof / tp, cb ? "compute" : "memory");
+    // cache of ctx tokens, then n-row forwards (logits for every row, as verification needs), best of 5
+    if (bs_kv_rollback(&kv, 0, &err) || (ctx > 0 && bs_qwen3_forward(&e->target, &kv, ids, ctx, &last, &err))) goto out;
+    printf("%-6s %10s %10s %9s %9s %8s %7s   (after a %d-token cache)\n", "rows", "time_ms", "tok/s", "GB/s", "GFMA/s", "bound", "roof%", ctx);
+    double cross = 0;
+    for (int ri = 0; ri < n_rows; ri++) {
+        int n = rows[ri];
+        bs_fwd_out all = { .logits = logits, .logits_all = 1 };
+        double best = 1e30;
+        for (int rep = 0; rep < 5; rep++) {
+            if (bs_kv_rollback(&kv, ctx, &err)) goto out;
+            double t1 = bs_now();
+            if (bs_qwen3_forward(&e->target, &kv, ids, n, &all, &err)) goto out;
+            double dt1 = bs_now() - t1;
+            if (dt1 < best) best = dt1;
+        }
+        double kvbytes = (double)c->n_layers * (ctx + n) * kvd * 2 * 4;
+        double fma = n * mm_elems + (double)c->n_layers * n * c->n_heads * c->head_dim * 2.0 * (ctx + n);
+        double tr = bench_roofline_time(rl, wbytes + kvbytes, fma, dt, &cb);
+        printf("%-6d %10.2f %10.1f %9.1f %9.1f %8s %6.0f%%\n", n, best * 1e3, n / best, (wbytes + kvbytes) / best / 1e9,
+               fma / best / 1e9, cb ? "compute" : "memory", 100 * tr / best);
+        fflush(stdout);
+        if (n == 1) {
+            // rows where the multiply-adds take as long as streaming the bytes, at the measured rooflines
+            double peak = (dt == BS_BF16 ? rl->fma_bf16_g : rl->fma_raw_g) * 1e9;
+            cross = (wbytes + kvbytes) / (rl->read_gbs * 1e9) * peak / fma;
+        }
+    }
+    if (cross > 0) printf("roofline crossover (memory -> compute bound): ~%.1f rows per forward\n", cross);
+    // plain decode: 32 successive 1-row forwards continuing the ctx cache (last-row logits only)
+    if (bs_kv_rollback(&kv, ctx, &err)) goto out;
+    double t2 = bs_now();
+    for (int i = 0; i < 32; i++) if (bs_qwen3_forward(&e->target, &kv, &ids[i], 1, &last, &err)) goto out;
+    double td = (bs_now() - t2) / 32;
+    printf("decode: %.1f tok/s (%.2f ms/token, 32 tokens after a %d-token cache)\n", 1 / td, td * 1e3, ctx);
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "bench: %s\n", err.msg);
+    free(ids);
+    if (logits) e->be->free(e->be, logits);
+    bs_kv_free(&kv);
+    bs_engine_close(e);
+    return rc;
+}

@@ -1,15 +1,18 @@
-// blockspec dump -m DIR --prompt-ids 1,2,3 [-n N] [--block-ids 4,5] --out FILE.safetensors
+// blockspec dump -m DIR [-d DRAFTER] --prompt-ids 1,2,3 [-n N] [--block-ids 4,5] --out FILE.safetensors
 // Writes what the engine computed, under the names and shapes of the reference vectors
-// (shared/fixtures/target.expect.safetensors), so any reference set can be compared with it.
+// (shared/fixtures/{target,dflash,dspark}.expect.safetensors), so any reference set can be compared with it.
+// With -d: the drafter's tensors for the block after the prompt (anchor = the greedy token after the prompt).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
+#include "model/dflash.h"
+#include "spec/spec_loop.h"
 
 static void usage(void) {
-    fprintf(stderr, "usage: blockspec dump -m DIR --prompt-ids IDS [-n N] [--block-ids IDS] [--device D] --out FILE.safetensors\n");
+    fprintf(stderr, "usage: blockspec dump -m DIR [-d DRAFTER] --prompt-ids IDS [-n N] [--block-ids IDS] [--device D] --out FILE.safetensors\n");
 }
 
 // [rows][n_taps*H] -> [n_taps][rows][H]
@@ -21,11 +24,98 @@ static float *by_layer(const float *rows_major, int rows, int n_taps, int H) {
     return o;
 }
 
+// Host buffers of the drafter tensors (kept until the file is written).
+typedef struct drafter_dump {
+    int32_t ids[BS_MAX_TAPS], block[BS_MAX_DRAFT + 1], tokens[BS_MAX_DRAFT];
+    float *feat, *hidden, *logits, *step, conf[BS_MAX_DRAFT];
+    int32_t *spec_out;
+    bs_spec_stats st;
+} drafter_dump;
+
+static void drafter_dump_free(drafter_dump *dd) {
+    free(dd->feat); free(dd->hidden); free(dd->logits); free(dd->step); free(dd->spec_out);
+    bs_spec_stats_free(&dd->st);
+}
+
+// The greedy speculative run, recorded the way z-lab's dflash_generate records it: rounds continue
+// while at most n tokens are out (one round more than needed to reach n), the output is cut to n and
+// every round's acceptance length (accepted + 1) is kept.
+static int dump_spec_run(bs_engine *e, const char *dir, const int32_t *prompt, int n_prompt, long n,
+                         bs_st_writer *w, drafter_dump *dd, bs_err *err) {
+    bs_session s;
+    bs_drafter *d = NULL;
+    int rc = -1, n_out = 0;
+    if (bs_session_init(&s, e, 0, NULL, err)) return -1;
+    dd->spec_out = malloc(sizeof(int32_t) * (n + 1));
+    bs_spec_opts o = { .stop_at_eos = 1 };
+    if (!dd->spec_out || bs_dflash_open(&d, dir, &e->target, s.kv.max_ctx, err)) goto out;
+    o.draft_max = d->max_drafts;   // the whole block, as the reference verifies it
+    if (bs_generate_spec(&s, d, prompt, n_prompt, (int)n + 1, &o, dd->spec_out, &n_out, NULL, NULL, &dd->st, err)) goto out;
+    int64_t shp[1] = { n_out < n ? n_out : n };
+    bs_st_writer_add(w, "spec_output_ids", "I32", 1, shp, dd->spec_out, err);
+    shp[0] = dd->st.n_lengths;
+    bs_st_writer_add(w, "acceptance_lengths", "I32", 1, shp, dd->st.acceptance_lengths, err);
+    rc = 0;
+out:
+    if (d) d->free(d);
+    bs_session_free(&s);
+    return rc;
+}
+
+// Context features of the prompt (from the prefill's hidden states), then one drafting forward.
+static int dump_drafter(bs_engine *e, bs_session *s, const char *dir, const int32_t *prompt, int n_prompt, const float *pre_logits,
+                        const float *pre_taps, bs_st_writer *w, drafter_dump *dd, bs_err *err) {
+    bs_backend *be = e->be;
+    bs_drafter *d = NULL;
+    float *dev = NULL;
+    int rc = -1, V = e->cfg.vocab_size, H = e->cfg.hidden_size, NT = e->cfg.n_layers + 1;
+    if (bs_dflash_open(&d, dir, &e->target, s->kv.max_ctx, err)) return -1;
+    const bs_drafter_config *c = bs_dflash_config(d);
+    int m = d->n_taps, B = c->block_size, n = d->max_drafts, zl = c->arch == BS_DRAFTER_ZLAB;
+    size_t fw = (size_t)m * H;
+    dd->feat = malloc(sizeof(float) * n_prompt * fw);
+    dd->hidden = malloc(sizeof(float) * B * H);
+    dd->logits = malloc(sizeof(float) * n * V);
+    dd->step = malloc(sizeof(float) * n * V);
+    if (!dd->feat || !dd->hidden || !dd->logits || !dd->step) { bs_fail(err, "out of memory"); goto out; }
+    for (int r = 0; r < n_prompt; r++)
+        for (int t = 0; t < m; t++)
+            memcpy(dd->feat + r * fw + (size_t)t * H, pre_taps + ((size_t)r * NT + d->taps[t]) * H, sizeof(float) * H);
+    if (!(dev = be->alloc(be, sizeof(float) * n_prompt * fw, err))) goto out;
+    be->upload(be, dev, dd->feat, sizeof(float) * n_prompt * fw);
+    if (d->add_context(d, dev, n_prompt, err)) goto out;
+    int32_t anchor = bs_argmax(pre_logits + (size_t)(n_prompt - 1) * V, V);
+    bs_dflash_inspect ins = { .block_ids = dd->block, .block_hidden = dd->hidden, .logits = dd->logits, .step_logits = dd->step, .conf_logits = dd->conf };
+    bs_draft dr;
+    if (bs_dflash_forward_block(d, anchor, n, NULL, NULL, &dr, &ins, err)) goto out;
+    memcpy(dd->tokens, dr.tokens, sizeof(int32_t) * dr.n);
+    for (int t = 0; t < m; t++) dd->ids[t] = c->target_layer_ids[t];
+    int64_t shp[2];
+    shp[0] = m; bs_st_writer_add(w, "target_layer_ids", "I32", 1, shp, dd->ids, err);
+    shp[0] = n_prompt; shp[1] = (int64_t)fw; bs_st_writer_add(w, "context_features", "F32", 2, shp, dd->feat, err);
+    shp[0] = B; bs_st_writer_add(w, "block_input_ids", "I32", 1, shp, dd->block, err);
+    shp[1] = H; bs_st_writer_add(w, "block_hidden", "F32", 2, shp, dd->hidden, err);
+    shp[0] = dr.n; shp[1] = V;
+    if (zl) bs_st_writer_add(w, "draft_logits", "F32", 2, shp, dd->logits, err);
+    else {
+        bs_st_writer_add(w, "base_logits", "F32", 2, shp, dd->logits, err);
+        bs_st_writer_add(w, "step_logits", "F32", 2, shp, dd->step, err);
+    }
+    bs_st_writer_add(w, "draft_tokens", "I32", 1, shp, dd->tokens, err);
+    if (dr.has_conf) bs_st_writer_add(w, "confidence_logits", "F32", 1, shp, dd->conf, err);
+    rc = 0;
+out:
+    if (dev) be->free(be, dev);
+    if (d) d->free(d);
+    return rc;
+}
+
 int cmd_dump(int argc, char **argv) {
-    const char *model = NULL, *out_path = NULL, *device = "cpu", *v;
+    const char *model = NULL, *drafter = NULL, *out_path = NULL, *device = "cpu", *v;
     int32_t *prompt = NULL, *block = NULL; int n_prompt = 0, n_block = 0; long n_greedy = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m")) { if (!(model = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(argv[i], "-d") || !strcmp(argv[i], "--drafter")) { if (!(drafter = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(argv[i], "--out") || !strcmp(argv[i], "-o")) { if (!(out_path = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(argv[i], "--device")) { if (!(device = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(argv[i], "--prompt-ids")) { if (!(v = cli_value(argc, argv, &i)) || (n_prompt = cli_parse_ids("--prompt-ids", v, &prompt)) < 0) return 2; }
@@ -41,6 +131,7 @@ int cmd_dump(int argc, char **argv) {
     bs_st_writer *w = bs_st_writer_new();
     float *pre_logits = NULL, *pre_taps = NULL, *pre_hs = NULL, *step_logits = NULL, *blk_logits = NULL, *blk_taps = NULL, *blk_hs = NULL;
     int32_t *greedy = NULL;
+    drafter_dump dd = {0};
     int rc = 1;
     if (bs_engine_open(&e, model, device, &err) || bs_session_init(&s, e, 0, NULL, &err)) goto out;
     const bs_qwen3_config *c = &e->cfg;
@@ -87,6 +178,8 @@ int cmd_dump(int argc, char **argv) {
         shp[1] = V; bs_st_writer_add(w, "block_logits", "F32", 2, shp, blk_logits, &err);
         shp[0] = NT; shp[1] = n_block; shp[2] = H; bs_st_writer_add(w, "block_hidden_states", "F32", 3, shp, blk_hs, &err);
     }
+    if (drafter && dump_drafter(e, &s, drafter, prompt, n_prompt, pre_logits, pre_taps, w, &dd, &err)) goto out;
+    if (drafter && n_greedy > 0 && dump_spec_run(e, drafter, prompt, n_prompt, n_greedy, w, &dd, &err)) goto out;
     be->free(be, d_logits); be->free(be, d_taps);
     if (bs_st_writer_write(w, out_path, &err)) goto out;
     rc = 0;
@@ -95,6 +188,7 @@ out:
     bs_st_writer_free(w);
     free(pre_logits); free(pre_taps); free(pre_hs); free(step_logits); free(greedy); free(blk_logits); free(blk_taps); free(blk_hs);
     free(prompt); free(block);
+    drafter_dump_free(&dd);
     if (e) { if (s.eng) bs_session_free(&s); bs_engine_close(e); }
     return rc;
 }

@@ -1,4 +1,220 @@
+// blockspec generate -m DIR (--prompt-ids 1,2,3 | -p TEXT | --prompt-file F) [-d DRAFTER] -n N
+//                    [--temp T --top-k K --top-p P --seed S] [--print-ids] [--stats] [--json] ...
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli/args.h"
 #include "cli/commands.h"
-// Not built yet: this command is being written (see the open issues).
-int cmd_generate(int argc, char **argv) { fprintf(stderr, "blockspec: this command is not available yet\n"); return 1; }
+#include "engine/engine.h"
+#include "io/chat.h"
+#include "io/json.h"
+#include "spec/spec_loop.h"
+
+static void usage(void) {
+    fprintf(stderr,
+        "usage: blockspec generate -m TARGET_DIR (-p TEXT | --prompt-file F | --prompt-ids IDS) [options]\n"
+        "  --chat                   wrap the prompt as a user message in the model's chat template\n"
+        "  --system TEXT            system message (with --chat)\n"
+        "  --no-think               Qwen3 chat: enable_thinking=false (an empty <think></think> block)\n"
+        "  --chat-template NAME     qwen3 or chatml, when the model's template is not recognised\n"
+        "  -d DIR                   drafter checkpoint (DFlash or DSpark): speculative decoding\n"
+        "  -n N                     tokens to generate (default 64)\n"
+        "  --temp T                 temperature (default 0 = greedy)\n"
+        "  --top-k K, --top-p P     filters applied after temperature (transformers' order)\n"
+        "  --seed S                 RNG seed (default 0)\n"
+        "  --draft-max N            verify at most N drafts per round (default: the block on a GPU, 4 on a CPU)\n"
+        "  --confidence-threshold C verify only leading drafts whose confidence is >= C (DSpark)\n"
+        "  --ignore-eos             do not stop at end-of-sequence tokens\n"
+        "  -c N                     context length (default: the model's max_position_embeddings)\n"
+        "  --device D               cpu (default), cpu-ref, cuda[:N]\n"
+        "  --print-ids              print token ids (default when no tokenizer is available)\n"
+        "  --stats                  print speed and acceptance statistics to stderr\n"
+        "  --json                   print the result and statistics as one JSON object on stdout\n");
+}
+
+typedef struct gen_args {
+    const char *model, *drafter, *device, *text, *prompt_file, *system, *chat_template;
+    int chat, no_think;
+    int32_t *prompt; int n_prompt;
+    long n_new, ctx, draft_max;
+    double conf_thr;
+    bs_sampling sampling;
+    int print_ids, stats, json, ignore_eos;
+} gen_args;
+
+static int parse(int argc, char **argv, gen_args *a) {
+    const char *v; long l; double d;
+    memset(a, 0, sizeof *a);
+    a->device = "cpu"; a->n_new = 64; a->sampling.top_p = 1.0f;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "-m")) { if (!(a->model = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "-d") || !strcmp(o, "-md")) { if (!(a->drafter = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--device")) { if (!(a->device = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--prompt-ids")) { if (!(v = cli_value(argc, argv, &i)) || (a->n_prompt = cli_parse_ids(o, v, &a->prompt)) < 0) return 2; }
+        else if (!strcmp(o, "-n")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1 << 24, &a->n_new)) return 2; }
+        else if (!strcmp(o, "-c")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1 << 24, &a->ctx)) return 2; }
+        else if (!strcmp(o, "--draft-max")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 64, &a->draft_max)) return 2; }
+        else if (!strcmp(o, "--confidence-threshold")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 0, 1, &a->conf_thr)) return 2; }
+        else if (!strcmp(o, "--temp")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 0, 100, &d)) return 2; a->sampling.temperature = (float)d; }
+        else if (!strcmp(o, "--top-k")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1 << 24, &l)) return 2; a->sampling.top_k = (int)l; }
+        else if (!strcmp(o, "--top-p")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 1e-6, 1, &d)) return 2; a->sampling.top_p = (float)d; }
+        else if (!strcmp(o, "--seed")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1L << 62, &l)) return 2; a->sampling.seed = (uint64_t)l; }
+        else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) { if (!(a->text = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--prompt-file")) { if (!(a->prompt_file = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--system")) { if (!(a->system = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--chat-template")) { if (!(a->chat_template = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--chat")) a->chat = 1;
+        else if (!strcmp(o, "--no-think")) a->no_think = 1;
+        else if (!strcmp(o, "--print-ids")) a->print_ids = 1;
+        else if (!strcmp(o, "--stats")) a->stats = 1;
+        else if (!strcmp(o, "--json")) a->json = 1;
+        else if (!strcmp(o, "--ignore-eos")) a->ignore_eos = 1;
+        else if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); exit(0); }
+        else { fprintf(stderr, "blockspec generate: unknown option %s\n", o); usage(); return 2; }
+    }
+    if (!a->model) { fprintf(stderr, "blockspec generate: -m TARGET_DIR is required\n"); usage(); return 2; }
+    if (!!a->n_prompt + !!a->text + !!a->prompt_file != 1) {
+        fprintf(stderr, "blockspec generate: give exactly one of -p TEXT, --prompt-file F, --prompt-ids IDS\n"); usage(); return 2;
+    }
+    if (a->chat && a->n_prompt) { fprintf(stderr, "blockspec generate: --chat needs a text prompt (-p or --prompt-file)\n"); return 2; }
+    return 0;
+}
+
+// Turns the text prompt (optionally wrapped in the chat template) into ids.
+static int tokenize_prompt(gen_args *a, const bs_engine *e, bs_err *err) {
+    if (a->n_prompt) return 0;
+    if (!e->tok) return bs_fail(err, "%s: %s", a->model, e->tok_error[0] ? e->tok_error : "no tokenizer.json in this folder: pass --prompt-ids instead");
+    size_t len = 0;
+    char *text = NULL, *rendered = NULL;
+    if (a->prompt_file) { if (!(text = bs_read_file(a->prompt_file, &len, err))) return -1; }
+    else { text = strdup(a->text); len = strlen(text); }
+    if (a->chat) {
+        bs_chat_msg msgs[2]; size_t n = 0;
+        if (a->system) msgs[n++] = (bs_chat_msg){ "system", a->system, NULL };
+        msgs[n++] = (bs_chat_msg){ "user", text, NULL };
+        bs_chat_opts o = { BS_CHAT_AUTO, 1, !a->no_think };
+        if (a->chat_template && bs_chat_kind_parse(a->chat_template, &o.kind, err)) { free(text); return -1; }
+        if (bs_chat_render(e->tok, msgs, n, &o, &rendered, err)) { free(text); return -1; }
+        free(text);
+        text = rendered; len = strlen(text);
+    }
+    size_t n_ids = 0;
+    int32_t *ids = NULL;
+    int rc = bs_tokenizer_encode(e->tok, text, len, &ids, &n_ids, err);
+    free(text);
+    if (rc) return -1;
+    if (!n_ids) { free(ids); return bs_fail(err, "the prompt encodes to no tokens"); }
+    a->prompt = ids; a->n_prompt = (int)n_ids;
+    return 0;
+}
+
+// Streams the output: ids, or text through the streaming detokeniser.
+typedef struct printer { int print_ids, n; bs_detok *dt; } printer;
+
+static int on_token(void *ctx, int32_t t) {
+    printer *p = ctx;
+    if (p->print_ids) { printf("%s%d", p->n++ ? "," : "", t); fflush(stdout); }
+    else if (p->dt) {
+        char buf[1024];
+        int n = bs_detok_push(p->dt, t, buf, sizeof buf);
+        if (n > 0) { fwrite(buf, 1, (size_t)n, stdout); fflush(stdout); }
+    }
+    return 0;
+}
+
+static void print_stats(const gen_args *a, const bs_session *s, const bs_spec_stats *st, int speculative) {
+    if (!speculative) {
+        const bs_gen_stats *g = &s->stats;
+        fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s)\n", g->n_prompt, g->t_prefill, g->n_prompt / (g->t_prefill > 0 ? g->t_prefill : 1e-9));
+        fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s)\n", g->n_generated, g->t_decode,
+                g->n_generated > 1 ? (g->n_generated - 1) / (g->t_decode > 0 ? g->t_decode : 1e-9) : 0.0);
+        return;
+    }
+    double t_gen = st->t_total - st->t_prefill, other = t_gen - st->t_target - st->t_draft;
+    fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s)\n", st->n_prompt, st->t_prefill, st->n_prompt / (st->t_prefill > 0 ? st->t_prefill : 1e-9));
+    fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s), %d rounds, tau %.3f (tokens per round)\n", st->n_generated, t_gen,
+            st->n_generated / (t_gen > 0 ? t_gen : 1e-9), st->rounds, bs_spec_tau(st));
+    fprintf(stderr, "time:    target %.1f%%, drafter %.1f%%, other %.1f%%\n", 100 * st->t_target / (t_gen > 0 ? t_gen : 1),
+            100 * st->t_draft / (t_gen > 0 ? t_gen : 1), 100 * other / (t_gen > 0 ? t_gen : 1));
+    fprintf(stderr, "acceptance by draft position (accepted / verified):");
+    for (int k = 0; k < BS_MAX_DRAFT && st->pos_tried[k]; k++)
+        fprintf(stderr, " %d:%.2f", k + 1, (double)st->pos_accepted[k] / st->pos_tried[k]);
+    fprintf(stderr, "\n");
+}
+
+static cJSON *stats_json(const bs_session *s, const bs_spec_stats *st, int speculative) {
+    cJSON *j = cJSON_CreateObject();
+    if (!speculative) {
+        cJSON_AddNumberToObject(j, "n_prompt", s->stats.n_prompt);
+        cJSON_AddNumberToObject(j, "n_generated", s->stats.n_generated);
+        cJSON_AddNumberToObject(j, "t_prefill_s", s->stats.t_prefill);
+        cJSON_AddNumberToObject(j, "t_decode_s", s->stats.t_decode);
+        return j;
+    }
+    cJSON_AddNumberToObject(j, "n_prompt", st->n_prompt);
+    cJSON_AddNumberToObject(j, "n_generated", st->n_generated);
+    cJSON_AddNumberToObject(j, "rounds", st->rounds);
+    cJSON_AddNumberToObject(j, "tau", bs_spec_tau(st));
+    cJSON_AddNumberToObject(j, "drafted", (double)st->drafted);
+    cJSON_AddNumberToObject(j, "accepted", (double)st->accepted);
+    cJSON_AddNumberToObject(j, "t_prefill_s", st->t_prefill);
+    cJSON_AddNumberToObject(j, "t_total_s", st->t_total);
+    cJSON_AddNumberToObject(j, "t_target_s", st->t_target);
+    cJSON_AddNumberToObject(j, "t_drafter_s", st->t_draft);
+    cJSON *pa = cJSON_AddArrayToObject(j, "acceptance_by_position");
+    for (int k = 0; k < BS_MAX_DRAFT && st->pos_tried[k]; k++) cJSON_AddItemToArray(pa, cJSON_CreateNumber((double)st->pos_accepted[k] / st->pos_tried[k]));
+    cJSON *al = cJSON_AddArrayToObject(j, "acceptance_lengths");
+    for (int i = 0; i < st->n_lengths; i++) cJSON_AddItemToArray(al, cJSON_CreateNumber(st->acceptance_lengths[i]));
+    return j;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_args a;
+    int rc = parse(argc, argv, &a);
+    if (rc) { free(a.prompt); return rc; }
+    bs_err err = {0};
+    bs_engine *e = NULL;
+    bs_session s = {0};
+    bs_drafter *d = NULL;
+    bs_spec_stats st = {0};
+    int32_t *out = malloc(sizeof(int32_t) * (a.n_new ? a.n_new : 1));
+    int n_out = 0;
+    rc = 1;
+    if (bs_engine_open(&e, a.model, a.device, &err) || bs_session_init(&s, e, (int)a.ctx, &a.sampling, &err)) goto out;
+    if (a.drafter && bs_drafter_open(&d, a.drafter, e, s.kv.max_ctx, &err)) goto out;
+    if (tokenize_prompt(&a, e, &err)) goto out;
+    bs_detok dt;
+    if (e->tok) bs_detok_init(&dt, e->tok, 1);
+    printer pr = { .print_ids = !a.json && (a.print_ids || !e->tok), .n = 0, .dt = !a.json && e->tok ? &dt : NULL };
+    if (d) {
+        bs_spec_opts o = { .draft_max = (int)a.draft_max, .confidence_threshold = (float)a.conf_thr, .stop_at_eos = !a.ignore_eos };
+        if (bs_generate_spec(&s, d, a.prompt, a.n_prompt, (int)a.n_new, &o, out, &n_out, on_token, &pr, &st, &err)) goto out;
+    } else if (bs_generate_plain(&s, a.prompt, a.n_prompt, (int)a.n_new, !a.ignore_eos, out, &n_out, on_token, &pr, &err)) goto out;
+    if (pr.dt && !pr.print_ids) { char buf[64]; int n = bs_detok_flush(&dt, buf, sizeof buf); if (n > 0) fwrite(buf, 1, (size_t)n, stdout); }
+    if (!a.json) printf("\n");
+    if (a.stats) print_stats(&a, &s, &st, d != NULL);
+    if (a.json) {
+        cJSON *j = cJSON_CreateObject(), *ids = cJSON_AddArrayToObject(j, "output_ids");
+        for (int i = 0; i < n_out; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(out[i]));
+        if (e->tok) {
+            char *txt = NULL; size_t tl = 0;
+            if (bs_tokenizer_decode(e->tok, out, (size_t)n_out, 1, &txt, &tl, &err) == 0) cJSON_AddStringToObject(j, "text", txt);
+            free(txt);
+        }
+        cJSON_AddItemToObject(j, "stats", stats_json(&s, &st, d != NULL));
+        char *txt = cJSON_PrintUnformatted(j);
+        printf("%s\n", txt);
+        free(txt); cJSON_Delete(j);
+    }
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "blockspec generate: %s\n", err.msg);
+    if (d) d->free(d);
+    bs_spec_stats_free(&st);
+    if (s.eng) bs_session_free(&s);
+    bs_engine_close(e);
+    free(out); free(a.prompt);
+    return rc;
+}

@@ -1,4 +1,5 @@
 // blockspec make-random -c config.json --out DIR [--seed S] [--shards N]
+// config.json's architectures[0] picks the kind: Qwen3ForCausalLM (target), DFlashDraftModel or Qwen3DSparkModel (drafters).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "io/config.h"
+#include "io/drafter_config.h"
 #include "io/json.h"
 #include "io/random_ckpt.h"
 
@@ -29,10 +31,12 @@ int cmd_make_random(int argc, char **argv) {
     bs_qwen3_config c;
     if (!root) goto out;
     const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "architectures"), 0);
-    if (cJSON_IsString(arch) && strcmp(arch->valuestring, "Qwen3ForCausalLM")) {
-        bs_fail(&err, "%s: make-random writes Qwen3ForCausalLM checkpoints, not \"%s\"", cfg_path, arch->valuestring); goto out;
-    }
-    if (bs_qwen3_config_parse(&c, root, cfg_path, &err) || bs_qwen3_tensor_specs(&c, &specs, &n, &err)) goto out;
+    if (cJSON_IsString(arch) && bs_is_drafter_arch(arch->valuestring)) {
+        bs_drafter_config dc;
+        if (bs_drafter_config_parse(&dc, root, cfg_path, &err) || bs_drafter_tensor_specs(&dc, &specs, &n, &err)) goto out;
+    } else if (cJSON_IsString(arch) && strcmp(arch->valuestring, "Qwen3ForCausalLM")) {
+        bs_fail(&err, "%s: make-random writes Qwen3ForCausalLM, DFlashDraftModel and Qwen3DSparkModel checkpoints, not \"%s\"", cfg_path, arch->valuestring); goto out;
+    } else if (bs_qwen3_config_parse(&c, root, cfg_path, &err) || bs_qwen3_tensor_specs(&c, &specs, &n, &err)) goto out;
     mkdir(out, 0755);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", out);

@@ -1,4 +1,5 @@
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include "fixture_util.h"
 
@@ -19,4 +20,26 @@ double fx_max_abs_diff(const float *a, const float *b, long n) {
         if (!(d <= m)) m = d;   // NaN propagates as a failure
     }
     return m;
+}
+
+int fx_compare_all(const bs_checkpoint *x, const bs_checkpoint *got, double tol, char *msg, size_t cap) {
+    for (int i = 0; i < x->n_tensors; i++) {
+        const bs_tensor_info *t = &x->tensors[i], *g = bs_checkpoint_find(got, t->name);
+        if (!g) { snprintf(msg, cap, "the dump lacks '%s'", t->name); return -1; }
+        if (g->n_dims != t->n_dims || g->nbytes != t->nbytes || strcmp(g->dtype_name, t->dtype_name)) {
+            snprintf(msg, cap, "'%s' has another shape or dtype", t->name); return -1;
+        }
+        if (!strcmp(t->dtype_name, "I32")) {
+            if (memcmp(g->data, t->data, t->nbytes)) { snprintf(msg, cap, "'%s' ids differ", t->name); return -1; }
+        } else {
+            double d = fx_max_abs_diff(g->data, t->data, (long)(t->nbytes / 4));
+            if (!(d < tol)) { snprintf(msg, cap, "'%s' differs by %g", t->name, d); return -1; }
+        }
+    }
+    return x->n_tensors;
+}
+
+void fx_join_ids(const int32_t *ids, long n, char *buf, size_t cap) {
+    buf[0] = 0;
+    for (long i = 0; i < n; i++) snprintf(buf + strlen(buf), cap - strlen(buf), "%s%d", i ? "," : "", ids[i]);
 }

@@ -7,3 +7,8 @@
 const void *fx_tensor(const bs_checkpoint *ck, const char *name, const char *dtype, long count, long *n_out);
 // max |a - b| over n floats.
 double fx_max_abs_diff(const float *a, const float *b, long n);
+// Compares every tensor of `expected` with the same-named tensor of `got`: same dtype and shape,
+// I32 ids exactly, F32 within tol. Returns the number compared, or -1 with the first difference in msg.
+int fx_compare_all(const bs_checkpoint *expected, const bs_checkpoint *got, double tol, char *msg, size_t cap);
+// "1,2,3" for a --prompt-ids style flag (into buf).
+void fx_join_ids(const int32_t *ids, long n, char *buf, size_t cap);

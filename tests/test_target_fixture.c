@@ -117,21 +117,15 @@ TEST(target_dump_cli) {
     const int32_t *block = fx_tensor(x, "block_ids", "I32", -1, &B);
     CHECK(prompt && block);
     char ids[2048] = "", bids[2048] = "";
-    for (int i = 0; i < P; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", prompt[i]);
-    for (int i = 0; i < B; i++) snprintf(bids + strlen(bids), sizeof bids - strlen(bids), "%s%d", i ? "," : "", block[i]);
+    fx_join_ids(prompt, P, ids, sizeof ids);
+    fx_join_ids(block, B, bids, sizeof bids);
     snprintf(cmd, sizeof cmd, "%s dump -m %s/target --prompt-ids %s -n %ld --block-ids %s --out %s", bs_cli_path(), bs_fixtures_dir(), ids, G, bids, out);
     CHECK(system(cmd) == 0, "%s", cmd);
     bs_checkpoint *got;
     CHECK(bs_checkpoint_open(&got, out, &err) == 0, "%s", err.msg);
-    int n_checked = 0;
-    for (int i = 0; i < x->n_tensors; i++) {
-        const bs_tensor_info *t = &x->tensors[i], *g = bs_checkpoint_find(got, t->name);
-        CHECK(g, "dump lacks '%s'", t->name);
-        CHECK(g->n_dims == t->n_dims && g->nbytes == t->nbytes && !strcmp(g->dtype_name, t->dtype_name), "'%s' has another shape or dtype", t->name);
-        if (!strcmp(t->dtype_name, "I32")) CHECK(memcmp(g->data, t->data, t->nbytes) == 0, "'%s' ids differ", t->name);
-        else { double d = fx_max_abs_diff(g->data, t->data, (long)(t->nbytes / 4)); CHECK(d < TOL, "'%s' differs by %g", t->name, d); }
-        n_checked++;
-    }
+    char msg[512];
+    int n_checked = fx_compare_all(x, got, TOL, msg, sizeof msg);
+    CHECK(n_checked >= 0, "%s", msg);
     CHECK(n_checked == 8, "expected the 8 reference tensors, checked %d", n_checked);
     bs_checkpoint_close(got); bs_checkpoint_close(x);
     remove(out);

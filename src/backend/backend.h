@@ -24,6 +24,15 @@ typedef struct bs_mat {
 
 typedef struct bs_backend bs_backend;
 
+// RoPE inverse frequency i (0 <= i < hd/2) as transformers computes it: 1 / theta^(2i/hd) in fp32.
+// theta < 0 selects base |theta| with the result rounded to bf16: a transformers module cast to bf16
+// (model.to(torch.bfloat16), as DeepSpec trains its drafters) carries its non-persistent inv_freq buffer
+// in bf16, and the drafters' reference vectors were computed that way.
+static inline float bs_rope_inv_freq(float theta, int i, int hd) {
+    if (theta < 0) return bs_bf16_to_f32(bs_f32_to_bf16(1.0f / __builtin_powf(-theta, (float)(2 * i) / (float)hd)));
+    return 1.0f / __builtin_powf(theta, (float)(2 * i) / (float)hd);
+}
+
 struct bs_backend {
     const char *name;   // "cpu", "cuda"
     void *impl;         // backend-private state
@@ -46,7 +55,8 @@ struct bs_backend {
     // y[n][dim] = x / sqrt(mean(x^2) + eps) * w   (fp32 statistics; y may alias x)
     void (*rmsnorm)(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps);
     // In place on x[n][n_heads*hd]: optional per-head RMSNorm with weight norm_w [hd] (NULL: none),
-    // then rotate-half RoPE for positions pos0 .. pos0+n-1 with base theta.
+    // then rotate-half RoPE for positions pos0 .. pos0+n-1 with base theta. theta < 0 means base |theta|
+    // with inv_freq rounded to bf16 (see bs_rope_inv_freq): backends compute inv_freq with that helper.
     void (*head_norm_rope)(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w,
                            float eps, int pos0, float theta);
     // Multi-head attention with grouped K/V heads.

@@ -1,5 +1,7 @@
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "engine/engine.h"
 #include "util/timer.h"
 
@@ -12,6 +14,20 @@ int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, b
     if (!(e->be = bs_backend_by_name(device, err))) goto fail;
     if (bs_checkpoint_open(&e->ck, model_dir, err)) goto fail;
     if (bs_qwen3_init(&e->target, &e->cfg, e->ck, e->be, err)) goto fail;
+    // The tokenizer is optional (id-only use needs none); a broken one is reported when text is asked for.
+    char tp[4096]; struct stat st;
+    snprintf(tp, sizeof tp, "%s/tokenizer.json", model_dir);
+    if (stat(tp, &st) == 0) {
+        bs_err terr = {0};
+        if (bs_tokenizer_load(&e->tok, model_dir, &terr)) { e->tok = NULL; snprintf(e->tok_error, sizeof e->tok_error, "%s", terr.msg); }
+        else {
+            // The tokenizer's end-of-sequence token (e.g. <|im_end|> for chat models) also stops generation.
+            int32_t eos = bs_tokenizer_eos_id(e->tok);
+            int dup = 0;
+            for (int i = 0; i < e->cfg.n_eos; i++) dup |= e->cfg.eos_ids[i] == eos;
+            if (eos >= 0 && eos < e->cfg.vocab_size && !dup && e->cfg.n_eos < BS_MAX_EOS) e->cfg.eos_ids[e->cfg.n_eos++] = eos;
+        }
+    }
     *out = e;
     return 0;
 fail:
@@ -22,6 +38,7 @@ fail:
 void bs_engine_close(bs_engine *e) {
     if (!e) return;
     bs_qwen3_free(&e->target);
+    bs_tokenizer_free(e->tok);
     bs_checkpoint_close(e->ck);
     if (e->be) e->be->destroy(e->be);
     free(e->model_dir);

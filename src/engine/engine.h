@@ -3,6 +3,7 @@
 #pragma once
 #include "backend/backend.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "model/qwen3.h"
 #include "spec/sampler.h"
 
@@ -12,6 +13,8 @@ typedef struct bs_engine {
     bs_checkpoint *ck;
     bs_qwen3_config cfg;
     bs_qwen3 target;
+    bs_tokenizer *tok;          // dir/tokenizer.json when present and supported, else NULL
+    char tok_error[512];        // why tok is NULL ("" when there was no tokenizer.json)
 } bs_engine;
 
 int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, bs_err *err);

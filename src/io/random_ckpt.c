@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "io/config.h"
+#include "io/drafter_config.h"
 #include "io/random_ckpt.h"
 #include "util/dtype.h"
 #include "util/rng.h"
@@ -99,27 +100,68 @@ static void spec(bs_tensor_spec *s, int *n, int init, int64_t rows, int64_t cols
     (*n)++;
 }
 
+// One Qwen3 decoder layer (targets: prefix "model.layers"; drafters: "layers").
+static void layer_specs(bs_tensor_spec *s, int *n, const bs_qwen3_config *c, const char *prefix, int l) {
+    int64_t H = c->hidden_size, hd = c->head_dim, qd = (int64_t)c->n_heads * hd, kd = (int64_t)c->n_kv_heads * hd, I = c->intermediate_size;
+    static const struct { const char *name; int init, rows, cols; } L[] = {   // rows/cols: 0 none, 1 H, 2 qd, 3 kd, 4 I, 5 hd
+        { "input_layernorm.weight", BS_INIT_ONES, 0, 1 }, { "self_attn.q_proj.weight", BS_INIT_LINEAR, 2, 1 },
+        { "self_attn.k_proj.weight", BS_INIT_LINEAR, 3, 1 }, { "self_attn.v_proj.weight", BS_INIT_LINEAR, 3, 1 },
+        { "self_attn.o_proj.weight", BS_INIT_LINEAR, 1, 2 }, { "self_attn.q_norm.weight", BS_INIT_ONES, 0, 5 },
+        { "self_attn.k_norm.weight", BS_INIT_ONES, 0, 5 }, { "post_attention_layernorm.weight", BS_INIT_ONES, 0, 1 },
+        { "mlp.gate_proj.weight", BS_INIT_LINEAR, 4, 1 }, { "mlp.up_proj.weight", BS_INIT_LINEAR, 4, 1 },
+        { "mlp.down_proj.weight", BS_INIT_LINEAR, 1, 4 },
+    };
+    const int64_t dim[] = { 0, H, qd, kd, I, hd };
+    for (size_t k = 0; k < sizeof L / sizeof *L; k++) {
+        char fmt[160];
+        snprintf(fmt, sizeof fmt, "%s.%%d.%s", prefix, L[k].name);
+        spec(s, n, L[k].init, dim[L[k].rows], dim[L[k].cols], fmt, l);
+    }
+}
+
 int bs_qwen3_tensor_specs(const bs_qwen3_config *c, bs_tensor_spec **out, int *n_out, bs_err *err) {
-    int64_t H = c->hidden_size, hd = c->head_dim, qd = (int64_t)c->n_heads * hd, kd = (int64_t)c->n_kv_heads * hd, I = c->intermediate_size, V = c->vocab_size;
+    int64_t H = c->hidden_size, V = c->vocab_size;
     bs_tensor_spec *s = calloc((size_t)c->n_layers * 11 + 3, sizeof *s);
     if (!s) return bs_fail(err, "out of memory");
     int n = 0;
     spec(s, &n, BS_INIT_EMBED, V, H, "model.embed_tokens.weight", 0);
-    for (int l = 0; l < c->n_layers; l++) {
-        spec(s, &n, BS_INIT_ONES, 0, H, "model.layers.%d.input_layernorm.weight", l);
-        spec(s, &n, BS_INIT_LINEAR, qd, H, "model.layers.%d.self_attn.q_proj.weight", l);
-        spec(s, &n, BS_INIT_LINEAR, kd, H, "model.layers.%d.self_attn.k_proj.weight", l);
-        spec(s, &n, BS_INIT_LINEAR, kd, H, "model.layers.%d.self_attn.v_proj.weight", l);
-        spec(s, &n, BS_INIT_LINEAR, H, qd, "model.layers.%d.self_attn.o_proj.weight", l);
-        spec(s, &n, BS_INIT_ONES, 0, hd, "model.layers.%d.self_attn.q_norm.weight", l);
-        spec(s, &n, BS_INIT_ONES, 0, hd, "model.layers.%d.self_attn.k_norm.weight", l);
-        spec(s, &n, BS_INIT_ONES, 0, H, "model.layers.%d.post_attention_layernorm.weight", l);
-        spec(s, &n, BS_INIT_LINEAR, I, H, "model.layers.%d.mlp.gate_proj.weight", l);
-        spec(s, &n, BS_INIT_LINEAR, I, H, "model.layers.%d.mlp.up_proj.weight", l);
-        spec(s, &n, BS_INIT_LINEAR, H, I, "model.layers.%d.mlp.down_proj.weight", l);
-    }
+    for (int l = 0; l < c->n_layers; l++) layer_specs(s, &n, c, "model.layers", l);
     spec(s, &n, BS_INIT_ONES, 0, H, "model.norm.weight", 0);
     if (!c->tie_embeddings) spec(s, &n, BS_INIT_LINEAR, V, H, "lm_head.weight", 0);
+    *out = s; *n_out = n;
+    return 0;
+}
+
+int bs_drafter_tensor_specs(const bs_drafter_config *dc, bs_tensor_spec **out, int *n_out, bs_err *err) {
+    const bs_qwen3_config *c = &dc->base;
+    int64_t H = c->hidden_size, V = c->vocab_size;
+    int64_t r = dc->markov_rank;
+    bs_tensor_spec *s = calloc((size_t)c->n_layers * 11 + 16, sizeof *s);
+    if (!s) return bs_fail(err, "out of memory");
+    int n = 0;
+    spec(s, &n, BS_INIT_LINEAR, H, (int64_t)dc->n_taps * H, "fc.weight", 0);
+    spec(s, &n, BS_INIT_ONES, 0, H, "hidden_norm.weight", 0);
+    for (int l = 0; l < c->n_layers; l++) layer_specs(s, &n, c, "layers", l);
+    spec(s, &n, BS_INIT_ONES, 0, H, "norm.weight", 0);
+    if (dc->arch == BS_DRAFTER_DEEPSPEC) {
+        spec(s, &n, BS_INIT_EMBED, V, H, "embed_tokens.weight", 0);
+        if (!c->tie_embeddings) spec(s, &n, BS_INIT_LINEAR, V, H, "lm_head.weight", 0);
+        if (r > 0) {
+            spec(s, &n, BS_INIT_EMBED, V, r, "markov_head.markov_w1.weight", 0);
+            spec(s, &n, BS_INIT_LINEAR, V, r, "markov_head.markov_w2.weight", 0);
+            if (dc->markov_type == BS_MARKOV_GATED) {
+                spec(s, &n, BS_INIT_LINEAR, r, H + r, "markov_head.gate_proj.weight", 0);
+                spec(s, &n, BS_INIT_LINEAR, 0, r, "markov_head.gate_proj.bias", 0);
+            } else if (dc->markov_type == BS_MARKOV_RNN) {
+                spec(s, &n, BS_INIT_LINEAR, 3 * r, 2 * r + H, "markov_head.joint_proj.weight", 0);
+                spec(s, &n, BS_INIT_LINEAR, 0, 3 * r, "markov_head.joint_proj.bias", 0);
+            }
+        }
+        if (dc->conf_head) {
+            spec(s, &n, BS_INIT_LINEAR, 1, H + (dc->conf_with_markov ? r : 0), "confidence_head.proj.weight", 0);
+            spec(s, &n, BS_INIT_LINEAR, 0, 1, "confidence_head.proj.bias", 0);
+        }
+    }
     *out = s; *n_out = n;
     return 0;
 }

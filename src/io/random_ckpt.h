@@ -21,3 +21,7 @@ int bs_write_random_tensors(const char *dir, const bs_tensor_spec *specs, int n,
 // The tensors a Qwen3 target of this config needs (caller frees *specs).
 struct bs_qwen3_config;
 int bs_qwen3_tensor_specs(const struct bs_qwen3_config *c, bs_tensor_spec **specs, int *n, bs_err *err);
+// The tensors a drafter of this config stores (z-lab DFlash: backbone only; DeepSpec: plus embed_tokens,
+// lm_head, Markov and confidence heads), under the names official checkpoints use (caller frees *specs).
+struct bs_drafter_config;
+int bs_drafter_tensor_specs(const struct bs_drafter_config *c, bs_tensor_spec **specs, int *n, bs_err *err);

@@ -207,6 +207,28 @@ done:
     return rc;
 }
 
+int bs_checkpoint_open_memory(bs_checkpoint **out, const void *buf, size_t len, const char *name, bs_err *err) {
+    *out = NULL;
+    bs_checkpoint *ck = calloc(1, sizeof *ck);
+    if (!ck || !(ck->files = calloc(1, sizeof *ck->files))) { free(ck); return bs_fail(err, "out of memory"); }
+    ck->path = strdup(name);
+    ck->files[0].path = strdup(name);   // map stays NULL: the caller owns the buffer
+    ck->n_files = 1;
+    bs_tensor_info *list = NULL; int n = 0, cap = 0;
+    if (len < 8) { bs_fail(err, "%s: %zu bytes, too short for a safetensors header", name, len); goto fail; }
+    if (parse_file(ck->files[0].path, buf, len, &list, &n, &cap, err)) goto fail;
+    qsort(list, n, sizeof *list, cmp_tensor);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(list[i - 1].name, list[i].name)) { bs_fail(err, "%s: tensor '%s' appears twice", name, list[i].name); goto fail; }
+    ck->tensors = list; ck->n_tensors = n;
+    *out = ck;
+    return 0;
+fail:
+    if (list) { for (int i = 0; i < n; i++) free(list[i].name); free(list); }
+    bs_checkpoint_close(ck);
+    return -1;
+}
+
 void bs_checkpoint_close(bs_checkpoint *ck) {
     if (!ck) return;
     for (int i = 0; i < ck->n_tensors; i++) free(ck->tensors[i].name);

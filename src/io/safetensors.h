@@ -30,6 +30,8 @@ typedef struct bs_checkpoint {
 // path: a directory (model.safetensors.index.json, else model.safetensors, else the one *.safetensors)
 // or a .safetensors file.
 int bs_checkpoint_open(bs_checkpoint **out, const char *path, bs_err *err);
+// The same over a caller-owned buffer holding one safetensors file (tests, fuzzing).
+int bs_checkpoint_open_memory(bs_checkpoint **out, const void *buf, size_t len, const char *name, bs_err *err);
 void bs_checkpoint_close(bs_checkpoint *ck);
 const bs_tensor_info *bs_checkpoint_find(const bs_checkpoint *ck, const char *name);
 // A weight view checked against the shape the config implies: rows x cols for a matrix, or a 1-D

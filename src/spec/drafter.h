@@ -37,3 +37,8 @@ struct bs_drafter {
     int  (*propose)(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err);
     void (*free)(bs_drafter *d);
 };
+
+// Opens the drafter checkpoint in dir for engine e's target (dispatching on config.json's
+// architectures[0]) with room for max_ctx context rows.
+struct bs_engine;
+int bs_drafter_open(bs_drafter **out, const char *dir, struct bs_engine *e, int max_ctx, bs_err *err);

@@ -3,6 +3,8 @@
 #include <string.h>
 #include "spec/sampler.h"
 
+static inline uint32_t bs_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
 int32_t bs_argmax(const float *l, int vocab) {
     int best = 0;
     for (int i = 1; i < vocab; i++) if (l[i] > l[best]) best = i;
@@ -50,10 +52,17 @@ int bs_sampling_probs(const bs_sampling *s, const float *logits, int vocab, floa
     if (s->top_p > 0 && s->top_p < 1) {
         // Smallest set of the most probable tokens whose mass reaches top_p; tokens tied with the
         // last one admitted are kept too, so the result does not depend on index order.
+        // Only tokens in the binary orders of magnitude that can matter are sorted: bucket by the
+        // float exponent, walk buckets from the top until their mass reaches top_p.
+        double bmass[256] = { 0 };
+        for (int i = 0; i < vocab; i++) if (p[i] > 0) bmass[(bs_f32_bits(p[i]) >> 23) & 0xff] += p[i];
+        int lowest = 255; double acc = 0;
+        for (; lowest > 0; lowest--) { acc += bmass[lowest]; if (acc >= s->top_p) break; }
         int m = 0;
-        for (int i = 0; i < vocab; i++) if (p[i] > 0) scratch[m++] = p[i];
+        for (int i = 0; i < vocab; i++) if (p[i] > 0 && (int)((bs_f32_bits(p[i]) >> 23) & 0xff) >= lowest) scratch[m++] = p[i];
         qsort(scratch, m, sizeof(float), cmp_desc);
-        double acc = 0; float thr = scratch[0];
+        float thr = scratch[0];
+        acc = 0;
         for (int i = 0; i < m; i++) { thr = scratch[i]; acc += scratch[i]; if (acc >= s->top_p) break; }
         sum = 0; kept = 0;
         for (int i = 0; i < vocab; i++) { if (p[i] < thr) p[i] = 0; sum += p[i]; kept += p[i] > 0; }

@@ -3,7 +3,44 @@
 #include "backend/backend.h"
 
 void bs_cpu_fill_reference(bs_backend *be);
-// Replaces ops with the fastest kernels this CPU supports (runtime dispatch: AVX-512 BF16, AVX2/FMA, scalar).
+// Replaces ops with the fastest kernels this CPU supports (runtime dispatch: AVX-512, AVX2/FMA, scalar;
+// BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 forces a path; an unsupported request falls back to the best one).
 void bs_cpu_install_fast(bs_backend *be);
 void bs_cpu_rmsnorm_row(float *y, const float *x, int dim, const bs_mat *w, float eps);
 void bs_cpu_rope_row(float *x, int hd, int pos, float theta);
+
+// ---- fast-kernel paths (cpu_features.c) ----
+typedef enum {
+    BS_CPU_SCALAR = 0,      // portable C, threaded (any x86-64 / any CPU)
+    BS_CPU_AVX2,            // AVX2 + FMA + F16C (x86-64-v3), fp32 activations: exact up to summation order
+    BS_CPU_AVX512,          // AVX-512F/BW/VL matmul, fp32 activations (other ops: AVX2)
+    BS_CPU_AVX512BF16,      // as AVX512, but BF16-weight matmuls round activations to bf16 and use
+                            // vdpbf16ps: NOT exact (documented error, opt-in only)
+    BS_CPU_N_PATHS
+} bs_cpu_path;
+const char *bs_cpu_path_name(bs_cpu_path p);
+int bs_cpu_path_supported(bs_cpu_path p);   // this CPU can run it
+bs_cpu_path bs_cpu_default_path(void);      // BS_CPU_KERNELS if set and supported, else the best exact path
+// Installs the fast ops of one path; -1 (and nothing changed) if this CPU can't run it.
+int bs_cpu_install_path(bs_backend *be, bs_cpu_path p);
+
+// ---- matmul (cpu_matmul*.c) ----
+// A per-dtype matmul kernel. prep (NULL: kernel reads x as is) lays x [n][K] out the way the kernel wants
+// (xp has n*K elements of xp_elem bytes). run computes y[r][o] for r in [r0,r1), o in [o0,o1).
+typedef struct bs_mm_kernel {
+    void (*prep)(void *xp, const float *x, int n, int K);
+    int xp_elem;
+    void (*run)(const bs_mat *W, int64_t o0, int64_t o1, const void *xp, int r0, int r1, float *y, int acc);
+} bs_mm_kernel;
+extern const bs_mm_kernel bs_mm_scalar[3], bs_mm_avx2[3], bs_mm_avx512[3], bs_mm_avx512bf16[3];
+// Threaded matmul with the given kernels (indexed by bs_dtype).
+void bs_cpu_matmul_with(const bs_mm_kernel *k, float *y, const float *x, int n, const bs_mat *W, int acc);
+// x rows permuted within each block of `chunk` floats: evens first, then odds (matches bf16 even/odd widening).
+void bs_mm_prep_evenodd(float *xp, const float *x, int n, int K, int chunk);
+
+// ---- other ops ----
+void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const float *k, const float *v,
+                           int n_q, int n_heads, int n_kv_heads, int hd, int n_keys, int q_pos0, int causal,
+                           int window);
+void bs_cpu_install_ops_avx2(bs_backend *be);     // cpu_ops_avx2.c: vector elementwise ops + attention
+void bs_cpu_install_ops_scalar(bs_backend *be);   // cpu_fast.c: threaded portable ops

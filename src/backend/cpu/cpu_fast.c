@@ -1,26 +1,56 @@
-// Fast CPU kernels: multithreaded and vectorised, chosen at run time.
-// (First version: the reference ops run row-parallel on the thread pool; the vector kernels replace them.)
+// Fast CPU ops: dispatch by kernel path, plus the portable (scalar-path) threaded ops.
+// Path files: cpu_matmul.c (driver + scalar matmul), cpu_matmul_avx2.c, cpu_matmul_avx512.c,
+// cpu_ops_avx2.c (elementwise ops, norms, RoPE, argmax), cpu_attention.c.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include "backend/cpu/cpu.h"
 #include "util/threadpool.h"
 
-typedef struct { bs_backend *be; float *y; const float *x; int n; const bs_mat *W; int acc; } mm_job;
-
-static void mm_task(void *p, int t, int nt) {
-    mm_job *j = p;
-    int64_t per = (j->W->rows + nt - 1) / nt, lo = t * per, hi = lo + per > j->W->rows ? j->W->rows : lo + per;
-    for (int r = 0; r < j->n; r++)
-        for (int64_t o = lo; o < hi; o++) {
-            float s = 0;
-            for (int64_t i = 0; i < j->W->cols; i++)
-                s += j->x[r * j->W->cols + i] * bs_load_elem(j->W->data, j->W->dtype, o * j->W->cols + i);
-            float *y = j->y + r * j->W->rows + o;
-            *y = j->acc ? *y + s : s;
-        }
-}
-
+// The path's matmul kernels are kept in be->impl (the CPU backend has no other private state).
 static void fast_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
-    mm_job j = { be, y, x, n, W, acc };
-    bs_parallel_for(bs_pool_size() * 4, mm_task, &j);
+    bs_cpu_matmul_with(be->impl, y, x, n, W, acc);
 }
 
-void bs_cpu_install_fast(bs_backend *be) { be->matmul = fast_matmul; }
+// ---- scalar path: the reference math, split over the pool where there is enough work ----
+typedef struct { float *y; const float *x; int dim; const bs_mat *w; float eps; } rms_job;
+static void rms_task(void *p, int t, int nt) {
+    rms_job *j = p;
+    bs_cpu_rmsnorm_row(j->y + (size_t)t * j->dim, j->x + (size_t)t * j->dim, j->dim, j->w, j->eps);
+}
+static void sc_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) {
+    rms_job j = { y, x, dim, w, eps };
+    if ((size_t)n * dim < 65536) for (int r = 0; r < n; r++) rms_task(&j, r, n);
+    else bs_parallel_for(n, rms_task, &j);
+}
+
+typedef struct { float *h; const float *g, *u; size_t n; } sw_job;
+static void sw_task(void *p, int t, int nt) {
+    sw_job *j = p;
+    size_t per = (j->n + nt - 1) / nt, lo = t * per, hi = lo + per > j->n ? j->n : lo + per;
+    for (size_t i = lo; i < hi; i++) j->h[i] = j->g[i] / (1.0f + expf(-j->g[i])) * j->u[i];
+}
+static void sc_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
+    sw_job j = { h, g, u, n };
+    if (n < 65536) sw_task(&j, 0, 1); else bs_parallel_for(bs_pool_size() * 2, sw_task, &j);
+}
+
+void bs_cpu_install_ops_scalar(bs_backend *be) {
+    be->rmsnorm = sc_rmsnorm;
+    be->swiglu = sc_swiglu;
+    be->attention = bs_cpu_attention_fast;   // threaded; uses AVX2 inner loops only when the CPU has them
+}
+
+int bs_cpu_install_path(bs_backend *be, bs_cpu_path p) {
+    if (!bs_cpu_path_supported(p)) return -1;
+    bs_cpu_fill_reference(be);
+    be->name = "cpu";
+    static const bs_mm_kernel *mm[BS_CPU_N_PATHS] = { bs_mm_scalar, bs_mm_avx2, bs_mm_avx512, bs_mm_avx512bf16 };
+    be->impl = (void *)mm[p];
+    be->matmul = fast_matmul;
+    if (p == BS_CPU_SCALAR) bs_cpu_install_ops_scalar(be);
+    else bs_cpu_install_ops_avx2(be);
+    return 0;
+}
+
+void bs_cpu_install_fast(bs_backend *be) { bs_cpu_install_path(be, bs_cpu_default_path()); }

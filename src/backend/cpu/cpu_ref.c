@@ -20,12 +20,16 @@ static void cpu_sync(bs_backend *be) {}
 static int cpu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) { *dst = *host; return 0; }
 
 static void ref_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
-    for (int r = 0; r < n; r++)
-        for (int64_t o = 0; o < W->rows; o++) {
+    float *w = malloc(sizeof(float) * W->cols);   // one weight row, widened once for all n rows
+    for (int64_t o = 0; o < W->rows; o++) {
+        for (int64_t i = 0; i < W->cols; i++) w[i] = bs_load_elem(W->data, W->dtype, o * W->cols + i);
+        for (int r = 0; r < n; r++) {
             float s = 0;
-            for (int64_t i = 0; i < W->cols; i++) s += x[r * W->cols + i] * bs_load_elem(W->data, W->dtype, o * W->cols + i);
+            for (int64_t i = 0; i < W->cols; i++) s += x[r * W->cols + i] * w[i];
             y[r * W->rows + o] = acc ? y[r * W->rows + o] + s : s;
         }
+    }
+    free(w);
 }
 
 void bs_cpu_rmsnorm_row(float *y, const float *x, int dim, const bs_mat *w, float eps) {
@@ -43,7 +47,7 @@ static void ref_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim
 void bs_cpu_rope_row(float *x, int hd, int pos, float theta) {
     int half = hd / 2;
     for (int i = 0; i < half; i++) {
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+        float inv_freq = bs_rope_inv_freq(theta, i, hd);
         float a = (float)pos * inv_freq, c = cosf(a), s = sinf(a);
         float x0 = x[i], x1 = x[i + half];
         x[i] = x0 * c - x1 * s;

@@ -1,0 +1,70 @@
+// blockspec: fast, lossless LLM decoding with block-parallel speculative drafters (DFlash, DSpark).
+//
+// The public API. An engine is a loaded target model (Hugging Face Qwen3 checkpoint folder), an
+// optional drafter and the folder's tokenizer; it is immutable after blockspec_open and each
+// blockspec_generate call runs one independent timeline. Speculative output equals plain decoding
+// (greedy) or is distributed exactly as the target's (sampling).
+//
+//   blockspec *bs;  char err[512];
+//   if (blockspec_open(&bs, "Qwen3-8B", "Qwen3-8B-DFlash-b16", "cpu", err, sizeof err)) { puts(err); ... }
+//   blockspec_params p = blockspec_default_params();
+//   blockspec_generate_text(bs, "Hello", &p, on_text, ctx, &stats, err, sizeof err);
+//   blockspec_close(bs);
+#ifndef BLOCKSPEC_H
+#define BLOCKSPEC_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct blockspec blockspec;
+
+typedef struct blockspec_params {
+    int n_new;                  // tokens to generate
+    float temperature;          // 0: greedy
+    int top_k;                  // 0: off
+    float top_p;                // 1: off
+    uint64_t seed;
+    int n_ctx;                  // 0: the model's max_position_embeddings
+    int draft_max;              // 0: the drafter's block
+    float confidence_threshold; // 0: verify every draft
+    int stop_at_eos;            // 1: stop at the model's end-of-sequence tokens
+    int use_drafter;            // 1 (default): speculative when a drafter is loaded
+} blockspec_params;
+
+typedef struct blockspec_stats {
+    int n_prompt, n_generated, rounds;   // rounds: 0 for plain decoding
+    double tau;                           // tokens per round (accepted drafts + 1)
+    double t_prefill, t_generate;         // seconds
+} blockspec_stats;
+
+// Called for every generated token (id) or piece of text; return non-zero to stop.
+typedef int (*blockspec_token_fn)(void *ctx, int32_t token);
+typedef int (*blockspec_text_fn)(void *ctx, const char *text, size_t len);
+
+blockspec_params blockspec_default_params(void);
+
+// target_dir: folder with config.json + *.safetensors (+ tokenizer.json); drafter_dir: NULL or a
+// DFlash/DSpark folder; device: "cpu", "cpu-ref" or "cuda[:N]". Returns 0, or -1 with a message in err.
+int  blockspec_open(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device,
+                    char *err, size_t err_len);
+void blockspec_close(blockspec *bs);
+
+// Token ids in, token ids out (*n_out <= cap).
+int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p,
+                       int32_t *out, size_t cap, size_t *n_out, blockspec_token_fn on_token, void *ctx,
+                       blockspec_stats *stats, char *err, size_t err_len);
+// Text in, text out (streamed; UTF-8 characters are never split). Needs the folder's tokenizer.json.
+int blockspec_generate_text(blockspec *bs, const char *prompt, const blockspec_params *p,
+                            blockspec_text_fn on_text, void *ctx, blockspec_stats *stats, char *err, size_t err_len);
+
+// The folder's tokenizer: ids are malloc'ed (free them); text is malloc'ed and NUL-terminated.
+int blockspec_tokenize(blockspec *bs, const char *text, int32_t **ids, size_t *n, char *err, size_t err_len);
+int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **text, char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

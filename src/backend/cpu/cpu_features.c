@@ -1,0 +1,46 @@
+// Which fast-kernel path this CPU can run, and the BS_CPU_KERNELS override.
+// Kernels are compiled with per-function target attributes, so a PORTABLE (-march=x86-64) build still
+// carries every path; the path is chosen here at run time with __builtin_cpu_supports.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cpu/cpu.h"
+
+static const char *NAMES[BS_CPU_N_PATHS] = { "scalar", "avx2", "avx512", "avx512bf16" };
+
+const char *bs_cpu_path_name(bs_cpu_path p) { return p >= 0 && p < BS_CPU_N_PATHS ? NAMES[p] : "?"; }
+
+int bs_cpu_path_supported(bs_cpu_path p) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+    switch (p) {
+    case BS_CPU_SCALAR: return 1;
+    case BS_CPU_AVX2: return avx2;
+    case BS_CPU_AVX512: return avx512;
+    case BS_CPU_AVX512BF16: return avx512 && __builtin_cpu_supports("avx512bf16");
+    default: return 0;
+    }
+#else
+    return p == BS_CPU_SCALAR;
+#endif
+}
+
+bs_cpu_path bs_cpu_default_path(void) {
+    const char *env = getenv("BS_CPU_KERNELS");
+    if (env && *env) {
+        for (int p = 0; p < BS_CPU_N_PATHS; p++)
+            if (!strcmp(env, NAMES[p])) {
+                if (bs_cpu_path_supported(p)) return p;
+                fprintf(stderr, "blockspec: BS_CPU_KERNELS=%s is not supported by this CPU; using the best path\n", env);
+                break;
+            }
+    }
+    // The exact (fp32-activation) paths only: avx512bf16 rounds activations and stays opt-in.
+    // AVX-512 is opt-in too for now: it was written on a machine without AVX-512, so it is tested
+    // (tests/test_cpu_ops.c runs every supported path) but not yet benchmarked against AVX2.
+    if (bs_cpu_path_supported(BS_CPU_AVX2)) return BS_CPU_AVX2;
+    return BS_CPU_SCALAR;
+}

@@ -1,0 +1,115 @@
+// The public API (include/blockspec.h): a thin layer over the engine, sessions and the speculative loop.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "blockspec.h"
+#include "engine/engine.h"
+#include "spec/spec_loop.h"
+
+struct blockspec { bs_engine *eng; char *drafter_dir; };
+
+static int fail(char *err, size_t len, const char *msg) { if (err && len) snprintf(err, len, "%s", msg); return -1; }
+
+blockspec_params blockspec_default_params(void) {
+    return (blockspec_params){ .n_new = 128, .top_p = 1.0f, .stop_at_eos = 1, .use_drafter = 1 };
+}
+
+int blockspec_open(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device, char *err, size_t err_len) {
+    *out = NULL;
+    bs_err e = {0};
+    blockspec *bs = calloc(1, sizeof *bs);
+    if (!bs) return fail(err, err_len, "out of memory");
+    if (bs_engine_open(&bs->eng, target_dir, device ? device : "cpu", &e)) { free(bs); return fail(err, err_len, e.msg); }
+    if (drafter_dir) {
+        // Opened once here to validate it against the target; each generation opens its own timeline.
+        bs_drafter *d;
+        if (bs_drafter_open(&d, drafter_dir, bs->eng, 64, &e)) { blockspec_close(bs); return fail(err, err_len, e.msg); }
+        d->free(d);
+        bs->drafter_dir = strdup(drafter_dir);
+    }
+    *out = bs;
+    return 0;
+}
+
+void blockspec_close(blockspec *bs) {
+    if (!bs) return;
+    bs_engine_close(bs->eng);
+    free(bs->drafter_dir);
+    free(bs);
+}
+
+int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p,
+                       int32_t *out, size_t cap, size_t *n_out, blockspec_token_fn on_token, void *ctx,
+                       blockspec_stats *stats, char *err, size_t err_len) {
+    blockspec_params dp = blockspec_default_params();
+    if (!p) p = &dp;
+    bs_err e = {0};
+    bs_sampling smp = { p->temperature, p->top_k, p->top_p, p->seed };
+    bs_session s;
+    bs_drafter *d = NULL;
+    int n = 0, rc = -1, want = p->n_new < (int)cap ? p->n_new : (int)cap;
+    *n_out = 0;
+    if (n_prompt > (size_t)INT32_MAX) return fail(err, err_len, "prompt too long");
+    if (bs_session_init(&s, bs->eng, p->n_ctx, &smp, &e)) return fail(err, err_len, e.msg);
+    if (bs->drafter_dir && p->use_drafter) {
+        bs_spec_stats st = {0};
+        bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos };
+        if (bs_drafter_open(&d, bs->drafter_dir, bs->eng, s.kv.max_ctx, &e) ||
+            bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
+        if (stats) *stats = (blockspec_stats){ st.n_prompt, st.n_generated, st.rounds, bs_spec_tau(&st), st.t_prefill, st.t_total - st.t_prefill };
+        bs_spec_stats_free(&st);
+    } else {
+        if (bs_generate_plain(&s, prompt, (int)n_prompt, want, p->stop_at_eos, out, &n, on_token, ctx, &e)) goto out;
+        if (stats) *stats = (blockspec_stats){ s.stats.n_prompt, s.stats.n_generated, 0, 0, s.stats.t_prefill, s.stats.t_decode };
+    }
+    *n_out = (size_t)n;
+    rc = 0;
+out:
+    if (d) d->free(d);
+    bs_session_free(&s);
+    return rc ? fail(err, err_len, e.msg) : 0;
+}
+
+typedef struct text_ctx { bs_detok dt; blockspec_text_fn fn; void *ctx; } text_ctx;
+
+static int text_token(void *c, int32_t t) {
+    text_ctx *tc = c;
+    char buf[1024];
+    int n = bs_detok_push(&tc->dt, t, buf, sizeof buf);
+    return n > 0 && tc->fn ? tc->fn(tc->ctx, buf, (size_t)n) : 0;
+}
+
+int blockspec_generate_text(blockspec *bs, const char *prompt, const blockspec_params *p,
+                            blockspec_text_fn on_text, void *ctx, blockspec_stats *stats, char *err, size_t err_len) {
+    blockspec_params dp = blockspec_default_params();
+    if (!p) p = &dp;
+    int32_t *ids = NULL; size_t n = 0, n_out = 0;
+    if (blockspec_tokenize(bs, prompt, &ids, &n, err, err_len)) return -1;
+    int32_t *out = malloc(sizeof(int32_t) * (p->n_new > 0 ? p->n_new : 1));
+    text_ctx tc = { .fn = on_text, .ctx = ctx };
+    bs_detok_init(&tc.dt, bs->eng->tok, 1);
+    int rc = out ? blockspec_generate(bs, ids, n, p, out, (size_t)(p->n_new > 0 ? p->n_new : 0), &n_out, text_token, &tc, stats, err, err_len)
+                 : fail(err, err_len, "out of memory");
+    if (!rc) {
+        char buf[64];
+        int m = bs_detok_flush(&tc.dt, buf, sizeof buf);
+        if (m > 0 && on_text) on_text(ctx, buf, (size_t)m);
+    }
+    free(ids); free(out);
+    return rc;
+}
+
+int blockspec_tokenize(blockspec *bs, const char *text, int32_t **ids, size_t *n, char *err, size_t err_len) {
+    bs_err e = {0};
+    if (!bs->eng->tok) return fail(err, err_len, bs->eng->tok_error[0] ? bs->eng->tok_error : "this model folder has no tokenizer.json");
+    if (bs_tokenizer_encode(bs->eng->tok, text, strlen(text), ids, n, &e)) return fail(err, err_len, e.msg);
+    return 0;
+}
+
+int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **text, char *err, size_t err_len) {
+    bs_err e = {0};
+    size_t len;
+    if (!bs->eng->tok) return fail(err, err_len, bs->eng->tok_error[0] ? bs->eng->tok_error : "this model folder has no tokenizer.json");
+    if (bs_tokenizer_decode(bs->eng->tok, ids, n, 1, text, &len, &e)) return fail(err, err_len, e.msg);
+    return 0;
+}

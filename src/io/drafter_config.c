@@ -1,0 +1,154 @@
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "io/drafter_config.h"
+#include "io/json.h"
+
+int bs_is_drafter_arch(const char *a) {
+    return a && (!strcmp(a, "DFlashDraftModel") || !strcmp(a, "Qwen3DSparkModel"));
+}
+
+void bs_build_target_layer_ids(int Lt, int Ld, int *out) {
+    if (Ld == 1) { out[0] = Lt / 2; return; }
+    for (int i = 0; i < Ld; i++) {
+        // Python: int(round(1 + i * (Lt - 4) / (Ld - 1))): true division in double, round half to even.
+        double v = 1.0 + (double)(i * (Lt - 4)) / (double)(Ld - 1);
+        double r = floor(v), f = v - r;
+        if (f > 0.5 || (f == 0.5 && fmod(r, 2.0) != 0)) r += 1;
+        out[i] = (int)r;
+    }
+}
+
+// Reads an int that may live at the top level or inside a nested object; `prefer_nested` picks which wins.
+static int int_either(const cJSON *root, const cJSON *nested, const char *key, int prefer_nested, int *out, int *found,
+                      long lo, long hi, const char *file, bs_err *err) {
+    const cJSON *first = prefer_nested ? nested : root, *second = prefer_nested ? root : nested;
+    *found = 0;
+    for (int k = 0; k < 2; k++) {
+        const cJSON *o = k ? second : first;
+        if (!o) continue;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (bs_json_int(o, key, 1, lo, hi, out, file, err)) {
+            if (o == nested) return bs_wrap(err, "(in \"dflash_config\")");
+            return -1;
+        }
+        *found = 1;
+        return 0;
+    }
+    return 0;
+}
+
+int bs_drafter_config_parse(bs_drafter_config *c, const cJSON *root, const char *file, bs_err *err) {
+    memset(c, 0, sizeof *c);
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
+    if (!cJSON_IsString(a0))
+        return bs_fail(err, "%s: field \"architectures\" is missing; a drafter config needs architectures [\"DFlashDraftModel\"] or [\"Qwen3DSparkModel\"]", file);
+    if (!strcmp(a0->valuestring, "DFlashDraftModel")) { c->arch = BS_DRAFTER_ZLAB; c->arch_name = "DFlashDraftModel"; }
+    else if (!strcmp(a0->valuestring, "Qwen3DSparkModel")) { c->arch = BS_DRAFTER_DEEPSPEC; c->arch_name = "Qwen3DSparkModel"; }
+    else return bs_fail(err, "%s: architectures[0] is \"%s\"; blockspec drafters are \"DFlashDraftModel\" (z-lab DFlash) and \"Qwen3DSparkModel\" (DeepSpec DFlash / DSpark)", file, a0->valuestring);
+    if (bs_qwen3_config_parse(&c->base, root, file, err)) return -1;
+    const bs_qwen3_config *b = &c->base;
+    if (b->n_layers > BS_MAX_DRAFT_LAYERS) return bs_fail(err, "%s: field \"num_hidden_layers\" (%d) exceeds %d drafter layers", file, b->n_layers, BS_MAX_DRAFT_LAYERS);
+    const cJSON *dc = cJSON_GetObjectItemCaseSensitive(root, "dflash_config");
+    if (dc && !cJSON_IsNull(dc) && !cJSON_IsObject(dc)) return bs_fail(err, "%s: field \"dflash_config\" must be an object", file);
+    if (!cJSON_IsObject(dc)) dc = NULL;
+    int zl = c->arch == BS_DRAFTER_ZLAB, found;
+
+    // block_size: top level (z-lab v1, DeepSpec) or inside dflash_config (newer exporters).
+    if (int_either(root, dc, "block_size", 0, &c->block_size, &found, 2, BS_MAX_DRAFT, file, err)) return -1;
+    if (!found) return bs_fail(err, "%s: missing field \"block_size\" (top level or inside \"dflash_config\")", file);
+    if (bs_drafter_gamma(c) > BS_MAX_DRAFT) return bs_fail(err, "%s: field \"block_size\" (%d) gives more than %d drafts per round", file, c->block_size, BS_MAX_DRAFT);
+
+    // mask_token_id: nested for z-lab, top level for DeepSpec; either is accepted.
+    if (int_either(root, dc, "mask_token_id", zl, &c->mask_token_id, &found, -(1L << 30), 1L << 30, file, err)) return -1;
+    if (!found) return bs_fail(err, "%s: missing field \"%s\"", file, zl ? "dflash_config.mask_token_id" : "mask_token_id");
+    if (c->mask_token_id < 0 || c->mask_token_id >= b->vocab_size)
+        return bs_fail(err, "%s: field \"%s\" (%d) is outside the vocabulary [0, %d)", file,
+                       zl ? "dflash_config.mask_token_id" : "mask_token_id", c->mask_token_id, b->vocab_size);
+
+    c->num_target_layers = 0;
+    if (bs_json_int(root, "num_target_layers", zl, 1, 1 << 16, &c->num_target_layers, file, err)) return -1;
+
+    // target_layer_ids: nested for z-lab, top level for DeepSpec; absent -> z-lab's default spread.
+    const char *ids_field = zl ? "dflash_config.target_layer_ids" : "target_layer_ids";
+    const cJSON *ids_obj = NULL;
+    const cJSON *nested_ids = dc ? cJSON_GetObjectItemCaseSensitive(dc, "target_layer_ids") : NULL;
+    const cJSON *top_ids = cJSON_GetObjectItemCaseSensitive(root, "target_layer_ids");
+    if (nested_ids && cJSON_IsNull(nested_ids)) nested_ids = NULL;
+    if (top_ids && cJSON_IsNull(top_ids)) top_ids = NULL;
+    if (zl) { ids_obj = nested_ids ? dc : top_ids ? root : NULL; if (!nested_ids && top_ids) ids_field = "target_layer_ids"; }
+    else { ids_obj = top_ids ? root : nested_ids ? dc : NULL; if (!top_ids && nested_ids) ids_field = "dflash_config.target_layer_ids"; }
+    if (ids_obj) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(ids_obj, "target_layer_ids");
+        if (!cJSON_IsArray(v)) return bs_fail(err, "%s: field \"%s\" must be a list of integers", file, ids_field);
+        if (bs_json_int_list(ids_obj, "target_layer_ids", c->target_layer_ids, BS_MAX_TAPS, &c->n_taps, file, err)) return -1;
+        if (c->n_taps == 0) return bs_fail(err, "%s: field \"%s\" is empty", file, ids_field);
+    } else {
+        if (!c->num_target_layers) return bs_fail(err, "%s: missing field \"num_target_layers\" (needed for the default target_layer_ids)", file);
+        if (b->n_layers > BS_MAX_TAPS) return bs_fail(err, "%s: default taps for %d drafter layers exceed %d", file, b->n_layers, BS_MAX_TAPS);
+        bs_build_target_layer_ids(c->num_target_layers, b->n_layers, c->target_layer_ids);
+        c->n_taps = b->n_layers;
+        c->taps_defaulted = 1;
+    }
+    int lo = zl ? 0 : -1;
+    for (int i = 0; i < c->n_taps; i++) {
+        int id = c->target_layer_ids[i];
+        if (id < lo || (c->num_target_layers && id >= c->num_target_layers))
+            return bs_fail(err, "%s: field \"%s\"[%d] = %d is out of range: target layer ids must be in [%d, %d)%s", file, ids_field, i, id,
+                           lo, c->num_target_layers ? c->num_target_layers : 1 << 16, c->taps_defaulted ? " (default spread)" : "");
+    }
+
+    // DeepSpec heads.
+    c->markov_type = BS_MARKOV_NONE;
+    if (!zl) {
+        if (bs_json_int(root, "markov_rank", 0, 0, 1 << 20, &c->markov_rank, file, err)) return -1;
+        if (c->markov_rank > 0) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "markov_head_type");
+            const char *ty = cJSON_IsString(t) ? t->valuestring : "vanilla";
+            if (t && !cJSON_IsNull(t) && !cJSON_IsString(t)) return bs_fail(err, "%s: field \"markov_head_type\" must be a string", file);
+            if (!strcmp(ty, "vanilla")) c->markov_type = BS_MARKOV_VANILLA;
+            else if (!strcmp(ty, "gated")) c->markov_type = BS_MARKOV_GATED;
+            else if (!strcmp(ty, "rnn")) c->markov_type = BS_MARKOV_RNN;
+            else return bs_fail(err, "%s: field \"markov_head_type\" is \"%s\"; supported: \"vanilla\", \"gated\", \"rnn\"", file, ty);
+        }
+        if (bs_json_bool(root, "enable_confidence_head", 0, &c->conf_head, file, err)) return -1;
+        c->conf_with_markov = c->markov_rank > 0;
+        if (c->conf_head && bs_json_bool(root, "confidence_head_with_markov", 0, &c->conf_with_markov, file, err)) return -1;
+        if (c->conf_head && c->conf_with_markov && c->markov_rank == 0)
+            return bs_fail(err, "%s: field \"confidence_head_with_markov\" is true but \"markov_rank\" is 0 (no Markov embedding to feed it)", file);
+    }
+
+    // Sliding window: per layer_types, only when use_sliding_window enabled a window (base.sliding_window > 0).
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != b->n_layers)
+            return bs_fail(err, "%s: field \"layer_types\" must list one entry per drafter layer (%d)", file, b->n_layers);
+        for (int i = 0; i < b->n_layers; i++) {
+            const cJSON *e = cJSON_GetArrayItem(lt, i);
+            if (!cJSON_IsString(e)) return bs_fail(err, "%s: field \"layer_types\"[%d] must be a string", file, i);
+            if (!strcmp(e->valuestring, "sliding_attention")) c->layer_window[i] = b->sliding_window;
+            else if (strcmp(e->valuestring, "full_attention"))
+                return bs_fail(err, "%s: field \"layer_types\"[%d] is \"%s\"; supported: \"full_attention\", \"sliding_attention\"", file, i, e->valuestring);
+        }
+    } else if (b->sliding_window > 0) {
+        int mwl = 28;   // transformers' Qwen3 default: layers from max_window_layers on use the window
+        if (bs_json_int(root, "max_window_layers", 0, 0, 1 << 20, &mwl, file, err)) return -1;
+        for (int i = mwl; i < b->n_layers; i++) c->layer_window[i] = b->sliding_window;
+    }
+    return 0;
+}
+
+int bs_drafter_config_load(bs_drafter_config *c, const char *dir, bs_err *err) {
+    char path[4096];
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return bs_fail(err, "%s: not a drafter folder (expected a folder with config.json and *.safetensors)", dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cJSON *root = bs_json_load(path, err);
+    if (!root) return -1;
+    int rc = bs_drafter_config_parse(c, root, path, err);
+    cJSON_Delete(root);
+    return rc;
+}

@@ -1,0 +1,105 @@
+// Internal layout of bs_tokenizer, shared by the tokenizer_*.c files (one job each).
+#pragma once
+#include <stdint.h>
+#include <stddef.h>
+#include <oniguruma.h>
+#include "io/tokenizer.h"
+#include "io/tok_map.h"
+
+enum { BS_NORM_NFC = 1, BS_NORM_NFD, BS_NORM_NFKC, BS_NORM_NFKD, BS_NORM_LOWERCASE };
+enum { BS_PRE_SPLIT = 1, BS_PRE_BYTELEVEL };
+enum { BS_SPLIT_ISOLATED = 1, BS_SPLIT_REMOVED, BS_SPLIT_MERGED_PREV, BS_SPLIT_MERGED_NEXT, BS_SPLIT_CONTIGUOUS };
+
+typedef struct {
+    int kind;
+    regex_t *re;            // Split pattern, or the GPT-2 regex for ByteLevel(use_regex)
+    int behavior, invert;   // Split
+    int add_prefix_space;   // ByteLevel
+} bs_pretok;
+
+typedef struct {
+    char *content; size_t len;
+    int32_t id;
+    unsigned special : 1, lstrip : 1, rstrip : 1, normalized : 1, single_word : 1;
+} bs_added_token;
+
+// Merge table: key (left id << 32 | right id) -> rank and the merged id.
+typedef struct { uint64_t key; int32_t rank, id; } bs_merge_slot;
+
+struct bs_tokenizer {
+    // model (BPE)
+    bs_tok_map vocab;            // token string -> id (model vocab and added tokens)
+    char **id_to_str;            // id -> token string (NUL-terminated), NULL for holes
+    uint32_t *id_len;
+    uint8_t *id_special;         // 1 for special added tokens
+    size_t n_ids;                // largest id + 1
+    bs_merge_slot *merges; size_t merge_cap; size_t n_merges;
+    int ignore_merges, byte_fallback, fuse_unk;
+    int32_t unk_id;
+    char *cont_prefix, *eow_suffix;
+    int32_t byte_fallback_id[256];
+
+    // normaliser: a list of steps (Sequence flattened)
+    int norm[8]; int n_norm;
+    // pre-tokenisers (Sequence flattened). byte_level = the last one is ByteLevel, so the model's
+    // initial symbols are the mapped bytes (byte_id[b]) and pieces stay raw bytes until then.
+    bs_pretok pre[8]; int n_pre;
+    int byte_level;
+    int32_t byte_id[256];        // id of the ByteLevel character for each byte (-1 if not in vocab)
+
+    // added tokens
+    bs_added_token *added; size_t n_added;
+    int has_normalized_added;
+    uint8_t added_first[2][256];   // [normalized] first bytes that can start an added token
+
+    // post-processor (TemplateProcessing single sequence): ids before / after the text
+    int32_t *post_pre, *post_post; size_t n_post_pre, n_post_post;
+
+    // decoder
+    int dec_byte_level;
+    int dec_replace_meta; // reserved
+
+    // tokenizer_config.json
+    int32_t eos_id, bos_id, pad_id;
+    char *chat_template;
+};
+
+// tokenizer_bytes.c: the GPT-2 byte <-> unicode character table.
+void bs_bytelevel_char(unsigned char b, char out[4], int *len);   // UTF-8 of the char for byte b
+int  bs_bytelevel_byte(uint32_t cp);                             // inverse, -1 if not a mapped char
+
+// tokenizer_regex.c
+int  bs_regex_compile(regex_t **re, const char *pattern, size_t len, bs_err *err);
+const char *bs_gpt2_regex(void);
+
+// tokenizer_utf8.c
+size_t bs_utf8_sanitize(const char *s, size_t n, char **out);  // returns len; *out NULL if s was valid
+int    bs_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp); // length of char at s, 0 if invalid
+int    bs_utf8_encode(uint32_t cp, char out[4]);
+// Length of the valid character at s, or minus the length of its maximal ill-formed subpart.
+int    bs_utf8_step(const unsigned char *s, size_t n, uint32_t *cp);
+
+// tokenizer_normalize.c: applies the normaliser; *out NULL when the text is unchanged.
+int bs_normalize(const bs_tokenizer *t, const char *s, size_t n, char **out, size_t *out_len, bs_err *err);
+
+// Dynamic arrays used by the pipeline.
+typedef struct { int32_t *v; size_t n, cap; } bs_ids;
+int bs_ids_push(bs_ids *a, int32_t id);
+int bs_ids_append(bs_ids *a, const int32_t *v, size_t n);
+
+typedef struct { size_t off, len; } bs_span;
+typedef struct { bs_span *v; size_t n, cap; } bs_spans;
+int bs_spans_push(bs_spans *a, size_t off, size_t len);
+
+// tokenizer_pretok.c: splits s[0..n) into pieces (spans into s or into *scratch for prefix spaces).
+typedef struct bs_pretok_out { bs_spans a, b; char *buf; size_t buf_len, buf_cap; OnigRegion *region; } bs_pretok_ws;
+int  bs_pretokenize(const bs_tokenizer *t, bs_pretok_ws *ws, const char *s, size_t n, bs_err *err);
+void bs_pretok_ws_free(bs_pretok_ws *ws);
+
+// tokenizer_bpe.c: the BPE model on one piece; appends its ids.
+typedef struct bs_bpe_ws bs_bpe_ws;
+bs_bpe_ws *bs_bpe_ws_new(void);
+void bs_bpe_ws_free(bs_bpe_ws *w);
+int  bs_bpe_piece(const bs_tokenizer *t, bs_bpe_ws *w, const char *s, size_t n, bs_ids *out, bs_err *err);
+int  bs_merge_lookup(const bs_tokenizer *t, int32_t a, int32_t b, int32_t *rank, int32_t *id);
+int  bs_merge_insert(bs_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t id, bs_err *err);

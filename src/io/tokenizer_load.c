@@ -1,0 +1,383 @@
+// Loading tokenizer.json (+ tokenizer_config.json): builds the BPE tables and the pipeline, and
+// refuses any component it does not implement, by name, rather than tokenising differently.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <cjson/cJSON.h>
+#include "io/tokenizer_internal.h"
+
+static char *read_file(const char *path, size_t *len, bs_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { bs_fail(err, "cannot open %s", path); return NULL; }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f); free(buf); bs_fail(err, "cannot read %s", path); return NULL;
+    }
+    fclose(f);
+    buf[n] = 0;
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+static int jbool(const cJSON *o, const char *k, int dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+}
+
+static int set_id_str(bs_tokenizer *t, int32_t id, const char *s, size_t len, bs_err *err) {
+    if (id < 0 || (size_t)id >= t->n_ids) return bs_fail(err, "token id %d out of range", id);
+    free(t->id_to_str[id]);
+    if (!(t->id_to_str[id] = malloc(len + 1))) return bs_fail(err, "out of memory");
+    memcpy(t->id_to_str[id], s, len);
+    t->id_to_str[id][len] = 0;
+    t->id_len[id] = (uint32_t)len;
+    return 0;
+}
+
+static int load_model(bs_tokenizer *t, const cJSON *model, const cJSON *added, bs_err *err) {
+    if (!cJSON_IsObject(model)) return bs_fail(err, "tokenizer.json: \"model\" is missing or not an object");
+    const char *type = jstr(model, "type");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    if (type && strcmp(type, "BPE"))
+        return bs_fail(err, "tokenizer.json: model type \"%s\" is not supported (only BPE models are)", type);
+    if (!type && !merges) return bs_fail(err, "tokenizer.json: model has no \"type\" and no \"merges\": only BPE models are supported");
+    if (!cJSON_IsObject(vocab)) return bs_fail(err, "tokenizer.json: model.vocab must be an object of token -> id");
+    if (!cJSON_IsArray(merges)) return bs_fail(err, "tokenizer.json: model.merges must be an array");
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+    if (cJSON_IsNumber(dropout) && dropout->valuedouble > 0)
+        return bs_fail(err, "tokenizer.json: BPE dropout (%g) makes encoding random; not supported", dropout->valuedouble);
+    t->ignore_merges = jbool(model, "ignore_merges", 0);
+    t->byte_fallback = jbool(model, "byte_fallback", 0);
+    t->fuse_unk = jbool(model, "fuse_unk", 0);
+    const char *cp = jstr(model, "continuing_subword_prefix"), *es = jstr(model, "end_of_word_suffix");
+    if (cp && *cp) t->cont_prefix = strdup(cp);
+    if (es && *es) t->eow_suffix = strdup(es);
+
+    // Ids: the largest of the vocab and the added tokens sizes the id table.
+    int64_t max_id = -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, vocab) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 2e9)
+            return bs_fail(err, "tokenizer.json: model.vocab[\"%s\"] is not a valid id", it->string);
+        if (it->valueint > max_id) max_id = it->valueint;
+    }
+    cJSON_ArrayForEach(it, added) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 2e9 || !jstr(it, "content"))
+            return bs_fail(err, "tokenizer.json: each added_tokens entry needs a numeric \"id\" and a string \"content\"");
+        if (id->valueint > max_id) max_id = id->valueint;
+    }
+    t->n_ids = (size_t)(max_id + 1);
+    t->id_to_str = calloc(t->n_ids + 1, sizeof *t->id_to_str);
+    t->id_len = calloc(t->n_ids + 1, sizeof *t->id_len);
+    t->id_special = calloc(t->n_ids + 1, 1);
+    if (!t->id_to_str || !t->id_len || !t->id_special) return bs_fail(err, "out of memory");
+    cJSON_ArrayForEach(it, vocab) {
+        size_t l = strlen(it->string);
+        if (bs_tok_map_put(&t->vocab, it->string, l, it->valueint) || set_id_str(t, it->valueint, it->string, l, err))
+            return bs_fail(err, "out of memory");
+    }
+    const char *unk = jstr(model, "unk_token");
+    t->unk_id = unk ? bs_tok_map_get(&t->vocab, unk, strlen(unk)) : -1;
+    for (int b = 0; b < 256; b++) {
+        char name[8]; snprintf(name, sizeof name, "<0x%02X>", b);
+        t->byte_fallback_id[b] = t->byte_fallback ? bs_tok_map_get(&t->vocab, name, 6) : -1;
+    }
+
+    // Merges, in either stored form: "a b" or ["a", "b"]. The rank is the position.
+    int32_t rank = 0;
+    size_t pl = t->cont_prefix ? strlen(t->cont_prefix) : 0;
+    char *buf = NULL; size_t buf_cap = 0;
+    cJSON_ArrayForEach(it, merges) {
+        const char *a, *b; size_t al, bl;
+        if (cJSON_IsString(it)) {
+            const char *sp = strchr(it->valuestring, ' ');
+            if (!sp) { free(buf); return bs_fail(err, "tokenizer.json: merge %d \"%s\" is not \"left right\"", rank, it->valuestring); }
+            a = it->valuestring; al = (size_t)(sp - a); b = sp + 1; bl = strlen(b);
+        } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(it->child) && cJSON_IsString(it->child->next)) {
+            a = it->child->valuestring; al = strlen(a); b = it->child->next->valuestring; bl = strlen(b);
+        } else { free(buf); return bs_fail(err, "tokenizer.json: merge %d is neither \"a b\" nor [\"a\", \"b\"]", rank); }
+        int32_t ia = bs_tok_map_get(&t->vocab, a, al), ib = bs_tok_map_get(&t->vocab, b, bl);
+        const char *bb = b; size_t bbl = bl;
+        if (pl && bl >= pl && !memcmp(b, t->cont_prefix, pl)) { bb += pl; bbl -= pl; }
+        if (al + bbl + 1 > buf_cap) { buf_cap = 2 * (al + bbl + 1); free(buf); if (!(buf = malloc(buf_cap))) return bs_fail(err, "out of memory"); }
+        memcpy(buf, a, al); memcpy(buf + al, bb, bbl);
+        int32_t inew = bs_tok_map_get(&t->vocab, buf, al + bbl);
+        if (ia < 0 || ib < 0 || inew < 0) {
+            int r = bs_fail(err, "tokenizer.json: merge %d (\"%.*s\" + \"%.*s\") uses a token that is not in the vocab", rank, (int)al, a, (int)bl, b);
+            free(buf); return r;
+        }
+        if (bs_merge_insert(t, ia, ib, rank, inew, err)) { free(buf); return -1; }
+        rank++;
+    }
+    free(buf);
+    return 0;
+}
+
+static int load_added(bs_tokenizer *t, const cJSON *added, bs_err *err) {
+    int n = cJSON_GetArraySize(added);
+    t->added = calloc(n ? n : 1, sizeof *t->added);
+    if (!t->added) return bs_fail(err, "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, added) {
+        bs_added_token *a = &t->added[t->n_added];
+        const char *c = jstr(it, "content");
+        a->len = strlen(c);
+        if (!a->len) continue;   // an empty token can never match
+        a->content = strdup(c);
+        a->id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
+        // As in Hugging Face, a token the model vocab (or an earlier added token) already has keeps
+        // that id, whatever id the entry declares.
+        int32_t have = bs_tok_map_get(&t->vocab, c, a->len);
+        if (have >= 0) {
+            a->id = have;
+            t->id_special[a->id] |= a->special;
+            t->added_first[a->normalized && t->n_norm > 0][(unsigned char)c[0]] = 1;
+            t->has_normalized_added |= a->normalized && t->n_norm > 0;
+            t->n_added++;
+            continue;
+        }
+        a->special = jbool(it, "special", 0);
+        a->lstrip = jbool(it, "lstrip", 0);
+        a->rstrip = jbool(it, "rstrip", 0);
+        a->normalized = jbool(it, "normalized", !a->special);
+        a->single_word = jbool(it, "single_word", 0);
+        if (!a->content || bs_tok_map_put(&t->vocab, c, a->len, a->id) || set_id_str(t, a->id, c, a->len, err))
+            return bs_fail(err, "out of memory");
+        t->id_special[a->id] = a->special;
+        // Tokens with normalized=true are matched on the normalised text, the others on the raw text.
+        t->added_first[a->normalized && t->n_norm > 0][(unsigned char)c[0]] = 1;
+        t->has_normalized_added |= a->normalized && t->n_norm > 0;
+        t->n_added++;
+    }
+    return 0;
+}
+
+static int load_normalizer(bs_tokenizer *t, const cJSON *n, bs_err *err) {
+    if (!n || cJSON_IsNull(n)) return 0;
+    const char *type = jstr(n, "type");
+    if (!type) return bs_fail(err, "tokenizer.json: normalizer has no \"type\"");
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *it, *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
+        if (!cJSON_IsArray(list)) return bs_fail(err, "tokenizer.json: Sequence normalizer needs a \"normalizers\" array");
+        cJSON_ArrayForEach(it, list) if (load_normalizer(t, it, err)) return -1;
+        return 0;
+    }
+    int k = !strcmp(type, "NFC") ? BS_NORM_NFC : !strcmp(type, "NFD") ? BS_NORM_NFD : !strcmp(type, "NFKC") ? BS_NORM_NFKC
+          : !strcmp(type, "NFKD") ? BS_NORM_NFKD : !strcmp(type, "Lowercase") ? BS_NORM_LOWERCASE : 0;
+    if (!k) return bs_fail(err, "tokenizer.json: normalizer \"%s\" is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, Sequence)", type);
+    if (t->n_norm == 8) return bs_fail(err, "tokenizer.json: more than 8 normalisers");
+    t->norm[t->n_norm++] = k;
+    return 0;
+}
+
+// Escapes a literal Split pattern ({"String": ...}) into a regex.
+static char *regex_escape(const char *s) {
+    char *o = malloc(2 * strlen(s) + 1), *p = o;
+    if (!o) return NULL;
+    for (; *s; s++) { if (strchr("\\^$.|?*+()[]{}-", *s)) *p++ = '\\'; *p++ = *s; }
+    *p = 0;
+    return o;
+}
+
+static int load_pretok(bs_tokenizer *t, const cJSON *p, bs_err *err) {
+    if (!p || cJSON_IsNull(p)) return 0;
+    const char *type = jstr(p, "type");
+    if (!type) return bs_fail(err, "tokenizer.json: pre_tokenizer has no \"type\"");
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *it, *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
+        if (!cJSON_IsArray(list)) return bs_fail(err, "tokenizer.json: Sequence pre_tokenizer needs a \"pretokenizers\" array");
+        cJSON_ArrayForEach(it, list) if (load_pretok(t, it, err)) return -1;
+        return 0;
+    }
+    if (t->n_pre == 8) return bs_fail(err, "tokenizer.json: more than 8 pre-tokenisers");
+    if (t->byte_level)
+        return bs_fail(err, "tokenizer.json: pre-tokeniser \"%s\" after ByteLevel is not supported (ByteLevel must come last)", type);
+    bs_pretok *pt = &t->pre[t->n_pre];
+    memset(pt, 0, sizeof *pt);
+    if (!strcmp(type, "Split")) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
+        const char *rx = jstr(pat, "Regex"), *lit = jstr(pat, "String");
+        if (!rx && !lit) return bs_fail(err, "tokenizer.json: Split pre_tokenizer needs pattern.Regex or pattern.String");
+        char *esc = lit ? regex_escape(lit) : NULL;
+        const char *use = rx ? rx : esc;
+        if (!use) return bs_fail(err, "out of memory");
+        int rc = bs_regex_compile(&pt->re, use, strlen(use), err);
+        free(esc);
+        if (rc) return bs_wrap(err, "tokenizer.json: Split pre_tokenizer: ");
+        const char *b = jstr(p, "behavior");
+        pt->behavior = !b ? BS_SPLIT_ISOLATED : !strcmp(b, "Isolated") ? BS_SPLIT_ISOLATED : !strcmp(b, "Removed") ? BS_SPLIT_REMOVED
+                     : !strcmp(b, "MergedWithPrevious") ? BS_SPLIT_MERGED_PREV : !strcmp(b, "MergedWithNext") ? BS_SPLIT_MERGED_NEXT
+                     : !strcmp(b, "Contiguous") ? BS_SPLIT_CONTIGUOUS : 0;
+        if (!pt->behavior) return bs_fail(err, "tokenizer.json: Split behavior \"%s\" is not known", b);
+        pt->invert = jbool(p, "invert", 0);
+        pt->kind = BS_PRE_SPLIT;
+    } else if (!strcmp(type, "ByteLevel")) {
+        pt->kind = BS_PRE_BYTELEVEL;
+        pt->add_prefix_space = jbool(p, "add_prefix_space", 1);
+        if (jbool(p, "use_regex", 1) && bs_regex_compile(&pt->re, bs_gpt2_regex(), strlen(bs_gpt2_regex()), err)) return -1;
+        t->byte_level = 1;
+    } else
+        return bs_fail(err, "tokenizer.json: pre_tokenizer \"%s\" is not supported (supported: Split, ByteLevel, Sequence)", type);
+    t->n_pre++;
+    return 0;
+}
+
+static int32_t *special_ids(const cJSON *specials, const char *name, size_t *n) {
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(specials, name);
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(sp, "ids");
+    if (!cJSON_IsArray(ids)) return NULL;
+    int k = cJSON_GetArraySize(ids);
+    int32_t *v = malloc((k ? k : 1) * sizeof *v);
+    if (!v) return NULL;
+    const cJSON *it; *n = 0;
+    cJSON_ArrayForEach(it, ids) v[(*n)++] = it->valueint;
+    return v;
+}
+
+static int load_post(bs_tokenizer *t, const cJSON *p, bs_err *err) {
+    if (!p || cJSON_IsNull(p)) return 0;
+    const char *type = jstr(p, "type");
+    if (!type) return bs_fail(err, "tokenizer.json: post_processor has no \"type\"");
+    if (!strcmp(type, "ByteLevel")) return 0;   // it only adjusts offsets, never ids
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *it, *list = cJSON_GetObjectItemCaseSensitive(p, "processors");
+        cJSON_ArrayForEach(it, list) if (load_post(t, it, err)) return -1;
+        return 0;
+    }
+    if (strcmp(type, "TemplateProcessing"))
+        return bs_fail(err, "tokenizer.json: post_processor \"%s\" is not supported (supported: ByteLevel, TemplateProcessing, Sequence)", type);
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(p, "single"), *specials = cJSON_GetObjectItemCaseSensitive(p, "special_tokens");
+    if (!cJSON_IsArray(single)) return bs_fail(err, "tokenizer.json: TemplateProcessing needs a \"single\" array");
+    int seen_seq = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, single) {
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
+        if (cJSON_GetObjectItemCaseSensitive(it, "Sequence")) { seen_seq = 1; continue; }
+        const char *name = jstr(st, "id");
+        if (!name) return bs_fail(err, "tokenizer.json: TemplateProcessing item is neither Sequence nor SpecialToken");
+        size_t n = 0;
+        int32_t *v = special_ids(specials, name, &n);
+        if (!v) return bs_fail(err, "tokenizer.json: TemplateProcessing special token \"%s\" has no ids in special_tokens", name);
+        int32_t **dst = seen_seq ? &t->post_post : &t->post_pre;
+        size_t *dn = seen_seq ? &t->n_post_post : &t->n_post_pre;
+        int32_t *nv = realloc(*dst, (*dn + n) * sizeof *nv);
+        if (!nv) { free(v); return bs_fail(err, "out of memory"); }
+        memcpy(nv + *dn, v, n * sizeof *v);
+        *dst = nv; *dn += n;
+        free(v);
+    }
+    return 0;
+}
+
+static int load_decoder(bs_tokenizer *t, const cJSON *d, bs_err *err) {
+    if (!d || cJSON_IsNull(d)) return 0;
+    const char *type = jstr(d, "type");
+    if (!type) return bs_fail(err, "tokenizer.json: decoder has no \"type\"");
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *it, *list = cJSON_GetObjectItemCaseSensitive(d, "decoders");
+        cJSON_ArrayForEach(it, list) if (load_decoder(t, it, err)) return -1;
+        return 0;
+    }
+    if (!strcmp(type, "ByteLevel")) { t->dec_byte_level = 1; return 0; }
+    return bs_fail(err, "tokenizer.json: decoder \"%s\" is not supported (supported: ByteLevel, Sequence)", type);
+}
+
+static int32_t config_token(const bs_tokenizer *t, const cJSON *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    const char *s = cJSON_IsString(v) ? v->valuestring : jstr(v, "content");
+    return s ? bs_tok_map_get(&t->vocab, s, strlen(s)) : -1;
+}
+
+static int load_config(bs_tokenizer *t, const char *json, bs_err *err) {
+    cJSON *cfg = cJSON_Parse(json);
+    if (!cfg || !cJSON_IsObject(cfg)) { cJSON_Delete(cfg); return bs_fail(err, "tokenizer_config.json is not valid JSON"); }
+    t->eos_id = config_token(t, cfg, "eos_token");
+    t->bos_id = config_token(t, cfg, "bos_token");
+    t->pad_id = config_token(t, cfg, "pad_token");
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), *it;
+    if (cJSON_IsString(ct)) t->chat_template = strdup(ct->valuestring);
+    else if (cJSON_IsArray(ct))   // [{name, template}, ...]: the "default" one
+        cJSON_ArrayForEach(it, ct) { const char *nm = jstr(it, "name"), *tp = jstr(it, "template");
+            if (nm && tp && !strcmp(nm, "default")) t->chat_template = strdup(tp); }
+    cJSON_Delete(cfg);
+    return 0;
+}
+
+int bs_tokenizer_load_json(bs_tokenizer **out, const char *json, size_t len, const char *config_json, bs_err *err) {
+    *out = NULL;
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root) return bs_fail(err, "tokenizer.json is not valid JSON (near byte %zu)", (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json : 0));
+    bs_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) { cJSON_Delete(root); return bs_fail(err, "out of memory"); }
+    t->eos_id = t->bos_id = t->pad_id = t->unk_id = -1;
+    for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    const cJSON *trunc = cJSON_GetObjectItemCaseSensitive(root, "truncation"), *pad = cJSON_GetObjectItemCaseSensitive(root, "padding");
+    int rc = !cJSON_IsObject(root) ? bs_fail(err, "tokenizer.json: the top level must be an object") : 0;
+    if (!rc && added && !cJSON_IsArray(added)) rc = bs_fail(err, "tokenizer.json: \"added_tokens\" must be an array");
+    if (!rc && trunc && !cJSON_IsNull(trunc)) rc = bs_fail(err, "tokenizer.json: \"truncation\" is set; truncation is not supported (set it to null)");
+    if (!rc && pad && !cJSON_IsNull(pad)) rc = bs_fail(err, "tokenizer.json: \"padding\" is set; padding is not supported (set it to null)");
+    if (!rc) rc = load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), added, err);
+    if (!rc) rc = load_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), err);
+    if (!rc) rc = load_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), err);
+    if (!rc && added) rc = load_added(t, added, err);
+    if (!rc) rc = load_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), err);
+    if (!rc) rc = load_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), err);
+    cJSON_Delete(root);
+    if (!rc && t->byte_level)
+        for (int b = 0; b < 256; b++) { char c[4]; int l; bs_bytelevel_char((unsigned char)b, c, &l); t->byte_id[b] = bs_tok_map_get(&t->vocab, c, l); }
+    if (!rc && config_json) rc = load_config(t, config_json, err);
+    if (rc) { bs_tokenizer_free(t); return -1; }
+    *out = t;
+    return 0;
+}
+
+int bs_tokenizer_load(bs_tokenizer **out, const char *path, bs_err *err) {
+    *out = NULL;
+    struct stat st;
+    if (!path || stat(path, &st)) return bs_fail(err, "tokenizer: %s does not exist", path ? path : "(null)");
+    size_t pl = strlen(path);
+    char *json_path = malloc(pl + 32), *cfg_path = malloc(pl + 32);
+    if (!json_path || !cfg_path) { free(json_path); free(cfg_path); return bs_fail(err, "out of memory"); }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(json_path, pl + 32, "%s/tokenizer.json", path);
+        snprintf(cfg_path, pl + 32, "%s/tokenizer_config.json", path);
+    } else {
+        strcpy(json_path, path);
+        const char *slash = strrchr(path, '/');
+        int dl = slash ? (int)(slash - path) : 1;
+        snprintf(cfg_path, pl + 32, "%.*s/tokenizer_config.json", dl, slash ? path : ".");
+    }
+    size_t len;
+    char *json = read_file(json_path, &len, err), *cfg = NULL;
+    int rc = -1;
+    if (json) {
+        if (!stat(cfg_path, &st)) { bs_err e2; cfg = read_file(cfg_path, NULL, &e2); }
+        rc = bs_tokenizer_load_json(out, json, len, cfg, err);
+        if (rc) bs_wrap(err, "%s: ", json_path);
+    }
+    free(json); free(cfg); free(json_path); free(cfg_path);
+    return rc;
+}
+
+void bs_tokenizer_free(bs_tokenizer *t) {
+    if (!t) return;
+    bs_tok_map_free(&t->vocab);
+    for (size_t i = 0; i < t->n_ids; i++) free(t->id_to_str ? t->id_to_str[i] : NULL);
+    free(t->id_to_str); free(t->id_len); free(t->id_special); free(t->merges);
+    free(t->cont_prefix); free(t->eow_suffix);
+    for (int i = 0; i < t->n_pre; i++) if (t->pre[i].re) onig_free(t->pre[i].re);
+    for (size_t i = 0; i < t->n_added; i++) free(t->added[i].content);
+    free(t->added); free(t->post_pre); free(t->post_post); free(t->chat_template);
+    free(t);
+}

@@ -1,0 +1,53 @@
+// Normalisers: Unicode normal forms through utf8proc, and Lowercase.
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+#include "io/tokenizer_internal.h"
+
+static int is_ascii(const char *s, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) { uint64_t k; memcpy(&k, s + i, 8); if (k & 0x8080808080808080ull) return 0; }
+    for (; i < n; i++) if ((unsigned char)s[i] & 0x80) return 0;
+    return 1;
+}
+
+static int apply(int kind, const char *s, size_t n, char **out, size_t *out_len, bs_err *err) {
+    *out = NULL;
+    if (kind == BS_NORM_LOWERCASE) {
+        char *o = malloc(4 * n + 1);
+        if (!o) return bs_fail(err, "out of memory normalising %zu bytes", n);
+        size_t m = 0, i = 0;
+        while (i < n) {
+            utf8proc_int32_t cp;
+            utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, n - i, &cp);
+            if (k <= 0) { free(o); return bs_fail(err, "normaliser: invalid UTF-8"); }
+            m += utf8proc_encode_char(utf8proc_tolower(cp), (utf8proc_uint8_t *)o + m);
+            i += k;
+        }
+        o[m] = 0; *out = o; *out_len = m;
+        return 0;
+    }
+    if (is_ascii(s, n)) return 0;   // every normal form leaves ASCII as it is
+    utf8proc_option_t opt = UTF8PROC_STABLE;
+    if (kind == BS_NORM_NFC) opt |= UTF8PROC_COMPOSE;
+    else if (kind == BS_NORM_NFD) opt |= UTF8PROC_DECOMPOSE;
+    else if (kind == BS_NORM_NFKC) opt |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+    else opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+    utf8proc_uint8_t *dst = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt);
+    if (r < 0) return bs_fail(err, "normaliser: %s", utf8proc_errmsg(r));
+    *out = (char *)dst; *out_len = (size_t)r;
+    return 0;
+}
+
+int bs_normalize(const bs_tokenizer *t, const char *s, size_t n, char **out, size_t *out_len, bs_err *err) {
+    *out = NULL; *out_len = n;
+    char *cur = NULL; size_t cur_len = n;
+    for (int i = 0; i < t->n_norm; i++) {
+        char *o; size_t ol;
+        if (apply(t->norm[i], cur ? cur : s, cur_len, &o, &ol, err)) { free(cur); return -1; }
+        if (o) { free(cur); cur = o; cur_len = ol; }
+    }
+    *out = cur; *out_len = cur_len;
+    return 0;
+}

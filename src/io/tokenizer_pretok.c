@@ -1,0 +1,145 @@
+// Pre-tokenisers: Split (Oniguruma regex, as Hugging Face uses) and ByteLevel. Pieces are spans of
+// ws->buf; ByteLevel's byte-to-character mapping is not materialised: the BPE model maps bytes itself.
+#include <stdlib.h>
+#include <string.h>
+#include "io/tokenizer_internal.h"
+
+void bs_pretok_ws_free(bs_pretok_ws *ws) {
+    free(ws->a.v); free(ws->b.v); free(ws->buf);
+    if (ws->region) onig_region_free(ws->region, 1);
+    memset(ws, 0, sizeof *ws);
+}
+
+// Match list of one piece, as the onig crate's find_iter yields it (an empty match right after the
+// previous match is skipped by one character), tagged is_match.
+typedef struct { size_t s, e; int m; } mspan;
+typedef struct { mspan *v; size_t n, cap; } mspans;
+static int mpush(mspans *a, size_t s, size_t e, int m) {
+    if (a->n == a->cap) {
+        size_t c = a->cap ? a->cap * 2 : 64;
+        void *p = realloc(a->v, c * sizeof *a->v);
+        if (!p) return -1;
+        a->v = p; a->cap = c;
+    }
+    a->v[a->n++] = (mspan){ s, e, m };
+    return 0;
+}
+
+static int find_matches(regex_t *re, OnigRegion *rg, const char *s, size_t n, mspans *out, bs_err *err) {
+    out->n = 0;
+    const UChar *str = (const UChar *)s, *end = str + n;
+    size_t last_end = 0, prev = 0; long last_match_end = -1;
+    while (last_end <= n) {
+        int r = onig_search(re, str, end, str + last_end, end, rg, ONIG_OPTION_NONE);
+        if (r == ONIG_MISMATCH) break;
+        if (r < 0) return bs_fail(err, "regex search failed (code %d)", r);
+        size_t ms = (size_t)rg->beg[0], me = (size_t)rg->end[0];
+        if (ms == me && last_match_end == (long)me) {
+            if (last_end >= n) break;
+            uint32_t cp; int k = bs_utf8_decode((const unsigned char *)s + last_end, n - last_end, &cp);
+            last_end += k ? k : 1;
+            continue;
+        }
+        last_end = me; last_match_end = (long)me;
+        if (prev != ms && mpush(out, prev, ms, 0)) return bs_fail(err, "out of memory");
+        if (mpush(out, ms, me, 1)) return bs_fail(err, "out of memory");
+        prev = me;
+        if (ms == me && me >= n) break;
+    }
+    if (prev != n && mpush(out, prev, n, 0)) return bs_fail(err, "out of memory");
+    return 0;
+}
+
+// Applies the Split behaviour to the match list, in place; returns the new count.
+static size_t apply_behavior(mspans *a, int behavior, int invert) {
+    size_t k = 0; int prevm = 0;
+    if (invert) for (size_t i = 0; i < a->n; i++) a->v[i].m = !a->v[i].m;
+    switch (behavior) {
+    case BS_SPLIT_ISOLATED: return a->n;
+    case BS_SPLIT_REMOVED:
+        for (size_t i = 0; i < a->n; i++) if (!a->v[i].m) a->v[k++] = a->v[i];
+        return k;
+    case BS_SPLIT_MERGED_PREV:
+        for (size_t i = 0; i < a->n; i++) {
+            mspan x = a->v[i];
+            if (x.m && !prevm && k) a->v[k - 1].e = x.e; else a->v[k++] = x;
+            prevm = x.m;
+        }
+        return k;
+    case BS_SPLIT_MERGED_NEXT: {
+        // Walk backwards, merging a match into the piece after it, then restore the order.
+        size_t n = a->n;
+        for (size_t j = n; j-- > 0;) {
+            mspan x = a->v[j];
+            if (x.m && !prevm && k) a->v[n - k].s = x.s;   // last pushed sits at n-k
+            else { k++; a->v[n - k] = x; }
+            prevm = x.m;
+        }
+        memmove(a->v, a->v + (n - k), k * sizeof *a->v);
+        return k;
+    }
+    case BS_SPLIT_CONTIGUOUS:
+        for (size_t i = 0; i < a->n; i++) {
+            mspan x = a->v[i];
+            if (k && x.m == prevm) a->v[k - 1].e = x.e; else a->v[k++] = x;
+            prevm = x.m;
+        }
+        return k;
+    }
+    return a->n;
+}
+
+static int buf_reserve(bs_pretok_ws *ws, size_t n) {
+    if (n <= ws->buf_cap) return 0;
+    size_t c = ws->buf_cap ? ws->buf_cap : 4096;
+    while (c < n) c *= 2;
+    char *p = malloc(c);
+    if (!p) return -1;
+    free(ws->buf); ws->buf = p; ws->buf_cap = c;
+    return 0;
+}
+
+int bs_pretokenize(const bs_tokenizer *t, bs_pretok_ws *ws, const char *s, size_t n, bs_err *err) {
+    if (!ws->region && !(ws->region = onig_region_new())) return bs_fail(err, "out of memory");
+    if (buf_reserve(ws, n + 1)) return bs_fail(err, "out of memory");
+    memcpy(ws->buf, s, n);
+    ws->buf_len = n;
+    ws->a.n = 0;
+    if (n && bs_spans_push(&ws->a, 0, n)) return bs_fail(err, "out of memory");
+    mspans ms = { 0 };
+    int rc = 0;
+    for (int p = 0; p < t->n_pre && !rc; p++) {
+        const bs_pretok *pt = &t->pre[p];
+        if (pt->kind == BS_PRE_BYTELEVEL && pt->add_prefix_space) {
+            // Each piece that does not start with a space gets one: lay the pieces out again.
+            size_t extra = 0;
+            for (size_t i = 0; i < ws->a.n; i++) extra += ws->buf[ws->a.v[i].off] != ' ';
+            char *nb = malloc(ws->buf_len + extra + 1);
+            if (!nb) { rc = bs_fail(err, "out of memory"); break; }
+            size_t m = 0;
+            for (size_t i = 0; i < ws->a.n; i++) {
+                bs_span *x = &ws->a.v[i];
+                size_t start = m;
+                if (ws->buf[x->off] != ' ') nb[m++] = ' ';
+                memcpy(nb + m, ws->buf + x->off, x->len); m += x->len;
+                x->off = start; x->len = m - start;
+            }
+            free(ws->buf); ws->buf = nb; ws->buf_len = m; ws->buf_cap = ws->buf_len + extra + 1;
+        }
+        if (!pt->re) continue;
+        int behavior = pt->kind == BS_PRE_SPLIT ? pt->behavior : BS_SPLIT_ISOLATED;
+        ws->b.n = 0;
+        for (size_t i = 0; i < ws->a.n && !rc; i++) {
+            bs_span x = ws->a.v[i];
+            if (find_matches(pt->re, ws->region, ws->buf + x.off, x.len, &ms, err)) { rc = -1; break; }
+            size_t k = apply_behavior(&ms, behavior, pt->kind == BS_PRE_SPLIT && pt->invert);
+            for (size_t j = 0; j < k; j++)
+                if (ms.v[j].e > ms.v[j].s && bs_spans_push(&ws->b, x.off + ms.v[j].s, ms.v[j].e - ms.v[j].s)) {
+                    rc = bs_fail(err, "out of memory"); break;
+                }
+        }
+        bs_spans tmp = ws->a; ws->a = ws->b; ws->b = tmp;
+    }
+    free(ms.v);
+    return rc;
+}

@@ -1,0 +1,147 @@
+// Text helpers of the tokenizer: UTF-8 checking, the GPT-2 byte/character table, regex compiling.
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include "io/tokenizer_internal.h"
+
+// Returns the length of the valid character at s, or minus the length of the maximal ill-formed
+// subpart (Unicode's "maximal subpart" rule, which WHATWG decoders and Node follow): that many
+// bytes become one U+FFFD.
+int bs_utf8_step(const unsigned char *s, size_t n, uint32_t *cp) {
+    unsigned c = s[0];
+    if (c < 0x80) { *cp = c; return 1; }
+    int need; unsigned lo = 0x80, hi = 0xbf; uint32_t v;
+    if (c >= 0xc2 && c <= 0xdf) { need = 1; v = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { need = 2; v = c & 0x0f; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
+    else if (c >= 0xf0 && c <= 0xf4) { need = 3; v = c & 0x07; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
+    else return -1;
+    for (int i = 1; i <= need; i++) {
+        if ((size_t)i >= n || s[i] < lo || s[i] > hi) return -i;
+        v = (v << 6) | (s[i] & 0x3f);
+        lo = 0x80; hi = 0xbf;
+    }
+    *cp = v;
+    return need + 1;
+}
+
+int bs_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
+    if (!n) return 0;
+    int k = bs_utf8_step(s, n, cp);
+    return k > 0 ? k : 0;
+}
+
+int bs_utf8_encode(uint32_t cp, char o[4]) {
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xc0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
+    if (cp < 0x10000) { o[0] = (char)(0xe0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[2] = (char)(0x80 | (cp & 0x3f)); return 3; }
+    o[0] = (char)(0xf0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+size_t bs_utf8_sanitize(const char *in, size_t n, char **out) {
+    const unsigned char *s = (const unsigned char *)in;
+    *out = NULL;
+    size_t i = 0;
+    uint32_t cp;
+    // Fast scan: most text is valid, and then no copy is made.
+    while (i < n) {
+        if (s[i] < 0x80) { i++; continue; }
+        int k = bs_utf8_step(s + i, n - i, &cp);
+        if (k < 0) break;
+        i += k;
+    }
+    if (i == n) return n;
+    char *o = malloc(3 * n + 1);   // each bad byte becomes at most 3 bytes
+    if (!o) return 0;
+    memcpy(o, in, i);
+    size_t m = i;
+    while (i < n) {
+        int k = bs_utf8_step(s + i, n - i, &cp);
+        if (k > 0) { memcpy(o + m, s + i, k); m += k; i += k; }
+        else { memcpy(o + m, "\xef\xbf\xbd", 3); m += 3; i += -k; }
+    }
+    o[m] = 0;
+    *out = o;
+    return m;
+}
+
+// GPT-2's table: printable Latin-1 bytes map to themselves, the other 68 bytes to U+0100 upwards.
+static uint32_t byte_cp[256];
+static int16_t cp_byte[324];
+static pthread_once_t bytes_once = PTHREAD_ONCE_INIT;
+static void bytes_init(void) {
+    int n = 0;
+    for (int i = 0; i < 324; i++) cp_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+        byte_cp[b] = printable ? (uint32_t)b : 256 + n++;
+        cp_byte[byte_cp[b]] = (int16_t)b;
+    }
+}
+void bs_bytelevel_char(unsigned char b, char out[4], int *len) {
+    pthread_once(&bytes_once, bytes_init);
+    *len = bs_utf8_encode(byte_cp[b], out);
+}
+int bs_bytelevel_byte(uint32_t cp) {
+    pthread_once(&bytes_once, bytes_init);
+    return cp < 324 ? cp_byte[cp] : -1;
+}
+
+static pthread_once_t onig_once = PTHREAD_ONCE_INIT;
+static void bs_onig_init_once(void) {
+    OnigEncoding enc[1] = { ONIG_ENCODING_UTF8 };
+    onig_initialize(enc, 1);
+}
+
+int bs_regex_compile(regex_t **re, const char *pat, size_t len, bs_err *err) {
+    pthread_once(&onig_once, bs_onig_init_once);
+    OnigErrorInfo info;
+    int r = onig_new(re, (const UChar *)pat, (const UChar *)pat + len, ONIG_OPTION_NONE,
+                     ONIG_ENCODING_UTF8, ONIG_SYNTAX_RUBY, &info);
+    if (r != ONIG_NORMAL) {
+        UChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+        onig_error_code_to_str(msg, r, &info);
+        *re = NULL;
+        return bs_fail(err, "regex /%.*s/ does not compile: %s", (int)(len > 200 ? 200 : len), pat, (char *)msg);
+    }
+    return 0;
+}
+
+const char *bs_gpt2_regex(void) {
+    return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+}
+
+int bs_ids_push(bs_ids *a, int32_t id) {
+    if (a->n == a->cap) {
+        size_t c = a->cap ? a->cap * 2 : 256;
+        void *p = realloc(a->v, c * sizeof *a->v);
+        if (!p) return -1;
+        a->v = p; a->cap = c;
+    }
+    a->v[a->n++] = id;
+    return 0;
+}
+int bs_ids_append(bs_ids *a, const int32_t *v, size_t n) {
+    if (!n) return 0;
+    if (a->n + n > a->cap) {
+        size_t c = a->cap ? a->cap : 256;
+        while (c < a->n + n) c *= 2;
+        void *p = realloc(a->v, c * sizeof *a->v);
+        if (!p) return -1;
+        a->v = p; a->cap = c;
+    }
+    memcpy(a->v + a->n, v, n * sizeof *v);
+    a->n += n;
+    return 0;
+}
+int bs_spans_push(bs_spans *a, size_t off, size_t len) {
+    if (a->n == a->cap) {
+        size_t c = a->cap ? a->cap * 2 : 256;
+        void *p = realloc(a->v, c * sizeof *a->v);
+        if (!p) return -1;
+        a->v = p; a->cap = c;
+    }
+    a->v[a->n++] = (bs_span){ off, len };
+    return 0;
+}

@@ -1,0 +1,439 @@
+// z-lab DFlash and DeepSpec DFlash / DSpark drafters, written once against the backend ops.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model/dflash.h"
+
+#define CTX_CHUNK 64
+
+typedef struct dflash {
+    bs_drafter iface;
+    bs_drafter_config cfg;
+    char *dir;
+    bs_checkpoint *ck;
+    bs_backend *be;
+    bs_qwen3 *target;
+    int taps[BS_MAX_TAPS];           // hidden_states indices = target_layer_ids + 1
+    int B, gamma, H, V, kd, qd, I, r, max_ctx;
+    float rope_theta;                // as passed to head_norm_rope: < 0 = inv_freq rounded to bf16 (bf16 checkpoints)
+    // weights (backend views)
+    bs_mat fc, hidden_norm, norm, embed, lm_head;
+    bs_qwen3_layer *layers;
+    bs_mat w1, w2, gate_w, joint_w, conf_w;
+    float *gate_b, *joint_b, conf_b;  // host copies of the small biases
+    // per-layer context cache [max_ctx + B][kd]; rows >= n_ctx are transient block rows
+    float **kc, **vc;
+    // backend workspace
+    float *ctx;                      // [CTX_CHUNK][H]
+    float *x, *xn, *q, *att, *gate, *up, *h;   // block rows
+    float *logits;                   // [B][V]
+    float *he;                       // [B][H + r]: [h_k ; W1[x_{k-1}]] rows (Markov / confidence input)
+    float *vec_r, *vec_z, *vec_3r;   // [r], [2r + H], [3r] (gated / rnn steps)
+    float *conf_out;                 // [B]
+    // host workspace
+    float *logits_host;              // [gamma][V]
+    float *q_host;                   // [gamma][V]
+    float *scratch;                  // [2V]
+    float *hv, *state;               // [3r], [r]
+} dflash;
+
+static const bs_drafter_config *cfg_of(const bs_drafter *d) { return &((const dflash *)d->impl)->cfg; }
+const bs_drafter_config *bs_dflash_config(const bs_drafter *d) { return cfg_of(d); }
+
+// ---- loading ----------------------------------------------------------------------------------------------
+
+// Finds `name` or "model." + name (some exports add the prefix) and checks its shape.
+static int get_mat(dflash *m, const char *name, int64_t rows, int64_t cols, bs_mat *host, bs_err *err) {
+    char alt[300];
+    const char *use = name;
+    if (!bs_checkpoint_find(m->ck, name)) {
+        snprintf(alt, sizeof alt, "model.%s", name);
+        if (!bs_checkpoint_find(m->ck, alt))
+            return bs_fail(err, "drafter %s: missing tensor '%s' (a %s checkpoint needs it)", m->dir, name, m->cfg.arch_name);
+        use = alt;
+    }
+    if (bs_checkpoint_mat(m->ck, use, rows, cols, host, err)) return bs_wrap(err, "drafter %s", m->dir);
+    return 0;
+}
+
+static int load_w(dflash *m, const char *name, int64_t rows, int64_t cols, bs_mat *dst, bs_err *err) {
+    bs_mat host;
+    if (get_mat(m, name, rows, cols, &host, err)) return -1;
+    return m->be->weight(m->be, dst, &host, err);
+}
+
+// A small vector (bias) widened to fp32 on the host.
+static float *load_host_vec(dflash *m, const char *name, int64_t n, bs_err *err) {
+    bs_mat host;
+    if (get_mat(m, name, 0, n, &host, err)) return NULL;
+    float *v = bs_malloc(sizeof(float) * n, err);
+    if (v) for (int64_t i = 0; i < n; i++) v[i] = bs_load_elem(host.data, host.dtype, (size_t)i);
+    return v;
+}
+
+static int load_layer(dflash *m, int i, bs_err *err) {
+    const bs_qwen3_config *c = &m->cfg.base;
+    bs_qwen3_layer *L = &m->layers[i];
+    int H = m->H, hd = c->head_dim;
+    struct { bs_mat *w; const char *name; int64_t rows, cols; } w[] = {
+        { &L->attn_norm, "input_layernorm.weight", 0, H },
+        { &L->wq, "self_attn.q_proj.weight", m->qd, H }, { &L->wk, "self_attn.k_proj.weight", m->kd, H },
+        { &L->wv, "self_attn.v_proj.weight", m->kd, H }, { &L->wo, "self_attn.o_proj.weight", H, m->qd },
+        { &L->q_norm, "self_attn.q_norm.weight", 0, hd }, { &L->k_norm, "self_attn.k_norm.weight", 0, hd },
+        { &L->mlp_norm, "post_attention_layernorm.weight", 0, H },
+        { &L->w_gate, "mlp.gate_proj.weight", m->I, H }, { &L->w_up, "mlp.up_proj.weight", m->I, H },
+        { &L->w_down, "mlp.down_proj.weight", H, m->I },
+    };
+    for (size_t k = 0; k < sizeof w / sizeof *w; k++) {
+        char name[256];
+        snprintf(name, sizeof name, "layers.%d.%s", i, w[k].name);
+        if (load_w(m, name, w[k].rows, w[k].cols, w[k].w, err)) return -1;
+    }
+    return 0;
+}
+
+// Compares a few rows of two [V][H] tables through the backend (works wherever the weights live).
+static double sample_rows_diff(dflash *m, const bs_mat *a, const bs_mat *b, bs_err *err) {
+    int32_t ids[5] = { 0, m->V / 3, (2 * m->V) / 3, m->V - 1, m->cfg.mask_token_id };
+    size_t n = (size_t)5 * m->H;
+    float *da = m->be->alloc(m->be, n * 4, err), *db = m->be->alloc(m->be, n * 4, err);
+    float *ha = malloc(n * 4), *hb = malloc(n * 4);
+    double diff = -1;
+    if (da && db && ha && hb) {
+        m->be->embed(m->be, da, a, ids, 5);
+        m->be->embed(m->be, db, b, ids, 5);
+        m->be->download(m->be, ha, da, n * 4);
+        m->be->download(m->be, hb, db, n * 4);
+        diff = 0;
+        for (size_t i = 0; i < n; i++) { double d = fabs((double)ha[i] - hb[i]); if (!(d <= diff)) diff = d; }
+    }
+    if (da) m->be->free(m->be, da);
+    if (db) m->be->free(m->be, db);
+    free(ha); free(hb);
+    return diff;
+}
+
+static int check_target(dflash *m, bs_err *err) {
+    const bs_drafter_config *c = &m->cfg;
+    const bs_qwen3_config *t = &m->target->cfg;
+    if (c->base.hidden_size != t->hidden_size)
+        return bs_fail(err, "drafter %s: hidden_size %d does not match the target's %d (this drafter was made for another target)", m->dir, c->base.hidden_size, t->hidden_size);
+    if (c->base.vocab_size != t->vocab_size)
+        return bs_fail(err, "drafter %s: vocab_size %d does not match the target's %d (this drafter was made for another target)", m->dir, c->base.vocab_size, t->vocab_size);
+    for (int i = 0; i < c->n_taps; i++)
+        if (c->target_layer_ids[i] >= t->n_layers)
+            return bs_fail(err, "drafter %s: target_layer_ids[%d] = %d but the target has only %d layers", m->dir, i, c->target_layer_ids[i], t->n_layers);
+    if (c->num_target_layers && c->num_target_layers != t->n_layers)
+        fprintf(stderr, "blockspec: warning: drafter %s was trained for a %d-layer target; this target has %d layers\n", m->dir, c->num_target_layers, t->n_layers);
+    return 0;
+}
+
+static void dflash_free(bs_drafter *d);
+static int dflash_add_context(bs_drafter *d, const float *feat, int n, bs_err *err);
+static int dflash_rollback(bs_drafter *d, int n_ctx, bs_err *err);
+static int dflash_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err);
+
+#define ALLOC_BE(p, bytes) do { if (!((p) = m->be->alloc(m->be, (bytes), err))) goto fail; } while (0)
+#define ALLOC_HOST(p, bytes) do { if (!((p) = bs_calloc(1, (bytes), err))) goto fail; } while (0)
+
+int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, bs_err *err) {
+    *out = NULL;
+    dflash *m = calloc(1, sizeof *m);
+    if (!m) return bs_fail(err, "out of memory");
+    m->dir = strdup(dir);
+    m->target = target; m->be = target->be;
+    m->iface.impl = m;
+    bs_drafter_config *c = &m->cfg;
+    if (bs_drafter_config_load(c, dir, err)) goto fail;
+    if (check_target(m, err)) goto fail;
+    if (bs_checkpoint_open(&m->ck, dir, err)) goto fail;
+    const bs_qwen3_config *b = &c->base;
+    m->B = c->block_size; m->gamma = bs_drafter_gamma(c);
+    m->H = b->hidden_size; m->V = b->vocab_size; m->I = b->intermediate_size;
+    m->kd = b->n_kv_heads * b->head_dim; m->qd = b->n_heads * b->head_dim;
+    m->r = c->markov_rank;
+    if (max_ctx <= 0) max_ctx = target->cfg.max_position;
+    m->max_ctx = max_ctx;
+    for (int i = 0; i < c->n_taps; i++) m->taps[i] = c->target_layer_ids[i] + 1;
+
+    // weights
+    if (load_w(m, "fc.weight", m->H, (int64_t)c->n_taps * m->H, &m->fc, err) ||
+        load_w(m, "hidden_norm.weight", 0, m->H, &m->hidden_norm, err) ||
+        load_w(m, "norm.weight", 0, m->H, &m->norm, err)) goto fail;
+    // A bf16 drafter runs as a transformers module cast to bf16, whose RoPE inv_freq buffer is bf16 too
+    // (DeepSpec trains that way; the reference vectors show it): reproduce it.
+    m->rope_theta = m->fc.dtype == BS_BF16 ? -b->rope_theta : b->rope_theta;
+    if (!(m->layers = bs_calloc(b->n_layers, sizeof *m->layers, err))) goto fail;
+    for (int i = 0; i < b->n_layers; i++) if (load_layer(m, i, err)) goto fail;
+    if (c->arch == BS_DRAFTER_ZLAB) {
+        m->embed = target->embed;       // z-lab: the target's embedding and LM head
+        m->lm_head = target->lm_head;
+    } else {
+        // DeepSpec bundles frozen copies; use them for exact parity, but say so if they differ from the target's.
+        if (load_w(m, "embed_tokens.weight", m->V, m->H, &m->embed, err)) goto fail;
+        int has_head = bs_checkpoint_find(m->ck, "lm_head.weight") || bs_checkpoint_find(m->ck, "model.lm_head.weight");
+        if (!has_head && b->tie_embeddings) m->lm_head = m->embed;
+        else if (load_w(m, "lm_head.weight", m->V, m->H, &m->lm_head, err)) goto fail;
+        double de = sample_rows_diff(m, &m->embed, &target->embed, err);
+        double dh = sample_rows_diff(m, &m->lm_head, &target->lm_head, err);
+        if (de < 0 || dh < 0) goto fail;
+        if (de > 0 || dh > 0)
+            fprintf(stderr, "blockspec: warning: drafter %s: its bundled %s differ%s from the target's (max |diff| %.3g on sampled rows); "
+                    "using the drafter's copies\n", dir, de > 0 && dh > 0 ? "embed_tokens and lm_head" : de > 0 ? "embed_tokens" : "lm_head",
+                    de > 0 && dh > 0 ? "" : "s", de > dh ? de : dh);
+        if (m->r > 0) {
+            if (load_w(m, "markov_head.markov_w1.weight", m->V, m->r, &m->w1, err) ||
+                load_w(m, "markov_head.markov_w2.weight", m->V, m->r, &m->w2, err)) goto fail;
+            if (c->markov_type == BS_MARKOV_GATED) {
+                if (load_w(m, "markov_head.gate_proj.weight", m->r, (int64_t)m->H + m->r, &m->gate_w, err) ||
+                    !(m->gate_b = load_host_vec(m, "markov_head.gate_proj.bias", m->r, err))) goto fail;
+            } else if (c->markov_type == BS_MARKOV_RNN) {
+                if (load_w(m, "markov_head.joint_proj.weight", 3 * (int64_t)m->r, 2 * (int64_t)m->r + m->H, &m->joint_w, err) ||
+                    !(m->joint_b = load_host_vec(m, "markov_head.joint_proj.bias", 3 * (int64_t)m->r, err))) goto fail;
+            }
+        }
+        if (c->conf_head) {
+            int64_t in = m->H + (c->conf_with_markov ? m->r : 0);
+            float *bias;
+            if (load_w(m, "confidence_head.proj.weight", 1, in, &m->conf_w, err) ||
+                !(bias = load_host_vec(m, "confidence_head.proj.bias", 1, err))) goto fail;
+            m->conf_b = bias[0];
+            free(bias);
+        }
+    }
+
+    // context cache and workspace
+    size_t cap = (size_t)max_ctx + m->B, B = m->B, H = m->H, V = m->V, r = m->r;
+    if (!(m->kc = bs_calloc(b->n_layers, sizeof *m->kc, err)) || !(m->vc = bs_calloc(b->n_layers, sizeof *m->vc, err))) goto fail;
+    for (int l = 0; l < b->n_layers; l++) {
+        if (!(m->kc[l] = m->be->alloc(m->be, cap * m->kd * 4, err)) || !(m->vc[l] = m->be->alloc(m->be, cap * m->kd * 4, err))) {
+            bs_wrap(err, "drafter context cache for %d positions", max_ctx);
+            goto fail;
+        }
+    }
+    ALLOC_BE(m->ctx, (size_t)CTX_CHUNK * H * 4);
+    ALLOC_BE(m->x, B * H * 4); ALLOC_BE(m->xn, B * H * 4); ALLOC_BE(m->h, B * H * 4);
+    ALLOC_BE(m->q, B * m->qd * 4); ALLOC_BE(m->att, B * m->qd * 4);
+    ALLOC_BE(m->gate, B * m->I * 4); ALLOC_BE(m->up, B * m->I * 4);
+    ALLOC_BE(m->logits, B * V * 4);
+    ALLOC_BE(m->he, B * (H + r) * 4);
+    ALLOC_BE(m->conf_out, B * 4);
+    if (r) { ALLOC_BE(m->vec_r, r * 4); ALLOC_BE(m->vec_z, (2 * r + H) * 4); ALLOC_BE(m->vec_3r, 3 * r * 4); }
+    ALLOC_HOST(m->logits_host, (size_t)m->gamma * V * 4);
+    ALLOC_HOST(m->q_host, (size_t)m->gamma * V * 4);
+    ALLOC_HOST(m->scratch, 2 * V * 4);
+    ALLOC_HOST(m->hv, (3 * r + 1) * 4);
+    ALLOC_HOST(m->state, (r + 1) * 4);
+
+    bs_drafter *d = &m->iface;
+    d->name = c->arch == BS_DRAFTER_ZLAB ? "dflash" : m->r > 0 ? "dspark" : "deepspec-dflash";
+    d->max_drafts = m->gamma;
+    d->n_taps = c->n_taps;
+    d->taps = m->taps;
+    d->n_ctx = 0;
+    d->add_context = dflash_add_context;
+    d->rollback = dflash_rollback;
+    d->propose = dflash_propose;
+    d->free = dflash_free;
+    *out = d;
+    return 0;
+fail:
+    dflash_free(&m->iface);
+    return -1;
+}
+
+static void dflash_free(bs_drafter *d) {
+    if (!d) return;
+    dflash *m = d->impl;
+    bs_backend *be = m->be;
+    if (m->kc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->kc[l]) be->free(be, m->kc[l]);
+    if (m->vc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->vc[l]) be->free(be, m->vc[l]);
+    free(m->kc); free(m->vc);
+    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->conf_out, m->vec_r, m->vec_z, m->vec_3r };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
+    free(m->logits_host); free(m->q_host); free(m->scratch); free(m->hv); free(m->state);
+    free(m->gate_b); free(m->joint_b);
+    free(m->layers);
+    bs_checkpoint_close(m->ck);
+    free(m->dir);
+    free(m);
+}
+
+// ---- context ----------------------------------------------------------------------------------------------
+
+static int dflash_add_context(bs_drafter *d, const float *feat, int n, bs_err *err) {
+    dflash *m = d->impl;
+    const bs_qwen3_config *c = &m->cfg.base;
+    bs_backend *be = m->be;
+    if (n < 0) return bs_fail(err, "drafter: negative context row count %d", n);
+    if (d->n_ctx + n > m->max_ctx)
+        return bs_fail(err, "drafter context full: %d rows held + %d new exceed its capacity %d", d->n_ctx, n, m->max_ctx);
+    size_t fw = (size_t)m->cfg.n_taps * m->H;
+    for (int r0 = 0; r0 < n; r0 += CTX_CHUNK) {
+        int rows = n - r0 < CTX_CHUNK ? n - r0 : CTX_CHUNK, pos = d->n_ctx + r0;
+        be->matmul(be, m->ctx, feat + (size_t)r0 * fw, rows, &m->fc, 0);
+        be->rmsnorm(be, m->ctx, m->ctx, rows, m->H, &m->hidden_norm, c->rms_eps);
+        for (int l = 0; l < c->n_layers; l++) {
+            bs_qwen3_layer *L = &m->layers[l];
+            float *k = m->kc[l] + (size_t)pos * m->kd, *v = m->vc[l] + (size_t)pos * m->kd;
+            be->matmul(be, k, m->ctx, rows, &L->wk, 0);
+            be->head_norm_rope(be, k, rows, c->n_kv_heads, c->head_dim, &L->k_norm, c->rms_eps, pos, m->rope_theta);
+            be->matmul(be, v, m->ctx, rows, &L->wv, 0);
+        }
+    }
+    d->n_ctx += n;
+    return 0;
+}
+
+static int dflash_rollback(bs_drafter *d, int n_ctx, bs_err *err) {
+    if (n_ctx < 0 || n_ctx > d->n_ctx) return bs_fail(err, "drafter: cannot roll the context back to %d rows (it holds %d)", n_ctx, d->n_ctx);
+    d->n_ctx = n_ctx;
+    return 0;
+}
+
+// ---- one drafting round -------------------------------------------------------------------------------------
+
+// Backbone on the block: h[B][H] after the final norm.
+static void backbone(dflash *m, int32_t anchor, int32_t *ids) {
+    const bs_qwen3_config *c = &m->cfg.base;
+    bs_backend *be = m->be;
+    int B = m->B, H = m->H, n_ctx = m->iface.n_ctx;
+    ids[0] = anchor;
+    for (int i = 1; i < B; i++) ids[i] = m->cfg.mask_token_id;
+    be->embed(be, m->x, &m->embed, ids, B);
+    for (int l = 0; l < c->n_layers; l++) {
+        bs_qwen3_layer *L = &m->layers[l];
+        float *kb = m->kc[l] + (size_t)n_ctx * m->kd, *vb = m->vc[l] + (size_t)n_ctx * m->kd;   // transient rows
+        be->rmsnorm(be, m->xn, m->x, B, H, &L->attn_norm, c->rms_eps);
+        be->matmul(be, m->q, m->xn, B, &L->wq, 0);
+        be->matmul(be, kb, m->xn, B, &L->wk, 0);
+        be->matmul(be, vb, m->xn, B, &L->wv, 0);
+        be->head_norm_rope(be, m->q, B, c->n_heads, c->head_dim, &L->q_norm, c->rms_eps, n_ctx, m->rope_theta);
+        be->head_norm_rope(be, kb, B, c->n_kv_heads, c->head_dim, &L->k_norm, c->rms_eps, n_ctx, m->rope_theta);
+        // Non-causal over [context ; block]; a sliding layer sees the last W context rows plus the whole block.
+        int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
+        be->attention(be, m->att, m->q, m->kc[l], m->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);
+        be->matmul(be, m->x, m->att, B, &L->wo, 1);
+        be->rmsnorm(be, m->xn, m->x, B, H, &L->mlp_norm, c->rms_eps);
+        be->matmul(be, m->gate, m->xn, B, &L->w_gate, 0);
+        be->matmul(be, m->up, m->xn, B, &L->w_up, 0);
+        be->swiglu(be, m->gate, m->gate, m->up, (size_t)B * m->I);
+        be->matmul(be, m->x, m->gate, B, &L->w_down, 1);
+    }
+    be->rmsnorm(be, m->h, m->x, B, H, &m->norm, c->rms_eps);
+}
+
+static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Picks d_k from logits row (device) k; fills q row k when sampling.
+static int32_t pick(dflash *m, const float *dev_row, int k, const bs_sampling *s, bs_rng *rng) {
+    bs_backend *be = m->be;
+    int V = m->V;
+    if (bs_sampling_greedy(s)) { int32_t t; be->argmax(be, &t, dev_row, 1, V); return t; }
+    float *host = m->logits_host + (size_t)k * V, *q = m->q_host + (size_t)k * V;
+    be->download(be, host, dev_row, sizeof(float) * V);
+    bs_sampling_probs(s, host, V, q, m->scratch);
+    return bs_sample_probs(q, V, rng);
+}
+
+// Adds the Markov bias for step k (row k of logits, previous token prev) on the device.
+// he row k holds [h_k ; W1[prev]] afterwards.
+static void markov_step(dflash *m, int k, int32_t prev) {
+    bs_backend *be = m->be;
+    int H = m->H, r = m->r, V = m->V;
+    float *row = m->he + (size_t)k * (H + r), *e = row + H, *lrow = m->logits + (size_t)k * V;
+    be->embed(be, e, &m->w1, &prev, 1);
+    switch (m->cfg.markov_type) {
+    case BS_MARKOV_VANILLA:      // bias = W2 W1[prev]
+        be->matmul(be, lrow, e, 1, &m->w2, 1);
+        break;
+    case BS_MARKOV_GATED: {      // bias = W2 (sigmoid(gate_proj([h ; e])) * e)
+        be->matmul(be, m->vec_3r, row, 1, &m->gate_w, 0);
+        be->download(be, m->hv, m->vec_3r, sizeof(float) * r);
+        be->download(be, m->hv + r, e, sizeof(float) * r);   // hv has 3r + 1 floats: [gate | e]
+        for (int i = 0; i < r; i++) m->hv[i] = sigmoidf_(m->hv[i] + m->gate_b[i]) * m->hv[r + i];
+        be->upload(be, m->vec_r, m->hv, sizeof(float) * r);
+        be->matmul(be, lrow, m->vec_r, 1, &m->w2, 1);
+        break;
+    }
+    case BS_MARKOV_RNN: {        // z = [s ; e ; h]; [g ; c ; o] = joint(z); s' = sg*s + (1-sg)*tanh(c); bias = W2 tanh(o)
+        be->upload(be, m->vec_z, m->state, sizeof(float) * r);
+        be->copy_rows(be, m->vec_z + r, r, e, r, 1, r);
+        be->copy_rows(be, m->vec_z + 2 * r, H, row, H, 1, H);
+        be->matmul(be, m->vec_3r, m->vec_z, 1, &m->joint_w, 0);
+        be->download(be, m->hv, m->vec_3r, sizeof(float) * 3 * r);
+        for (int i = 0; i < 3 * r; i++) m->hv[i] += m->joint_b[i];
+        for (int i = 0; i < r; i++) {
+            float g = sigmoidf_(m->hv[i]);
+            m->state[i] = g * m->state[i] + (1 - g) * tanhf(m->hv[r + i]);
+            m->hv[i] = tanhf(m->hv[2 * r + i]);
+        }
+        be->upload(be, m->vec_r, m->hv, sizeof(float) * r);
+        be->matmul(be, lrow, m->vec_r, 1, &m->w2, 1);
+        break;
+    }
+    default: break;
+    }
+}
+
+int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
+                            bs_draft *out, const bs_dflash_inspect *ins, bs_err *err) {
+    dflash *m = d->impl;
+    bs_backend *be = m->be;
+    const bs_drafter_config *c = &m->cfg;
+    int B = m->B, H = m->H, V = m->V, r = m->r;
+    memset(out, 0, sizeof *out);
+    if (anchor < 0 || anchor >= V) return bs_fail(err, "drafter: anchor token %d is outside the vocabulary [0, %d)", anchor, V);
+    if (d->n_ctx > m->max_ctx)   // the cache has B spare rows for the block after max_ctx context rows
+        return bs_fail(err, "drafter: anchor position %d is past its context capacity %d", d->n_ctx, m->max_ctx);
+    if (!bs_sampling_greedy(s) && !rng) return bs_fail(err, "drafter: sampling needs an RNG");
+    int n = max_n < m->gamma ? max_n : m->gamma;
+    if (n <= 0 && !ins) return 0;
+    if (n < 0) n = 0;
+    int32_t ids[BS_MAX_DRAFT + 1];
+    backbone(m, anchor, ids);
+    if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
+    if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
+    if (n == 0) return 0;
+    if (c->arch == BS_DRAFTER_ZLAB) {
+        // Rows 1..n predict their own positions; rows are independent: q_k = processed(row k).
+        be->matmul(be, m->logits, m->h + H, n, &m->lm_head, 0);
+        if (ins && ins->logits) be->download(be, ins->logits, m->logits, sizeof(float) * n * V);
+        if (bs_sampling_greedy(s)) be->argmax(be, out->tokens, m->logits, n, V);
+        else for (int k = 0; k < n; k++) out->tokens[k] = pick(m, m->logits + (size_t)k * V, k, s, rng);
+    } else {
+        // Rows 0..n-1 predict the next position; Markov walk from the anchor.
+        be->matmul(be, m->logits, m->h, n, &m->lm_head, 0);
+        if (ins && ins->logits) be->download(be, ins->logits, m->logits, sizeof(float) * n * V);
+        if (r > 0) {
+            be->copy_rows(be, m->he, H + r, m->h, H, n, H);
+            memset(m->state, 0, sizeof(float) * r);
+        }
+        int32_t prev = anchor;
+        for (int k = 0; k < n; k++) {
+            if (r > 0) markov_step(m, k, prev);
+            out->tokens[k] = prev = pick(m, m->logits + (size_t)k * V, k, s, rng);
+        }
+        if (ins && ins->step_logits) be->download(be, ins->step_logits, m->logits, sizeof(float) * n * V);
+        if (c->conf_head) {
+            float cl[BS_MAX_DRAFT];
+            if (c->conf_with_markov) be->matmul(be, m->conf_out, m->he, n, &m->conf_w, 0);
+            else be->matmul(be, m->conf_out, m->h, n, &m->conf_w, 0);
+            be->download(be, cl, m->conf_out, sizeof(float) * n);
+            for (int k = 0; k < n; k++) {
+                cl[k] += m->conf_b;
+                out->conf[k] = sigmoidf_(cl[k]);
+            }
+            out->has_conf = 1;
+            if (ins && ins->conf_logits) memcpy(ins->conf_logits, cl, sizeof(float) * n);
+        }
+    }
+    out->n = n;
+    out->q = bs_sampling_greedy(s) ? NULL : m->q_host;
+    return 0;
+}
+
+static int dflash_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
+    return bs_dflash_forward_block(d, anchor, max_n, s, rng, out, NULL, err);
+}

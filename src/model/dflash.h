@@ -1,0 +1,39 @@
+// Block drafters over a Qwen3 target: z-lab DFlash ("DFlashDraftModel") and DeepSpec's DFlash baseline /
+// DSpark ("Qwen3DSparkModel", optional Markov head: vanilla, gated or rnn, optional confidence head).
+// Written against the backend ops only (src/backend/backend.h); small per-step vectors (Markov gates,
+// confidences, sampling) are handled on the host after a download. Spec: shared/docs/dflash-dspark.md 2 and 4.
+//
+// Data flow per round (spec 2.5 / 4.6):
+//   add_context(feat rows)  c = RMSNorm_hidden_norm(fc(feat)); for every drafter layer K/V of c (k_norm + RoPE at
+//                           the rows' absolute positions) are appended to that layer's context cache, once.
+//   propose(anchor)         block [anchor, MASK x (B-1)] at positions n_ctx .. n_ctx+B-1; block K/V are written
+//                           transiently after the committed rows; non-causal attention over [context ; block];
+//                           final norm; LM head on the prediction rows (z-lab rows 1..B-1, DeepSpec rows 0..B-1);
+//                           DeepSpec: Markov walk L_k = U_k + bias(x_{k-1}) and confidences.
+#pragma once
+#include "io/drafter_config.h"
+#include "io/safetensors.h"
+#include "model/qwen3.h"
+#include "spec/drafter.h"
+
+// Opens the drafter in `dir` (config.json + safetensors, single or sharded) for `target` (which must stay alive
+// and is not modified). Checks hidden size, vocabulary, tap ids against the target and every tensor's shape.
+// max_ctx: committed context rows the drafter can hold (<= 0: the target's max_position_embeddings).
+int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, bs_err *err);
+
+// The parsed config of a drafter opened with bs_dflash_open.
+const bs_drafter_config *bs_dflash_config(const bs_drafter *d);
+
+// Optional host outputs of one drafting forward (any pointer may be NULL), for dump and tests.
+typedef struct bs_dflash_inspect {
+    int32_t *block_ids;      // [B]   [anchor, MASK x (B-1)]
+    float *block_hidden;     // [B][H] backbone output after the final norm, all B rows
+    float *logits;           // [n][V] LM head on the prediction rows (z-lab: rows 1..n; DeepSpec: U_k, rows 0..n-1)
+    float *step_logits;      // [n][V] DeepSpec: Markov-corrected L_k along the walk (= logits without a Markov head)
+    float *conf_logits;      // [n]   DeepSpec with a confidence head: pre-sigmoid c_k
+} bs_dflash_inspect;
+
+// One drafting forward: exactly what propose() does (propose is this with ins = NULL), optionally copying
+// intermediate tensors out. n = min(max_n, max_drafts) drafts are produced.
+int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
+                            bs_draft *out, const bs_dflash_inspect *ins, bs_err *err);

@@ -1,0 +1,132 @@
+#include <stdlib.h>
+#include <string.h>
+#include "spec/spec_loop.h"
+#include "spec/verify.h"
+#include "util/timer.h"
+
+#define PREFILL_CHUNK 256
+// On a CPU a verify forward of more than a few rows is compute-bound, so verifying long blocks costs
+// more than their expected extra tokens return: `blockspec bench --round` (docs/benchmarks.md) finds
+// the best implied speedup at 3-4 drafts for per-position acceptance up to ~0.9. Default there.
+#define CPU_DEFAULT_DRAFT_MAX 4
+
+void bs_spec_stats_free(bs_spec_stats *st) { free(st->acceptance_lengths); memset(st, 0, sizeof *st); }
+
+double bs_spec_tau(const bs_spec_stats *st) {
+    return st->rounds ? (double)(st->accepted + st->rounds) / st->rounds : 0;
+}
+
+static void record_round(bs_spec_stats *st, int n, int a) {
+    st->rounds++; st->drafted += n; st->accepted += a;
+    for (int k = 0; k < n; k++) { st->pos_tried[k]++; if (k < a) st->pos_accepted[k]++; }
+    if (st->n_lengths == st->cap_lengths) {
+        int cap = st->cap_lengths ? st->cap_lengths * 2 : 64;
+        int *nl = realloc(st->acceptance_lengths, sizeof(int) * cap);
+        if (!nl) return;
+        st->acceptance_lengths = nl; st->cap_lengths = cap;
+    }
+    st->acceptance_lengths[st->n_lengths++] = a + 1;
+}
+
+typedef struct emitter {
+    int32_t *out; int *n_out; int n_new, stop_at_eos, done;
+    bs_token_cb cb; void *ctx; const bs_engine *eng;
+} emitter;
+
+// Emits one token; sets done when the budget, an EOS or the callback ends generation.
+static void emit(emitter *e, int32_t t) {
+    if (e->done) return;
+    e->out[(*e->n_out)++] = t;
+    if ((e->cb && e->cb(e->ctx, t)) || *e->n_out >= e->n_new || (e->stop_at_eos && bs_is_eos(e->eng, t))) e->done = 1;
+}
+
+int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_prompt, int n_new,
+                     const bs_spec_opts *opts, int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx,
+                     bs_spec_stats *st, bs_err *err) {
+    bs_engine *eng = s->eng;
+    bs_backend *be = eng->be;
+    bs_qwen3 *tm = &eng->target;
+    int V = eng->cfg.vocab_size, H = eng->cfg.hidden_size, F = d->n_taps * H;
+    int B = d->max_drafts;
+    if (opts && opts->draft_max > 0) { if (opts->draft_max < B) B = opts->draft_max; }
+    else if (!strncmp(be->name, "cpu", 3) && B > CPU_DEFAULT_DRAFT_MAX) B = CPU_DEFAULT_DRAFT_MAX;
+    float thr = opts ? opts->confidence_threshold : 0;
+    int greedy = bs_sampling_greedy(&s->sampling);
+    *n_out = 0;
+    memset(st, 0, sizeof *st);
+    if (n_prompt <= 0) return bs_fail(err, "the prompt is empty");
+    if (n_new <= 0) return 0;
+    if (B < 1 || B > BS_MAX_DRAFT) return bs_fail(err, "draft length %d outside [1, %d]", B, BS_MAX_DRAFT);
+    if (s->kv.n_past != 0 || d->n_ctx != 0) return bs_fail(err, "speculative generation needs a fresh session and drafter");
+    if (n_prompt + 1 > s->kv.max_ctx) return bs_fail(err, "prompt (%d tokens) leaves no room in the context length %d", n_prompt, s->kv.max_ctx);
+    int feat_rows = n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK;
+    if (feat_rows < B + 1) feat_rows = B + 1;
+    float *logits = be->alloc(be, sizeof(float) * (size_t)(B + 1) * V, err);
+    float *feat = logits ? be->alloc(be, sizeof(float) * (size_t)feat_rows * F, err) : NULL;
+    float *p = greedy ? NULL : malloc(sizeof(float) * (size_t)(B + 1) * V);
+    int rc = -1;
+    if (!logits || !feat || (!greedy && !p)) { if (logits) bs_fail(err, "out of memory"); goto out; }
+
+    double t_start = bs_now(), t0;
+    // Prefill in chunks: each chunk's taps become drafter context right away.
+    bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
+    for (int r = 0; r < n_prompt; r += PREFILL_CHUNK) {
+        int c = n_prompt - r < PREFILL_CHUNK ? n_prompt - r : PREFILL_CHUNK;
+        if (bs_qwen3_forward(tm, &s->kv, prompt + r, c, &fo, err) || d->add_context(d, feat, c, err)) goto out;
+    }
+    int32_t anchor;
+    if (greedy) be->argmax(be, &anchor, logits, 1, V);
+    else { be->download(be, p, logits, sizeof(float) * V); anchor = bs_sample_logits(&s->sampling, p, V, p, s->scratch, &s->rng); }
+    st->n_prompt = n_prompt;
+    st->t_prefill = bs_now() - t_start;
+    emitter em = { out, n_out, n_new, opts ? opts->stop_at_eos : 1, 0, cb, cb_ctx, eng };
+    emit(&em, anchor);
+
+    bs_draft dr;
+    int32_t ids[BS_MAX_DRAFT + 1], targ[BS_MAX_DRAFT + 1];
+    while (!em.done) {
+        int room = s->kv.max_ctx - s->kv.n_past - 1;   // rows left after the anchor's
+        if (room < 0) break;                             // context full: stop cleanly
+        int max_n = B < room ? B : room;
+        int n = 0;
+        t0 = bs_now();
+        if (max_n > 0) {
+            if (d->propose(d, anchor, max_n, &s->sampling, &s->rng, &dr, err)) goto out;
+            n = dr.n < max_n ? dr.n : max_n;
+            if (thr > 0 && dr.has_conf) { int k = 0; while (k < n && dr.conf[k] >= thr) k++; n = k; }
+        }
+        st->t_draft += bs_now() - t0;
+
+        // Verify [anchor, d_1..d_n] in one target forward; its taps feed the drafter next.
+        t0 = bs_now();
+        int s0 = s->kv.n_past;
+        ids[0] = anchor;
+        memcpy(ids + 1, dr.tokens, sizeof(int32_t) * n);
+        bs_fwd_out vo = { .logits = logits, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
+        if (bs_qwen3_forward(tm, &s->kv, ids, n + 1, &vo, err)) goto out;
+        int a; int32_t next;
+        if (greedy) {
+            be->argmax(be, targ, logits, n + 1, V);
+            a = bs_accept_greedy(targ, ids + 1, n, &next);
+        } else {
+            be->download(be, p, logits, sizeof(float) * (size_t)(n + 1) * V);
+            for (int k = 0; k <= n; k++) bs_sampling_probs(&s->sampling, p + (size_t)k * V, V, p + (size_t)k * V, s->scratch);
+            a = bs_accept_sampled(p, dr.q, ids + 1, n, V, &s->rng, s->scratch, &next);
+        }
+        st->t_target += bs_now() - t0;
+        // Keep the anchor's and the accepted drafts' K/V; the next token has none yet.
+        if (bs_kv_rollback(&s->kv, s0 + a + 1, err) || d->add_context(d, feat, a + 1, err)) goto out;
+        record_round(st, n, a);
+        for (int k = 0; k < a; k++) emit(&em, ids[1 + k]);
+        emit(&em, next);
+        anchor = next;
+    }
+    st->n_generated = *n_out;
+    st->t_total = bs_now() - t_start;
+    rc = 0;
+out:
+    if (logits) be->free(be, logits);
+    if (feat) be->free(be, feat);
+    free(p);
+    return rc;
+}

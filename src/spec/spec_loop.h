@@ -1,0 +1,30 @@
+// The speculative loop: prefill -> anchor -> draft -> (confidence cut) -> verify [anchor, drafts] in one
+// target forward -> accept -> roll the target's KV back -> feed accepted rows' taps to the drafter.
+// Its output equals plain greedy decoding (greedy) or is distributed as the target (sampling).
+#pragma once
+#include "engine/engine.h"
+#include "spec/drafter.h"
+
+typedef struct bs_spec_opts {
+    int draft_max;              // 0: the drafter's block capacity on a GPU, at most 4 on a CPU (see spec_loop.c)
+    float confidence_threshold; // > 0: verify only the leading drafts with c_k >= threshold (needs a confidence head)
+    int stop_at_eos;
+} bs_spec_opts;
+
+typedef struct bs_spec_stats {
+    int n_prompt, n_generated, rounds;
+    long drafted, accepted;                 // over all rounds (drafts verified / accepted)
+    long pos_tried[BS_MAX_DRAFT];           // rounds that verified a draft at position k+1
+    long pos_accepted[BS_MAX_DRAFT];        // ... and accepted it
+    double t_prefill, t_target, t_draft, t_total;   // seconds; the rest of t_total is accept/sample/bookkeeping
+    int *acceptance_lengths;                // per round: accepted + 1 (the emitted bonus/correction), malloc'd
+    int n_lengths, cap_lengths;
+} bs_spec_stats;
+
+void bs_spec_stats_free(bs_spec_stats *st);
+// tau = mean tokens per round (accepted + 1).
+double bs_spec_tau(const bs_spec_stats *st);
+
+int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_prompt, int n_new,
+                     const bs_spec_opts *opts, int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx,
+                     bs_spec_stats *st, bs_err *err);

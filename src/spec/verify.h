@@ -1,0 +1,18 @@
+// Where a drafted token is accepted or rejected. The target scored [anchor, d_1..d_n] in one
+// forward: row k of its output predicts the token after position k, so d_{k+1} is judged by row k.
+#pragma once
+#include <stdint.h>
+#include "util/rng.h"
+
+// Greedy: the longest prefix with d_k == argmax(row k-1), then the target's own token after it.
+// target_argmax[0..n], drafts[0..n-1] (= d_1..d_n). Returns the accepted count a; *next = target_argmax[a].
+int bs_accept_greedy(const int32_t *target_argmax, const int32_t *drafts, int n, int32_t *next);
+
+// Speculative sampling (lossless for any q): accept d_k with probability min(1, p_{k-1}(d_k) / q_k(d_k));
+// at the first rejection draw from norm(max(p_{k-1} - q_k, 0)) (p_{k-1} itself if that has no mass);
+// if all n are accepted, draw a bonus token from p_n.
+//   p: host [n+1][vocab] processed target distributions; q: host [n][vocab] processed draft
+//   distributions, or NULL for point-mass drafts (q_k = onehot(d_k)); residual: scratch [vocab].
+// Returns a; *next is the token emitted after the accepted drafts.
+int bs_accept_sampled(const float *p, const float *q, const int32_t *drafts, int n, int vocab,
+                      bs_rng *rng, float *residual, int32_t *next);

@@ -1,0 +1,354 @@
+// Byte-level BPE trainer with incremental pair counts: each pair keeps its count and the words it
+// occurs in, so a merge only revisits the words that contain it; a lazy max-heap picks the next pair.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "train/bpe_train.h"
+#include "io/tokenizer_internal.h"
+#include "util/timer.h"
+
+const char *bs_bpe_train_regex(void) {
+    return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+}
+
+typedef struct { int32_t *sym; int32_t n; int64_t freq; } word;
+typedef struct { int32_t a, b; int64_t count; int32_t *where; int32_t n_where, cap_where; } pair;
+typedef struct { int64_t count; int32_t p; } hitem;
+
+typedef struct {
+    word *w; size_t n_w, cap_w;
+    pair *p; size_t n_p, cap_p;
+    uint64_t *pk; int32_t *pv; size_t pcap;   // pair key -> index
+    hitem *h; size_t n_h, cap_h;
+    char **tok; size_t n_tok, cap_tok;         // id -> token string
+    bs_tok_map tok_ids;
+} trainer;
+
+static uint64_t pkey(int32_t a, int32_t b) { return (uint64_t)(uint32_t)a << 32 | (uint32_t)b; }
+static uint64_t phash(uint64_t k) { k ^= k >> 31; k *= 0x7fb5d329728ea185ull; k ^= k >> 27; return k; }
+
+#define GROW(ptr, n, cap, need) do { if ((need) > (cap)) { size_t c_ = (cap) ? (cap) * 2 : 64; while (c_ < (need)) c_ *= 2; \
+    void *q_ = realloc((ptr), c_ * sizeof *(ptr)); if (!q_) return -1; (ptr) = q_; (cap) = c_; } } while (0)
+
+static int32_t pair_get(trainer *T, int32_t a, int32_t b, int create) {
+    if ((T->n_p + 1) * 2 > T->pcap) {
+        size_t cap = T->pcap ? T->pcap * 2 : 1 << 16;
+        uint64_t *k = malloc(cap * sizeof *k); int32_t *v = malloc(cap * sizeof *v);
+        if (!k || !v) { free(k); free(v); return -2; }
+        for (size_t i = 0; i < cap; i++) v[i] = -1;
+        for (size_t i = 0; i < T->pcap; i++) if (T->pv[i] >= 0) {
+            size_t j = phash(T->pk[i]) & (cap - 1);
+            while (v[j] >= 0) j = (j + 1) & (cap - 1);
+            k[j] = T->pk[i]; v[j] = T->pv[i];
+        }
+        free(T->pk); free(T->pv); T->pk = k; T->pv = v; T->pcap = cap;
+    }
+    uint64_t key = pkey(a, b);
+    size_t i = phash(key) & (T->pcap - 1);
+    while (T->pv[i] >= 0) { if (T->pk[i] == key) return T->pv[i]; i = (i + 1) & (T->pcap - 1); }
+    if (!create) return -1;
+    if (T->n_p == T->cap_p) {
+        size_t c = T->cap_p ? T->cap_p * 2 : 4096;
+        void *q = realloc(T->p, c * sizeof *T->p);
+        if (!q) return -2;
+        T->p = q; T->cap_p = c;
+    }
+    T->p[T->n_p] = (pair){ a, b, 0, NULL, 0, 0 };
+    T->pk[i] = key; T->pv[i] = (int32_t)T->n_p;
+    return (int32_t)T->n_p++;
+}
+
+static int heap_push(trainer *T, int64_t count, int32_t p) {
+    GROW(T->h, T->n_h, T->cap_h, T->n_h + 1);
+    size_t i = T->n_h++;
+    hitem e = { count, p };
+    // Higher count first; on ties the older (lower index) pair, which keeps training deterministic.
+    while (i) {
+        size_t up = (i - 1) / 2; hitem *u = &T->h[up];
+        if (u->count > e.count || (u->count == e.count && u->p < e.p)) break;
+        T->h[i] = *u; i = up;
+    }
+    T->h[i] = e;
+    return 0;
+}
+static hitem heap_pop(trainer *T) {
+    hitem top = T->h[0], e = T->h[--T->n_h];
+    size_t i = 0, m = T->n_h;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= m) break;
+        if (c + 1 < m && (T->h[c + 1].count > T->h[c].count || (T->h[c + 1].count == T->h[c].count && T->h[c + 1].p < T->h[c].p))) c++;
+        if (e.count > T->h[c].count || (e.count == T->h[c].count && e.p < T->h[c].p)) break;
+        T->h[i] = T->h[c]; i = c;
+    }
+    if (m) T->h[i] = e;
+    return top;
+}
+
+// Adds (sign=+1) or removes (-1) the pairs of word wi; on adding, records wi in pairs involving `track`.
+static int count_word(trainer *T, int32_t wi, int sign, int32_t track) {
+    word *w = &T->w[wi];
+    for (int32_t i = 0; i + 1 < w->n; i++) {
+        int32_t p = pair_get(T, w->sym[i], w->sym[i + 1], 1);
+        if (p < 0) return -1;
+        pair *P = &T->p[p];
+        P->count += sign * w->freq;
+        if (sign > 0 && (track < 0 || w->sym[i] == track || w->sym[i + 1] == track)) {
+            if (P->n_where && P->where[P->n_where - 1] == wi) continue;
+            GROW(P->where, P->n_where, P->cap_where, (size_t)P->n_where + 1);
+            P->where[P->n_where++] = wi;
+        }
+    }
+    return 0;
+}
+
+static int add_token(trainer *T, const char *s, size_t len, int32_t *id) {
+    int32_t have = bs_tok_map_get(&T->tok_ids, s, len);
+    if (have >= 0) { *id = have; return 0; }
+    GROW(T->tok, T->n_tok, T->cap_tok, T->n_tok + 1);
+    char *c = malloc(len + 1);
+    if (!c) return -1;
+    memcpy(c, s, len); c[len] = 0;
+    T->tok[T->n_tok] = c;
+    *id = (int32_t)T->n_tok++;
+    return bs_tok_map_put(&T->tok_ids, s, len, *id);
+}
+
+// Word counting: NFC, then the Split regex; each distinct piece is a word of byte symbols.
+static int count_segment(trainer *T, bs_tok_map *words, const char *text, size_t len, regex_t *re, OnigRegion *rg, bs_err *err) {
+    bs_tokenizer nfc = { 0 };
+    nfc.n_norm = 1; nfc.norm[0] = BS_NORM_NFC;
+    char *clean; size_t cl = bs_utf8_sanitize(text, len, &clean);
+    const char *s = clean ? clean : text;
+    char *norm; size_t nl;
+    if (bs_normalize(&nfc, s, cl, &norm, &nl, err)) { free(clean); return -1; }
+    const UChar *str = (const UChar *)(norm ? norm : s), *end = str + nl;
+    const UChar *at = str;
+    int rc = 0;
+    while (at < end) {
+        int r = onig_search(re, str, end, at, end, rg, ONIG_OPTION_NONE);
+        if (r == ONIG_MISMATCH) break;
+        size_t ms = rg->beg[0], me = rg->end[0];
+        if (me == ms) { at++; continue; }   // the regex never matches empty; be safe anyway
+        // Gaps between matches are pieces too (Split Isolated).
+        size_t gs = (size_t)(at - str);
+        for (int part = 0; part < 2; part++) {
+            size_t a = part ? ms : gs, b = part ? me : ms;
+            if (b <= a) continue;
+            int32_t wi = bs_tok_map_get(words, (const char *)str + a, b - a);
+            if (wi < 0) {
+                if (T->n_w == T->cap_w) { size_t c = T->cap_w ? T->cap_w * 2 : 4096; void *q = realloc(T->w, c * sizeof *T->w);
+                    if (!q) { rc = bs_fail(err, "out of memory"); goto out; } T->w = q; T->cap_w = c; }
+                word *w = &T->w[T->n_w];
+                w->sym = malloc((b - a) * sizeof *w->sym); w->n = (int32_t)(b - a); w->freq = 0;
+                if (!w->sym) { rc = bs_fail(err, "out of memory"); goto out; }
+                for (size_t i = a; i < b; i++) w->sym[i - a] = str[i];   // byte b is provisionally id b
+                wi = (int32_t)T->n_w++;
+                if (bs_tok_map_put(words, (const char *)str + a, b - a, wi)) { rc = bs_fail(err, "out of memory"); goto out; }
+            }
+            T->w[wi].freq++;
+        }
+        at = str + me;
+    }
+    if (at < end) {
+        // trailing gap
+        size_t a = (size_t)(at - str), b = nl;
+        int32_t wi = bs_tok_map_get(words, (const char *)str + a, b - a);
+        if (wi < 0) {
+            if (T->n_w == T->cap_w) { size_t c = T->cap_w ? T->cap_w * 2 : 4096; void *q = realloc(T->w, c * sizeof *T->w);
+                if (!q) { rc = bs_fail(err, "out of memory"); goto out; } T->w = q; T->cap_w = c; }
+            word *w = &T->w[T->n_w];
+            w->sym = malloc((b - a) * sizeof *w->sym); w->n = (int32_t)(b - a); w->freq = 0;
+            if (!w->sym) { rc = bs_fail(err, "out of memory"); goto out; }
+            for (size_t i = a; i < b; i++) w->sym[i - a] = str[i];
+            wi = (int32_t)T->n_w++;
+            if (bs_tok_map_put(words, (const char *)str + a, b - a, wi)) { rc = bs_fail(err, "out of memory"); goto out; }
+        }
+        T->w[wi].freq++;
+    }
+out:
+    free(norm); free(clean);
+    return rc;
+}
+
+// Special tokens in the corpus are cut out first, as the tokenizer does when encoding: they must
+// never be learnt as merges (Hugging Face would then give them the vocab's id).
+static int count_words(trainer *T, bs_tok_map *words, const char *text, size_t len, const bs_bpe_train_opts *o,
+                       regex_t *re, OnigRegion *rg, bs_err *err) {
+    size_t at = 0;
+    while (at < len) {
+        size_t best = len, best_len = 0;
+        for (size_t k = 0; k < o->n_special; k++) {
+            size_t sl = strlen(o->special[k]);
+            const char *f = sl ? memmem(text + at, len - at, o->special[k], sl) : NULL;
+            if (f && ((size_t)(f - text) < best || ((size_t)(f - text) == best && sl > best_len))) { best = (size_t)(f - text); best_len = sl; }
+        }
+        if (best > at && count_segment(T, words, text + at, best - at, re, rg, err)) return -1;
+        at = best + best_len;
+    }
+    return 0;
+}
+
+static int write_json(trainer *T, const bs_bpe_train_opts *o, int32_t (*merges)[2], size_t n_merges, const char *path, bs_err *err) {
+    cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON_AddNullToObject(root, "truncation");
+    cJSON_AddNullToObject(root, "padding");
+    for (size_t i = 0; i < o->n_special; i++) {
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddNumberToObject(a, "id", (double)i);
+        cJSON_AddStringToObject(a, "content", o->special[i]);
+        cJSON_AddBoolToObject(a, "single_word", 0); cJSON_AddBoolToObject(a, "lstrip", 0);
+        cJSON_AddBoolToObject(a, "rstrip", 0); cJSON_AddBoolToObject(a, "normalized", 0);
+        cJSON_AddBoolToObject(a, "special", 1);
+        cJSON_AddItemToArray(added, a);
+    }
+    cJSON *norm = cJSON_AddObjectToObject(root, "normalizer");
+    cJSON_AddStringToObject(norm, "type", "NFC");
+    cJSON *pre = cJSON_AddObjectToObject(root, "pre_tokenizer"), *seq;
+    cJSON_AddStringToObject(pre, "type", "Sequence");
+    seq = cJSON_AddArrayToObject(pre, "pretokenizers");
+    cJSON *split = cJSON_CreateObject(), *pat = cJSON_AddObjectToObject(split, "pattern");
+    cJSON_AddStringToObject(split, "type", "Split");
+    cJSON_AddStringToObject(pat, "Regex", bs_bpe_train_regex());
+    cJSON_AddStringToObject(split, "behavior", "Isolated");
+    cJSON_AddBoolToObject(split, "invert", 0);
+    cJSON_AddItemToArray(seq, split);
+    const char *bl_names[3] = { NULL, "post_processor", "decoder" };
+    for (int k = 0; k < 3; k++) {
+        cJSON *bl = cJSON_CreateObject();
+        cJSON_AddStringToObject(bl, "type", "ByteLevel");
+        cJSON_AddBoolToObject(bl, "add_prefix_space", 0); cJSON_AddBoolToObject(bl, "trim_offsets", 0);
+        cJSON_AddBoolToObject(bl, "use_regex", 0);
+        if (k == 0) cJSON_AddItemToArray(seq, bl); else cJSON_AddItemToObject(root, bl_names[k], bl);
+    }
+    cJSON *m = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(m, "type", "BPE");
+    cJSON_AddNullToObject(m, "dropout"); cJSON_AddNullToObject(m, "unk_token");
+    cJSON_AddStringToObject(m, "continuing_subword_prefix", ""); cJSON_AddStringToObject(m, "end_of_word_suffix", "");
+    cJSON_AddBoolToObject(m, "fuse_unk", 0); cJSON_AddBoolToObject(m, "byte_fallback", 0); cJSON_AddBoolToObject(m, "ignore_merges", 0);
+    cJSON *vocab = cJSON_AddObjectToObject(m, "vocab"), *ml = cJSON_AddArrayToObject(m, "merges");
+    // Special tokens sit in the model vocab too, as Hugging Face's trainer writes them: tokenizers gives an added
+    // token the vocab's id when it is there, and otherwise the next id after the vocab's count.
+    for (size_t i = 0; i < T->n_tok; i++) cJSON_AddNumberToObject(vocab, T->tok[i], (double)i);
+    for (size_t i = 0; i < n_merges; i++) {
+        const char *ab[2] = { T->tok[merges[i][0]], T->tok[merges[i][1]] };
+        cJSON_AddItemToArray(ml, cJSON_CreateStringArray(ab, 2));
+    }
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text) return bs_fail(err, "out of memory writing %s", path);
+    FILE *f = fopen(path, "wb");
+    int rc = 0;
+    if (!f || fwrite(text, 1, strlen(text), f) != strlen(text)) rc = bs_fail(err, "cannot write %s", path);
+    if (f && fclose(f)) rc = bs_fail(err, "cannot write %s", path);
+    free(text);
+    return rc;
+}
+
+int bs_bpe_train(const char *const *texts, const size_t *lens, size_t n_texts, const bs_bpe_train_opts *o,
+                 const char *out_path, bs_err *err) {
+    if (o->vocab_size < o->n_special + 256)
+        return bs_fail(err, "tokenizer-train: --vocab %zu is below the %zu special + 256 byte tokens", o->vocab_size, o->n_special);
+    trainer T = { 0 };
+    bs_tok_map words = { 0 };
+    int32_t (*merges)[2] = NULL; size_t n_merges = 0;
+    regex_t *re = NULL; OnigRegion *rg = onig_region_new();
+    int rc = rg ? bs_regex_compile(&re, bs_bpe_train_regex(), strlen(bs_bpe_train_regex()), err) : bs_fail(err, "out of memory");
+    double t0 = bs_now();
+    for (size_t i = 0; i < n_texts && !rc; i++) rc = count_words(&T, &words, texts[i], lens[i], o, re, rg, err);
+    int32_t id, byte_id[256];
+    for (size_t i = 0; i < o->n_special && !rc; i++) {
+        if (bs_tok_map_get(&T.tok_ids, o->special[i], strlen(o->special[i])) >= 0) rc = bs_fail(err, "tokenizer-train: special token \"%s\" given twice", o->special[i]);
+        else if (add_token(&T, o->special[i], strlen(o->special[i]), &id)) rc = bs_fail(err, "out of memory");
+    }
+    for (int b = 0; b < 256 && !rc; b++) {
+        char c[4]; int l; bs_bytelevel_char((unsigned char)b, c, &l);
+        if (bs_tok_map_get(&T.tok_ids, c, l) >= 0) rc = bs_fail(err, "tokenizer-train: a special token equals the byte token \"%.*s\"", l, c);
+        else if (add_token(&T, c, l, &byte_id[b])) rc = bs_fail(err, "out of memory");
+    }
+    for (size_t i = 0; i < T.n_w && !rc; i++) {
+        for (int32_t k = 0; k < T.w[i].n; k++) T.w[i].sym[k] = byte_id[T.w[i].sym[k]];
+        if (count_word(&T, (int32_t)i, +1, -1)) rc = bs_fail(err, "out of memory");
+    }
+    for (size_t p = 0; p < T.n_p && !rc; p++) if (heap_push(&T, T.p[p].count, (int32_t)p)) rc = bs_fail(err, "out of memory");
+    long min_freq = o->min_frequency > 0 ? o->min_frequency : 2;
+    int32_t *stamp = calloc(T.n_w + 1, sizeof *stamp), round = 0;
+    size_t merges_cap = 0;
+    char *buf = NULL; size_t buf_cap = 0;
+    if (!rc && !stamp) rc = bs_fail(err, "out of memory");
+    while (!rc && T.n_tok < o->vocab_size && T.n_h) {
+        hitem top = heap_pop(&T);
+        pair *P = &T.p[top.p];
+        if (top.count != P->count) { if (P->count > 0 && heap_push(&T, P->count, top.p)) rc = bs_fail(err, "out of memory"); continue; }
+        if (P->count < min_freq) break;
+        int32_t a = P->a, b = P->b;
+        size_t la = strlen(T.tok[a]), lb = strlen(T.tok[b]);
+        if (la + lb + 1 > buf_cap) { free(buf); buf_cap = 2 * (la + lb + 1); if (!(buf = malloc(buf_cap))) { rc = bs_fail(err, "out of memory"); break; } }
+        memcpy(buf, T.tok[a], la); memcpy(buf + la, T.tok[b], lb);
+        int32_t nid;
+        if (add_token(&T, buf, la + lb, &nid)) { rc = bs_fail(err, "out of memory"); break; }
+        if (n_merges == merges_cap) { merges_cap = merges_cap ? 2 * merges_cap : 4096; void *q = realloc(merges, merges_cap * sizeof *merges);
+            if (!q) { rc = bs_fail(err, "out of memory"); break; } merges = q; }
+        merges[n_merges][0] = a; merges[n_merges][1] = b; n_merges++;
+        // Revisit only the words that held (a, b): remove their pairs, merge, add them back.
+        round++;
+        int32_t *where = P->where, n_where = P->n_where;
+        P->where = NULL; P->n_where = P->cap_where = 0;
+        for (int32_t k = 0; k < n_where && !rc; k++) {
+            int32_t wi = where[k];
+            if (stamp[wi] == round) continue;
+            stamp[wi] = round;
+            word *w = &T.w[wi];
+            int has = 0;
+            for (int32_t i = 0; i + 1 < w->n && !has; i++) has = w->sym[i] == a && w->sym[i + 1] == b;
+            if (!has) continue;
+            if (count_word(&T, wi, -1, -1)) { rc = bs_fail(err, "out of memory"); break; }
+            int32_t m = 0;
+            for (int32_t i = 0; i < w->n; i++) {
+                if (i + 1 < w->n && w->sym[i] == a && w->sym[i + 1] == b) { w->sym[m++] = nid; i++; }
+                else w->sym[m++] = w->sym[i];
+            }
+            w->n = m;
+            if (count_word(&T, wi, +1, nid)) { rc = bs_fail(err, "out of memory"); break; }
+            // New pairs (those with nid) enter the heap with their counts; stale entries are skipped.
+            for (int32_t i = 0; i + 1 < w->n; i++) if (w->sym[i] == nid || w->sym[i + 1] == nid) {
+                int32_t p = pair_get(&T, w->sym[i], w->sym[i + 1], 0);
+                if (p >= 0 && heap_push(&T, T.p[p].count, p)) { rc = bs_fail(err, "out of memory"); break; }
+            }
+        }
+        free(where);
+        if (o->verbose && n_merges % 1000 == 0) fprintf(stderr, "tokenizer-train: %zu tokens, %.1fs\n", T.n_tok, bs_now() - t0);
+    }
+    if (!rc) rc = write_json(&T, o, merges, n_merges, out_path, err);
+    if (o->verbose && !rc) fprintf(stderr, "tokenizer-train: %zu distinct words, %zu merges, %zu tokens, %.2fs\n", T.n_w, n_merges, T.n_tok, bs_now() - t0);
+    free(buf); free(stamp); free(merges);
+    for (size_t i = 0; i < T.n_w; i++) free(T.w[i].sym);
+    for (size_t i = 0; i < T.n_p; i++) free(T.p[i].where);
+    for (size_t i = 0; i < T.n_tok; i++) free(T.tok[i]);
+    free(T.w); free(T.p); free(T.pk); free(T.pv); free(T.h); free(T.tok);
+    bs_tok_map_free(&T.tok_ids); bs_tok_map_free(&words);
+    if (re) onig_free(re);
+    if (rg) onig_region_free(rg, 1);
+    return rc;
+}
+
+int bs_bpe_train_files(const char *const *files, size_t n_files, const bs_bpe_train_opts *o, const char *out_path, bs_err *err) {
+    char **texts = calloc(n_files + 1, sizeof *texts);
+    size_t *lens = calloc(n_files + 1, sizeof *lens);
+    int rc = texts && lens ? 0 : bs_fail(err, "out of memory");
+    for (size_t i = 0; i < n_files && !rc; i++) {
+        FILE *f = fopen(files[i], "rb");
+        if (!f) { rc = bs_fail(err, "tokenizer-train: cannot open corpus file %s", files[i]); break; }
+        fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
+        texts[i] = n >= 0 ? malloc((size_t)n + 1) : NULL;
+        if (!texts[i] || fread(texts[i], 1, (size_t)n, f) != (size_t)n) rc = bs_fail(err, "tokenizer-train: cannot read %s", files[i]);
+        lens[i] = (size_t)n;
+        fclose(f);
+    }
+    if (!rc) rc = bs_bpe_train((const char *const *)texts, lens, n_files, o, out_path, err);
+    for (size_t i = 0; texts && i < n_files; i++) free(texts[i]);
+    free(texts); free(lens);
+    return rc;
+}

@@ -1,0 +1,253 @@
+// Every fast CPU op against the scalar reference op, under every kernel path this CPU supports
+// (scalar, avx2, avx512, avx512bf16); paths the CPU lacks are reported as skipped.
+//
+// Tolerances (why these numbers):
+// - matmul, exact paths: both sides accumulate in fp32 and differ only in summation order, so the
+//   difference is bounded by ~K * 2^-24 * S where S = sum_i |x_i w_i| (the standard dot-product bound);
+//   we require |fast - ref| <= 1e-5 * S + 1e-30, i.e. the brief's ~1e-5 relative, measured against S
+//   (relative to the result itself is meaningless when it cancels to ~0). K <= 4096 in these tests and
+//   observed errors are ~1e-7 * S.
+// - matmul, avx512bf16: activations are rounded to bf16 (relative error <= 2^-9 each), so the bound is
+//   2^-9 * S plus the fp32 part; we require <= 2^-8 * S. Its measured typical error is printed.
+// - rmsnorm / head_norm_rope: sum-of-squares order differs (relative ~dim * 2^-24 on the scale factor);
+//   RoPE angles and cos/sin are computed exactly like the reference; tolerance 1e-5 * max|ref| + 1e-6.
+// - swiglu / attention softmax: the AVX2 expf is within ~2 ulp of libm's; attention additionally sums
+//   scores and p*v in another order: tolerance 2e-5 * max|v| (attention output is a convex combination of v).
+// - add, embed, argmax, copy: exact.
+#include <stdlib.h>
+#include <string.h>
+#include "harness.h"
+#include "backend/cpu/cpu.h"
+#include "util/rng.h"
+
+static float urand(bs_rng *r) { return (float)(bs_rng_uniform(r) * 2 - 1); }
+static void fill(bs_rng *r, float *x, size_t n) { for (size_t i = 0; i < n; i++) x[i] = urand(r); }
+
+static void *make_weight(bs_rng *r, bs_dtype dt, size_t n) {
+    void *p = malloc(n * bs_dtype_size(dt) + 1);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == BS_F32) ((float *)p)[i] = urand(r);
+        else if (dt == BS_BF16) ((uint16_t *)p)[i] = bs_f32_to_bf16(urand(r));
+        else {   // random normal f16: sign, exponent 8..16 (values 2^-7 .. 2^2), mantissa
+            uint64_t u = bs_rng_u64(r);
+            ((uint16_t *)p)[i] = (uint16_t)(((u & 1) << 15) | ((8 + (u >> 1) % 9) << 10) | ((u >> 8) & 0x3ff));
+        }
+    }
+    return p;
+}
+
+// The backends under test: one per supported path (NULL where unsupported).
+static bs_backend *path_backend(bs_cpu_path p) {
+    if (!bs_cpu_path_supported(p)) {
+        printf("  path %s: not supported by this CPU, skipped\n", bs_cpu_path_name(p));
+        return NULL;
+    }
+    bs_backend *be = bs_backend_cpu(1);
+    bs_cpu_install_path(be, p);
+    return be;
+}
+
+static int check_matmul(bs_backend *ref, bs_backend *be, int exact, bs_rng *rng, int n, int K, int O,
+                        bs_dtype dt, int acc, double *worst) {
+    float *x = malloc(sizeof(float) * n * K + 4), *y0 = malloc(sizeof(float) * n * O + 4), *y1 = malloc(sizeof(float) * n * O + 4);
+    void *w = make_weight(rng, dt, (size_t)O * K);
+    fill(rng, x, (size_t)n * K);
+    fill(rng, y0, (size_t)n * O);
+    memcpy(y1, y0, sizeof(float) * n * O);
+    bs_mat W = { w, dt, O, K };
+    ref->matmul(ref, y0, x, n, &W, acc);
+    be->matmul(be, y1, x, n, &W, acc);
+    int ok = 1;
+    for (int r = 0; r < n && ok; r++)
+        for (int o = 0; o < O; o++) {
+            double S = acc ? fabs(y1[r * O + o]) : 0;
+            for (int k = 0; k < K; k++) S += fabs(x[r * K + k] * bs_load_elem(w, dt, (size_t)o * K + k));
+            double d = fabs(y0[r * O + o] - y1[r * O + o]);
+            double tol = (exact ? 1e-5 : 1.0 / 256) * S + 1e-30;
+            if (S > 0 && d / S > *worst) *worst = d / S;
+            if (!(d <= tol)) {
+                fprintf(stderr, "  matmul %s n=%d K=%d O=%d dt=%s acc=%d: y[%d][%d] ref %g fast %g (S %g)\n", be->name,
+                        n, K, O, bs_dtype_name(dt), acc, r, o, y0[r * O + o], y1[r * O + o], S);
+                ok = 0;
+                break;
+            }
+        }
+    free(x); free(y0); free(y1); free(w);
+    return ok;
+}
+
+TEST(cpu_matmul_all_paths) {
+    bs_backend *ref = bs_backend_cpu(1);
+    bs_rng rng; bs_rng_seed(&rng, 7);
+    int tested = 0;
+    for (int p = 0; p < BS_CPU_N_PATHS; p++) {
+        bs_backend *be = path_backend(p);
+        if (!be) continue;
+        int exact = p != BS_CPU_AVX512BF16;
+        double worst[3] = { 0, 0, 0 };
+        for (int dt = 0; dt < 3; dt++) {
+            // every n from 1 to 33 (decode, verify and drafter blocks, the 3-row grouping and its remainders)
+            for (int n = 1; n <= 33; n++)
+                CHECK(check_matmul(ref, be, exact, &rng, n, 97, 23, dt, n & 1, &worst[dt]));
+            // odd and round shapes, vector tails (K % 16, K % 32), weight-row tails (O % 4), threaded splits
+            static const int Ks[] = { 1, 15, 16, 31, 32, 64, 100, 257, 1024 };
+            static const int Os[] = { 1, 3, 4, 5, 33, 130 };
+            static const int Ns[] = { 1, 2, 3, 4, 8, 16 };
+            for (int a = 0; a < 9; a++)
+                for (int b = 0; b < 6; b++)
+                    for (int c = 0; c < 6; c++)
+                        if ((a + b + c) % 3 == 0 || Ns[c] <= 2)
+                            CHECK(check_matmul(ref, be, exact, &rng, Ns[c], Ks[a], Os[b], dt, (a + c) & 1, &worst[dt]));
+            // prefill: n > 32 rows in several L2 row tiles (K = 4096 gives 24-row tiles), threaded
+            CHECK(check_matmul(ref, be, exact, &rng, 70, 4096, 37, dt, 0, &worst[dt]));
+            CHECK(check_matmul(ref, be, exact, &rng, 45, 200, 9, dt, 1, &worst[dt]));
+        }
+        printf("  path %s: worst |fast-ref|/sum|x*w|: F32 %.2g BF16 %.2g F16 %.2g\n", be->name ? bs_cpu_path_name(p) : "",
+               worst[0], worst[1], worst[2]);
+        tested++;
+        be->destroy(be);
+    }
+    ref->destroy(ref);
+    CHECK(tested >= 1);
+}
+
+static double maxabs(const float *x, size_t n) { double m = 0; for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]); return m; }
+
+#define NEAR_ARRAYS(a, b, n, tol) do { double tol_ = (tol); for (size_t i_ = 0; i_ < (size_t)(n); i_++) \
+    CHECK_NEAR((a)[i_], (b)[i_], tol_, "at %zu (path %s)", i_, bs_cpu_path_name(p)); } while (0)
+
+TEST(cpu_attention_all_paths) {
+    bs_backend *ref = bs_backend_cpu(1);
+    bs_rng rng; bs_rng_seed(&rng, 11);
+    for (int p = 0; p < BS_CPU_N_PATHS; p++) {
+        bs_backend *be = path_backend(p);
+        if (!be) continue;
+        static const int groups[] = { 1, 2, 4, 8 };
+        static const int hds[] = { 8, 12, 64, 128 };
+        static const int nqs[] = { 1, 3, 17, 32 };
+        for (int gi = 0; gi < 4; gi++)
+            for (int hi = 0; hi < 4; hi++)
+                for (int qi = 0; qi < 4; qi++)
+                    for (int mode = 0; mode < 3; mode++) {   // 0 causal, 1 non-causal, 2 causal + window
+                        int G = groups[gi], hd = hds[hi], n_q = nqs[qi];
+                        int n_kv = (gi + hi) % 2 ? 2 : 1, n_heads = n_kv * G;
+                        int q_pos0 = (qi * 37 + hi * 11) % 90, n_keys = q_pos0 + n_q;
+                        if (mode == 1) n_keys += 5;
+                        int window = mode == 2 ? 1 + (qi * 7 + gi) % 20 : 0;
+                        size_t qn = (size_t)n_q * n_heads * hd, kn = (size_t)n_keys * n_kv * hd;
+                        float *q = malloc(4 * qn), *k = malloc(4 * kn), *v = malloc(4 * kn);
+                        float *o0 = malloc(4 * qn), *o1 = malloc(4 * qn);
+                        fill(&rng, q, qn); fill(&rng, k, kn); fill(&rng, v, kn);
+                        for (size_t i = 0; i < qn; i++) q[i] *= 3;   // peakier softmax
+                        ref->attention(ref, o0, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, mode != 1, window);
+                        be->attention(be, o1, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, mode != 1, window);
+                        double tol = 2e-5 * maxabs(v, kn);
+                        int bad = -1;
+                        for (size_t i = 0; i < qn && bad < 0; i++) if (!(fabs(o0[i] - o1[i]) <= tol)) bad = (int)i;
+                        if (bad >= 0) fprintf(stderr, "  G=%d hd=%d n_q=%d n_kv=%d keys=%d pos0=%d mode=%d window=%d\n",
+                                              G, hd, n_q, n_kv, n_keys, q_pos0, mode, window);
+                        NEAR_ARRAYS(o0, o1, qn, tol);
+                        free(q); free(k); free(v); free(o0); free(o1);
+                    }
+        be->destroy(be);
+    }
+    ref->destroy(ref);
+}
+
+TEST(cpu_small_ops_all_paths) {
+    bs_backend *ref = bs_backend_cpu(1);
+    bs_rng rng; bs_rng_seed(&rng, 5);
+    for (int p = 0; p < BS_CPU_N_PATHS; p++) {
+        bs_backend *be = path_backend(p);
+        if (!be) continue;
+        for (int dt = 0; dt < 3; dt++) {
+            // rmsnorm: odd and real dims, small and large n (threaded above 64K elements), with and without weight
+            static const int dims[] = { 1, 7, 64, 129, 1024 };
+            static const int ns[] = { 1, 5, 80 };
+            for (int a = 0; a < 5; a++)
+                for (int b = 0; b < 3; b++) {
+                    int dim = dims[a], n = ns[b];
+                    size_t m = (size_t)n * dim;
+                    float *x = malloc(4 * m), *y0 = malloc(4 * m), *y1 = malloc(4 * m);
+                    void *w = make_weight(&rng, dt, dim);
+                    bs_mat W = { w, dt, 1, dim };
+                    fill(&rng, x, m);
+                    const bs_mat *wp = (a + b) % 4 ? &W : NULL;
+                    ref->rmsnorm(ref, y0, x, n, dim, wp, 1e-6f);
+                    be->rmsnorm(be, y1, x, n, dim, wp, 1e-6f);
+                    NEAR_ARRAYS(y0, y1, m, 1e-5 * maxabs(y0, m) + 1e-6);
+                    memcpy(y1, x, 4 * m);
+                    be->rmsnorm(be, y1, y1, n, dim, wp, 1e-6f);   // in place (y aliases x)
+                    NEAR_ARRAYS(y0, y1, m, 1e-5 * maxabs(y0, m) + 1e-6);
+                    free(x); free(y0); free(y1); free(w);
+                }
+            // head_norm_rope: hd 8..256, positions near 0 and large, with and without the per-head norm
+            static const int hds[] = { 8, 12, 64, 128, 256 };
+            for (int a = 0; a < 5; a++)
+                for (int b = 0; b < 3; b++) {
+                    int hd = hds[a], n = ns[b], nh = 1 + (a + b) % 5, pos0 = b == 2 ? 0 : 1000 * a + 3;
+                    size_t m = (size_t)n * nh * hd;
+                    float *x0 = malloc(4 * m), *x1 = malloc(4 * m);
+                    void *w = make_weight(&rng, dt, hd);
+                    bs_mat W = { w, dt, 1, hd };
+                    fill(&rng, x0, m);
+                    memcpy(x1, x0, 4 * m);
+                    const bs_mat *wp = (a + b) % 3 ? &W : NULL;
+                    float theta = (a + b) % 2 ? 1000000.0f : -10000.0f;   // < 0: bf16-rounded inv_freq (drafters)
+                    ref->head_norm_rope(ref, x0, n, nh, hd, wp, 1e-6f, pos0, theta);
+                    be->head_norm_rope(be, x1, n, nh, hd, wp, 1e-6f, pos0, theta);
+                    NEAR_ARRAYS(x0, x1, m, 1e-5 * maxabs(x0, m) + 1e-6);
+                    free(x0); free(x1); free(w);
+                }
+            // embed: exact widening
+            {
+                int rows = 50, D = 1 + dt * 67 + 8;
+                void *t = make_weight(&rng, dt, (size_t)rows * D);
+                bs_mat T = { t, dt, rows, D };
+                int32_t ids[7] = { 0, 49, 3, 3, 17, 25, 1 };
+                float *o0 = malloc(4 * 7 * D), *o1 = malloc(4 * 7 * D);
+                ref->embed(ref, o0, &T, ids, 7);
+                be->embed(be, o1, &T, ids, 7);
+                CHECK(!memcmp(o0, o1, 4 * 7 * D), "embed %s", bs_dtype_name(dt));
+                free(t); free(o0); free(o1);
+            }
+        }
+        // swiglu (also in place, h aliasing gate) and add: sizes around the vector width and the threading threshold
+        static const size_t sizes[] = { 1, 7, 8, 9, 3072, 3072 * 33 + 5, 600000 };
+        for (int a = 0; a < 7; a++) {
+            size_t n = sizes[a];
+            float *g = malloc(4 * n), *u = malloc(4 * n), *h0 = malloc(4 * n), *h1 = malloc(4 * n);
+            fill(&rng, g, n); fill(&rng, u, n);
+            for (size_t i = 0; i < n; i++) g[i] *= 12;   // covers the saturated tails of silu
+            if (n > 3) { g[0] = 95; g[1] = -95; g[2] = 0; }
+            ref->swiglu(ref, h0, g, u, n);
+            be->swiglu(be, h1, g, u, n);
+            for (size_t i = 0; i < n; i++) CHECK_NEAR(h0[i], h1[i], 1e-5 * fabs(h0[i]) + 1e-30, "swiglu n=%zu i=%zu", n, i);
+            be->swiglu(be, g, g, u, n);
+            for (size_t i = 0; i < n; i++) CHECK_NEAR(h0[i], g[i], 1e-5 * fabs(h0[i]) + 1e-30, "swiglu in place");
+            fill(&rng, h0, n);
+            memcpy(h1, h0, 4 * n);
+            ref->add(ref, h0, u, n);
+            be->add(be, h1, u, n);
+            CHECK(!memcmp(h0, h1, 4 * n), "add n=%zu", n);
+            free(g); free(u); free(h0); free(h1);
+        }
+        // argmax: ties pick the first index; max in the vector part, in the tail, and at index 0
+        static const int vocabs[] = { 1, 5, 8, 23, 1000, 151936 };
+        for (int a = 0; a < 6; a++) {
+            int V = vocabs[a], n = a == 5 ? 3 : 4;
+            float *l = malloc(4 * (size_t)n * V);
+            fill(&rng, l, (size_t)n * V);
+            if (V > 10) { l[7] = 5; l[V - 2] = 5; }           // tie: first (7) wins
+            if (n > 1) l[V + V - 1] = 9;                        // row 1: max in the tail
+            if (n > 2) l[2 * V] = 9, l[2 * V + V / 2] = 9;      // row 2: max at index 0, tied later
+            int32_t a0[4], a1[4];
+            ref->argmax(ref, a0, l, n, V);
+            be->argmax(be, a1, l, n, V);
+            for (int r = 0; r < n; r++) CHECK(a0[r] == a1[r], "argmax V=%d row %d: %d vs %d", V, r, a0[r], a1[r]);
+            free(l);
+        }
+        be->destroy(be);
+    }
+    ref->destroy(ref);
+}

@@ -1,0 +1,137 @@
+// DFlash (z-lab) and DSpark (DeepSpec) drafters against the reference vectors of shared/fixtures/{dflash,dspark}:
+// context features from the target's prefill, the block's hidden rows, logits, the greedy (Markov) walk and the
+// confidence logits; through the library and through `blockspec dump` as a user would run it.
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "harness.h"
+#include "fixture_util.h"
+#include "engine/engine.h"
+#include "model/dflash.h"
+
+#define TOL 1e-3
+
+static void check_drafter(int *failed_, const char *dev, const char *which) {
+    char tdir[1024], ddir[1024], file[1024];
+    bs_err err = {0};
+    snprintf(tdir, sizeof tdir, "%s/target", bs_fixtures_dir());
+    snprintf(ddir, sizeof ddir, "%s/%s", bs_fixtures_dir(), which);
+    snprintf(file, sizeof file, "%s/%s.expect.safetensors", bs_fixtures_dir(), which);
+    bs_engine *e; bs_checkpoint *x; bs_drafter *d;
+    CHECK(bs_engine_open(&e, tdir, dev, &err) == 0, "%s", err.msg);
+    CHECK(bs_checkpoint_open(&x, file, &err) == 0, "%s", err.msg);
+    CHECK(bs_dflash_open(&d, ddir, &e->target, 256, &err) == 0, "%s", err.msg);
+    const bs_drafter_config *c = bs_dflash_config(d);
+    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, B = c->block_size, zl = c->arch == BS_DRAFTER_ZLAB;
+    long P, m, nB, nd;
+    bs_checkpoint *tx;
+    snprintf(file, sizeof file, "%s/target.expect.safetensors", bs_fixtures_dir());
+    CHECK(bs_checkpoint_open(&tx, file, &err) == 0, "%s", err.msg);
+    const int32_t *prompt = fx_tensor(tx, "prompt_ids", "I32", -1, &P);
+    const int32_t *ids = fx_tensor(x, "target_layer_ids", "I32", -1, &m);
+    const float *feat_x = fx_tensor(x, "context_features", "F32", -1, NULL);
+    const int32_t *blk_ids = fx_tensor(x, "block_input_ids", "I32", -1, &nB);
+    const float *hid_x = fx_tensor(x, "block_hidden", "F32", (long)B * H, NULL);
+    const int32_t *toks_x = fx_tensor(x, "draft_tokens", "I32", -1, &nd);
+    CHECK(prompt && ids && feat_x && blk_ids && hid_x && toks_x, "reference tensors missing or misshaped");
+    CHECK(m == c->n_taps && d->n_taps == m, "tap count %d vs %ld", d->n_taps, m);
+    for (int i = 0; i < m; i++) CHECK(ids[i] == c->target_layer_ids[i] && d->taps[i] == ids[i] + 1, "tap %d", i);
+    CHECK(nB == B && nd == d->max_drafts, "block %ld / drafts %ld", nB, nd);
+
+    // Prefill with the drafter's taps.
+    bs_kv_cache kv;
+    CHECK(bs_kv_init(&kv, &e->cfg, 256, e->be, &err) == 0, "%s", err.msg);
+    float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * m * H, &err);
+    bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
+    CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, &err) == 0, "%s", err.msg);
+    float *feat_h = malloc(sizeof(float) * P * m * H), *last = malloc(sizeof(float) * V);
+    e->be->download(e->be, feat_h, feat, sizeof(float) * P * m * H);
+    e->be->download(e->be, last, logits, sizeof(float) * V);
+    CHECK(fx_max_abs_diff(feat_h, feat_x, P * m * H) < TOL, "context features differ by %g", fx_max_abs_diff(feat_h, feat_x, P * m * H));
+    int32_t anchor = bs_argmax(last, V);
+    CHECK(anchor == blk_ids[0], "anchor %d vs %d", anchor, blk_ids[0]);
+
+    // Feed the context in two pieces (5 + rest) to exercise the incremental cache.
+    CHECK(d->add_context(d, feat, 5, &err) == 0, "%s", err.msg);
+    CHECK(d->add_context(d, feat + (size_t)5 * m * H, (int)P - 5, &err) == 0, "%s", err.msg);
+    CHECK(d->n_ctx == P);
+    int32_t bids[BS_MAX_DRAFT + 1];
+    float *hid = malloc(sizeof(float) * B * H), *lg = malloc(sizeof(float) * B * V), *st = malloc(sizeof(float) * B * V), conf[BS_MAX_DRAFT];
+    bs_dflash_inspect ins = { .block_ids = bids, .block_hidden = hid, .logits = lg, .step_logits = st, .conf_logits = conf };
+    bs_draft dr;
+    CHECK(bs_dflash_forward_block(d, anchor, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
+    CHECK(memcmp(bids, blk_ids, sizeof(int32_t) * B) == 0, "block ids differ");
+    CHECK(fx_max_abs_diff(hid, hid_x, (long)B * H) < TOL, "block hidden differs by %g", fx_max_abs_diff(hid, hid_x, (long)B * H));
+    CHECK(dr.n == nd && dr.q == NULL);
+    for (int k = 0; k < nd; k++) CHECK(dr.tokens[k] == toks_x[k], "draft %d: %d vs %d", k, dr.tokens[k], toks_x[k]);
+    if (zl) {
+        const float *lx = fx_tensor(x, "draft_logits", "F32", nd * V, NULL);
+        CHECK(lx, "draft_logits missing");
+        CHECK(fx_max_abs_diff(lg, lx, nd * V) < TOL, "draft logits differ by %g", fx_max_abs_diff(lg, lx, nd * V));
+        CHECK(!dr.has_conf);
+    } else {
+        const float *bx = fx_tensor(x, "base_logits", "F32", nd * V, NULL), *sx = fx_tensor(x, "step_logits", "F32", nd * V, NULL);
+        const float *cx = fx_tensor(x, "confidence_logits", "F32", nd, NULL);
+        CHECK(bx && sx && cx, "dspark reference tensors missing");
+        CHECK(fx_max_abs_diff(lg, bx, nd * V) < TOL, "base logits differ by %g", fx_max_abs_diff(lg, bx, nd * V));
+        CHECK(fx_max_abs_diff(st, sx, nd * V) < TOL, "step logits differ by %g", fx_max_abs_diff(st, sx, nd * V));
+        CHECK(fx_max_abs_diff(conf, cx, nd) < TOL, "confidence logits differ by %g", fx_max_abs_diff(conf, cx, nd));
+        CHECK(dr.has_conf);
+        for (int k = 0; k < nd; k++) CHECK_NEAR(dr.conf[k], 1.0 / (1.0 + exp(-cx[k])), 1e-4);
+    }
+    // propose() is the same path: same tokens; a shorter proposal is a prefix.
+    bs_draft p2;
+    CHECK(d->propose(d, anchor, 3, NULL, NULL, &p2, &err) == 0, "%s", err.msg);
+    CHECK(p2.n == 3 && memcmp(p2.tokens, dr.tokens, sizeof(int32_t) * 3) == 0, "short proposal is not a prefix");
+    // Rollback + re-adding the same rows reproduces the same proposal.
+    CHECK(d->rollback(d, 4, &err) == 0 && d->n_ctx == 4, "%s", err.msg);
+    CHECK(d->rollback(d, 5, &err) != 0, "rolling forward must be refused");
+    CHECK(d->add_context(d, feat + (size_t)4 * m * H, (int)P - 4, &err) == 0, "%s", err.msg);
+    CHECK(d->propose(d, anchor, BS_MAX_DRAFT, NULL, NULL, &p2, &err) == 0, "%s", err.msg);
+    CHECK(p2.n == dr.n && memcmp(p2.tokens, dr.tokens, sizeof(int32_t) * dr.n) == 0, "proposal after rollback differs");
+
+    free(feat_h); free(last); free(hid); free(lg); free(st);
+    e->be->free(e->be, logits); e->be->free(e->be, feat);
+    bs_kv_free(&kv);
+    d->free(d);
+    bs_checkpoint_close(x); bs_checkpoint_close(tx);
+    bs_engine_close(e);
+}
+
+TEST(drafter_fixture_dflash_cpu_reference) { check_drafter(failed_, "cpu-ref", "dflash"); }
+TEST(drafter_fixture_dflash_cpu) { check_drafter(failed_, "cpu", "dflash"); }
+TEST(drafter_fixture_dspark_cpu_reference) { check_drafter(failed_, "cpu-ref", "dspark"); }
+TEST(drafter_fixture_dspark_cpu) { check_drafter(failed_, "cpu", "dspark"); }
+
+// `blockspec dump -m target -d drafter` as a user runs it: every reference tensor of the drafter set within
+// TOL, ids exact, and (with -n) the greedy speculative run's spec_output_ids and acceptance_lengths.
+static void check_dump(int *failed_, const char *which) {
+    char cmd[4096], out[256], exp_path[1024], tpath[1024];
+    snprintf(out, sizeof out, "/tmp/bs_dump_%s_%d.safetensors", which, (int)getpid());
+    snprintf(exp_path, sizeof exp_path, "%s/%s.expect.safetensors", bs_fixtures_dir(), which);
+    snprintf(tpath, sizeof tpath, "%s/target.expect.safetensors", bs_fixtures_dir());
+    bs_err err = {0};
+    bs_checkpoint *x, *tx;
+    CHECK(bs_checkpoint_open(&x, exp_path, &err) == 0, "%s", err.msg);
+    CHECK(bs_checkpoint_open(&tx, tpath, &err) == 0, "%s", err.msg);
+    long P;
+    const int32_t *prompt = fx_tensor(tx, "prompt_ids", "I32", -1, &P);
+    CHECK(prompt);
+    char ids[2048] = "";
+    fx_join_ids(prompt, P, ids, sizeof ids);
+    long G = 0;
+    CHECK(fx_tensor(tx, "greedy_ids", "I32", -1, &G) && G > 0);
+    snprintf(cmd, sizeof cmd, "%s dump -m %s/target -d %s/%s --prompt-ids %s -n %ld --out %s", bs_cli_path(), bs_fixtures_dir(), bs_fixtures_dir(), which, ids, G, out);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    bs_checkpoint *got;
+    CHECK(bs_checkpoint_open(&got, out, &err) == 0, "%s", err.msg);
+    char msg[512];
+    int n_checked = fx_compare_all(x, got, TOL, msg, sizeof msg);
+    CHECK(n_checked >= 0, "%s", msg);
+    CHECK(n_checked >= 6, "checked only %d tensors", n_checked);
+    bs_checkpoint_close(got); bs_checkpoint_close(x); bs_checkpoint_close(tx);
+    remove(out);
+}
+
+TEST(drafter_dump_cli_dflash) { check_dump(failed_, "dflash"); }
+TEST(drafter_dump_cli_dspark) { check_dump(failed_, "dspark"); }

@@ -1,0 +1,33 @@
+// The public API (include/blockspec.h) as an embedder uses it: plain and speculative generation
+// agree, errors come back as messages, text round-trips through a tokenizer.
+#include <stdlib.h>
+#include <string.h>
+#include "harness.h"
+#include "blockspec.h"
+
+static int count_tokens(void *ctx, int32_t t) { (*(int *)ctx)++; return 0; }
+
+TEST(public_api_generate) {
+    char t[1024], d[1024], err[512];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
+    blockspec *bs;
+    CHECK(blockspec_open(&bs, t, d, "cpu", err, sizeof err) == 0, "%s", err);
+    int32_t prompt[] = { 3, 14, 15, 92, 65, 35 }, a[40], b[40];
+    size_t na, nb; int seen = 0;
+    blockspec_params p = blockspec_default_params();
+    p.n_new = 40;
+    blockspec_stats st;
+    CHECK(blockspec_generate(bs, prompt, 6, &p, a, 40, &na, count_tokens, &seen, &st, err, sizeof err) == 0, "%s", err);
+    CHECK(na == 40 && seen == 40 && st.rounds > 0 && st.tau >= 1.0);
+    p.use_drafter = 0;
+    CHECK(blockspec_generate(bs, prompt, 6, &p, b, 40, &nb, NULL, NULL, &st, err, sizeof err) == 0, "%s", err);
+    CHECK(nb == 40 && st.rounds == 0);
+    CHECK(memcmp(a, b, sizeof a) == 0, "speculative and plain greedy output differ");
+    int32_t bad[] = { 1, 999 };
+    CHECK(blockspec_generate(bs, bad, 2, &p, b, 40, &nb, NULL, NULL, NULL, err, sizeof err) != 0 && strstr(err, "outside the vocabulary"), "%s", err);
+    int32_t *ids; size_t n;
+    CHECK(blockspec_tokenize(bs, "hi", &ids, &n, err, sizeof err) != 0 && strstr(err, "tokenizer.json"), "%s", err);
+    blockspec_close(bs);
+    CHECK(blockspec_open(&bs, t, "/nonexistent/drafter", "cpu", err, sizeof err) != 0 && strstr(err, "/nonexistent/drafter"), "%s", err);
+}

@@ -1,0 +1,66 @@
+// The sampler: processed distributions (temperature -> top-k -> top-p) on hand-checked vectors, and
+// draws that follow them (chi-square over many draws, fixed seeds).
+#include <math.h>
+#include <stdlib.h>
+#include "harness.h"
+#include "test_util_models.h"
+#include "spec/sampler.h"
+
+TEST(sampler_processed_distribution) {
+    float l[6] = { 2.0f, 1.0f, 1.0f, 0.0f, -1.0f, 3.0f }, p[6];
+    CHECK(bs_argmax(l, 6) == 5);
+    float tie[3] = { 1, 4, 4 };
+    CHECK(bs_argmax(tie, 3) == 1, "ties go to the first index");
+    bs_sampling g = { 0 };
+    CHECK(bs_sampling_probs(&g, l, 6, p, NULL) == 1 && p[5] == 1.0f && p[0] == 0.0f, "greedy is one-hot at the argmax");
+    // Plain softmax at T = 1 and T = 0.5.
+    bs_sampling s1 = { 1.0f, 0, 1.0f, 0 };
+    bs_sampling_probs(&s1, l, 6, p, NULL);
+    double z = 0; for (int i = 0; i < 6; i++) z += exp(l[i]);
+    for (int i = 0; i < 6; i++) CHECK_NEAR(p[i], exp(l[i]) / z, 1e-6);
+    bs_sampling s2 = { 0.5f, 0, 1.0f, 0 };
+    bs_sampling_probs(&s2, l, 6, p, NULL);
+    z = 0; for (int i = 0; i < 6; i++) z += exp(2 * l[i]);
+    for (int i = 0; i < 6; i++) CHECK_NEAR(p[i], exp(2 * l[i]) / z, 1e-6);
+    // top-k 2 keeps {5, 0}; top-k 3 keeps the tied pair at the boundary too ({5, 0, 1, 2}).
+    bs_sampling k2 = { 1.0f, 2, 1.0f, 0 };
+    CHECK(bs_sampling_probs(&k2, l, 6, p, NULL) == 2 && p[1] == 0 && p[3] == 0);
+    CHECK_NEAR(p[5], exp(3.0) / (exp(3.0) + exp(2.0)), 1e-6);
+    bs_sampling k3 = { 1.0f, 3, 1.0f, 0 };
+    CHECK(bs_sampling_probs(&k3, l, 6, p, NULL) == 4 && p[1] > 0 && p[2] > 0 && p[3] == 0, "ties with the k-th value are kept");
+    // top-p: the sorted probabilities are ~.63 .23 .09 .09 .03 .01 -> 0.5 keeps one, 0.8 keeps two, 0.9 four (tie).
+    bs_sampling p5 = { 1.0f, 0, 0.5f, 0 }, p8 = { 1.0f, 0, 0.8f, 0 }, p9 = { 1.0f, 0, 0.9f, 0 };
+    CHECK(bs_sampling_probs(&p5, l, 6, p, NULL) == 1 && p[5] == 1.0f);
+    CHECK(bs_sampling_probs(&p8, l, 6, p, NULL) == 2 && p[0] > 0);
+    CHECK(bs_sampling_probs(&p9, l, 6, p, NULL) == 4);
+    double sum = 0; for (int i = 0; i < 6; i++) sum += p[i];
+    CHECK_NEAR(sum, 1.0, 1e-6);
+}
+
+TEST(sampler_draws_follow_distribution) {
+    enum { V = 50, N = 200000 };
+    float l[V], p[V];
+    bs_rng r; bs_rng_seed(&r, 1);
+    for (int i = 0; i < V; i++) l[i] = (float)(bs_rng_uniform(&r) * 4 - 2);
+    bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 1 }, { 0.7f, 10, 1.0f, 2 }, { 1.2f, 0, 0.7f, 3 } };
+    for (int c = 0; c < 3; c++) {
+        long counts[V] = { 0 };
+        double expect[V];
+        bs_sampling_probs(&cfgs[c], l, V, p, NULL);
+        for (int i = 0; i < V; i++) expect[i] = p[i];
+        bs_rng rng; bs_rng_seed(&rng, cfgs[c].seed);
+        float probs[V], scratch[2 * V];
+        for (int n = 0; n < N; n++) counts[bs_sample_logits(&cfgs[c], l, V, probs, scratch, &rng)]++;
+        for (int i = 0; i < V; i++) CHECK(expect[i] > 0 || counts[i] == 0, "drew token %d, which the filters removed", i);
+        int df;
+        double pv = tu_chi2_gof(counts, expect, V, N, &df);
+        CHECK(pv > 1e-4, "config %d: draws do not follow the processed distribution (p = %g, df %d)", c, pv, df);
+        // Power check: the same draws against the unfiltered softmax must be rejected when a filter is on.
+        if (c > 0) {
+            bs_sampling plain = { 1.0f, 0, 1.0f, 0 };
+            bs_sampling_probs(&plain, l, V, p, NULL);
+            for (int i = 0; i < V; i++) expect[i] = p[i];
+            CHECK(tu_chi2_gof(counts, expect, V, N, &df) < 1e-6, "the chi-square test cannot tell distributions apart");
+        }
+    }
+}

@@ -1,0 +1,140 @@
+// Losslessness with the real drafter models (DFlash, DSpark) in the loop:
+// greedy speculative output == plain greedy output over random prompts and lengths, and under
+// sampling the first tokens follow the target's exact distribution with the drafters' own q
+// (random-weight drafters on a tiny-vocabulary target, so acceptance is partial).
+#include <stdlib.h>
+#include <string.h>
+#include "harness.h"
+#include "test_util_models.h"
+#include "spec/spec_loop.h"
+
+static void greedy_random_prompts(int *failed_, const char *target, const char *drafter, int trials) {
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, target, "cpu", &err) == 0, "%s", err.msg);
+    int V = e->cfg.vocab_size;
+    bs_rng rng; bs_rng_seed(&rng, 99);
+    for (int t = 0; t < trials; t++) {
+        int P = 1 + (int)(bs_rng_u64(&rng) % 30), N = 1 + (int)(bs_rng_u64(&rng) % 60);
+        int32_t prompt[32], plain[64], spec[64];
+        for (int i = 0; i < P; i++) prompt[i] = (int32_t)(bs_rng_u64(&rng) % V);
+        bs_session s; bs_drafter *d = NULL; bs_spec_stats st;
+        int n1, n2;
+        CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0, "%s", err.msg);
+        CHECK(bs_generate_plain(&s, prompt, P, N, 0, plain, &n1, NULL, NULL, &err) == 0, "%s", err.msg);
+        bs_kv_rollback(&s.kv, 0, &err);
+        CHECK(bs_drafter_open(&d, drafter, e, s.kv.max_ctx, &err) == 0, "%s", err.msg);
+        bs_spec_opts o = { .draft_max = 1 + t % d->max_drafts };
+        CHECK(bs_generate_spec(&s, d, prompt, P, N, &o, spec, &n2, NULL, NULL, &st, &err) == 0, "%s", err.msg);
+        CHECK(n1 == N && n2 == N, "lengths %d %d, want %d", n1, n2, N);
+        for (int i = 0; i < N; i++) CHECK(spec[i] == plain[i], "%s trial %d: token %d differs (spec %d, plain %d)", drafter, t, i, spec[i], plain[i]);
+        bs_spec_stats_free(&st);
+        d->free(d);
+        bs_session_free(&s);
+    }
+    bs_engine_close(e);
+}
+
+TEST(spec_drafters_greedy_lossless_fixtures) {
+    char t[1024], d1[1024], d2[1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d1, sizeof d1, "%s/dflash", bs_fixtures_dir());
+    snprintf(d2, sizeof d2, "%s/dspark", bs_fixtures_dir());
+    greedy_random_prompts(failed_, t, d1, 12);
+    if (*failed_) return;
+    greedy_random_prompts(failed_, t, d2, 12);
+}
+
+// Writes a random drafter for a target dir; arch "zlab" or "dspark".
+static int make_drafter(const char *target, const char *out, const char *arch, int V, int H, int L, int heads, int kv, int hd, int inter) {
+    char cfg[2048], path[512], cmd[2048];
+    if (!strcmp(arch, "zlab"))
+        snprintf(cfg, sizeof cfg, "{\"architectures\":[\"DFlashDraftModel\"],\"model_type\":\"qwen3\",\"hidden_size\":%d,"
+                 "\"num_attention_heads\":%d,\"num_key_value_heads\":%d,\"head_dim\":%d,\"intermediate_size\":%d,"
+                 "\"num_hidden_layers\":2,\"vocab_size\":%d,\"rms_norm_eps\":1e-6,\"rope_theta\":10000,\"block_size\":4,"
+                 "\"num_target_layers\":%d,\"dflash_config\":{\"mask_token_id\":%d,\"target_layer_ids\":[0,%d]}}",
+                 H, heads, kv, hd, inter, V, L, V - 1, L - 1);
+    else
+        snprintf(cfg, sizeof cfg, "{\"architectures\":[\"Qwen3DSparkModel\"],\"model_type\":\"qwen3\",\"hidden_size\":%d,"
+                 "\"num_attention_heads\":%d,\"num_key_value_heads\":%d,\"head_dim\":%d,\"intermediate_size\":%d,"
+                 "\"num_hidden_layers\":2,\"vocab_size\":%d,\"rms_norm_eps\":1e-6,\"rope_parameters\":{\"rope_theta\":10000},"
+                 "\"block_size\":3,\"num_target_layers\":%d,\"mask_token_id\":%d,\"target_layer_ids\":[0],\"markov_rank\":4,"
+                 "\"markov_head_type\":\"vanilla\",\"enable_confidence_head\":true,\"confidence_head_with_markov\":true}",
+                 H, heads, kv, hd, inter, V, L, V - 1);
+    snprintf(path, sizeof path, "%s.json", out);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(cfg, f); fclose(f);
+    snprintf(cmd, sizeof cmd, "%s make-random -c %s --out %s --seed 5", bs_cli_path(), path, out);
+    return system(cmd);
+}
+
+static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const bs_sampling *smp, long runs, double *accept_rate) {
+    int V = e->cfg.vocab_size;
+    int32_t prompt[3] = { 1, 5, 2 }, out[3];
+    // Exact joint of the first three tokens.
+    double *joint = malloc(sizeof(double) * V * V * V);
+    long *counts = calloc((size_t)V * V * V, sizeof(long));
+    bs_err err; bs_kv_cache kv; bs_kv_init(&kv, &e->cfg, 64, e->be, &err);
+    float *lg = malloc(sizeof(float) * V), *p[3], *scr = malloc(sizeof(float) * 2 * V);
+    for (int i = 0; i < 3; i++) p[i] = malloc(sizeof(float) * V);
+    bs_fwd_out fo = { .logits = lg };
+    bs_qwen3_forward(&e->target, &kv, prompt, 3, &fo, &err);
+    bs_sampling_probs(smp, lg, V, p[0], scr);
+    for (int a = 0; a < V; a++) {
+        bs_kv_rollback(&kv, 3, &err); bs_qwen3_forward(&e->target, &kv, &a, 1, &fo, &err);
+        bs_sampling_probs(smp, lg, V, p[1], scr);
+        for (int b = 0; b < V; b++) {
+            bs_kv_rollback(&kv, 4, &err); bs_qwen3_forward(&e->target, &kv, &b, 1, &fo, &err);
+            bs_sampling_probs(smp, lg, V, p[2], scr);
+            for (int c = 0; c < V; c++) joint[(a * V + b) * V + c] = (double)p[0][a] * p[1][b] * p[2][c];
+        }
+    }
+    bs_session s; bs_drafter *d;
+    bs_sampling sm = *smp;
+    bs_session_init(&s, e, 64, &sm, &err);
+    if (bs_drafter_open(&d, drafter, e, 64, &err)) { fprintf(stderr, "  %s\n", err.msg); return -1; }
+    long acc = 0, drafted = 0;
+    for (long r = 0; r < runs; r++) {
+        bs_rng_seed(&s.rng, 7919ull * r + 3);
+        bs_kv_rollback(&s.kv, 0, &err); d->rollback(d, 0, &err);
+        bs_spec_opts o = { 0 };
+        bs_spec_stats st; int n;
+        if (bs_generate_spec(&s, d, prompt, 3, 3, &o, out, &n, NULL, NULL, &st, &err) || n != 3) { fprintf(stderr, "  %s\n", err.msg); return -1; }
+        acc += st.accepted; drafted += st.drafted;
+        bs_spec_stats_free(&st);
+        counts[(out[0] * V + out[1]) * V + out[2]]++;
+    }
+    *accept_rate = drafted ? (double)acc / drafted : 0;
+    int df;
+    double pv = tu_chi2_gof(counts, joint, V * V * V, runs, &df);
+    d->free(d); bs_session_free(&s); bs_kv_free(&kv);
+    for (int i = 0; i < 3; i++) free(p[i]);
+    free(lg); free(scr); free(joint); free(counts);
+    return pv;
+}
+
+TEST(spec_drafters_sampling_lossless) {
+    int V = 12, H = 16, L = 2;
+    const char *t = tu_make_target(V, H, L, 2, 1, 8, 32, 0, 1, 11);
+    CHECK(t);
+    char target[256], dz[300], dd[300];
+    snprintf(target, sizeof target, "%s", t);
+    snprintf(dz, sizeof dz, "%s/zlab", target);
+    snprintf(dd, sizeof dd, "%s/dspark", target);
+    CHECK(make_drafter(target, dz, "zlab", V, H, L, 2, 1, 8, 32) == 0, "make-random zlab drafter failed");
+    CHECK(make_drafter(target, dd, "dspark", V, H, L, 2, 1, 8, 32) == 0, "make-random dspark drafter failed");
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, target, "cpu-ref", &err) == 0, "%s", err.msg);
+    bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 0.8f, 6, 0.9f, 0 } };
+    const char *drafters[] = { dz, dd };
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 2; k++) {
+            double ar = 0;
+            double pv = drafter_sampling_pvalue(e, drafters[k], &cfgs[c], 20000, &ar);
+            printf("  %s T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", k ? "dspark" : "dflash",
+                   cfgs[c].temperature, cfgs[c].top_k, cfgs[c].top_p, pv, ar);
+            CHECK(pv > 1e-4, "speculative sampling with a real drafter is not distributed as the target (p = %g)", pv);
+            CHECK(ar > 0.05 && ar < 0.95, "acceptance %.2f gives the test little power", ar);
+        }
+    bs_engine_close(e);
+}

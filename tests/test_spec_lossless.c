@@ -1,0 +1,217 @@
+// Losslessness of the speculative loop, independent of any real drafter:
+// - greedy: speculative output == plain greedy output, token for token, with drafters whose proposals
+//   are forced (the target's own continuation with chosen corruptions), covering long accepts, the
+//   bonus token, rejection at the first row, KV rollback and drafter context growth;
+// - sampling: the first tokens under speculative sampling follow the target's exact distribution
+//   (computed by enumeration on a tiny-vocabulary target), and the same test fails when the drafter
+//   reports a wrong q.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "harness.h"
+#include "test_util_models.h"
+#include "spec/spec_loop.h"
+
+// ---- a drafter that replays a script ----
+typedef struct forced {
+    const int32_t *script; int script_len;   // token at each absolute position
+    int corrupt;                             // 0 never, k > 0: pseudo-randomly 1 in k, -1: always the first draft
+    int round, vocab, taps[2];
+    bs_backend *be;
+    const float *ref_feat; int F;            // expected context features per position (host)
+    double max_feat_err;
+    float *tmp;
+} forced;
+
+static int forced_add(bs_drafter *d, const float *feat, int n, bs_err *err) {
+    forced *f = d->impl;
+    f->be->download(f->be, f->tmp, feat, sizeof(float) * n * f->F);
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < f->F; i++) {
+            double e = fabs(f->tmp[(size_t)r * f->F + i] - f->ref_feat[(size_t)(d->n_ctx + r) * f->F + i]);
+            if (!(e <= f->max_feat_err)) f->max_feat_err = e;
+        }
+    d->n_ctx += n;
+    return 0;
+}
+static int forced_rollback(bs_drafter *d, int n, bs_err *err) { d->n_ctx = n; return 0; }
+static int forced_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
+    forced *f = d->impl;
+    int pos = d->n_ctx;
+    out->n = max_n; out->q = NULL; out->has_conf = 0;
+    for (int k = 1; k <= max_n; k++) {
+        int32_t t = pos + k < f->script_len ? f->script[pos + k] : 0;
+        int bad = f->corrupt < 0 ? k == 1 : f->corrupt > 0 && ((f->round * 7 + k * 3) % f->corrupt) == 0;
+        out->tokens[k - 1] = bad ? (t + 1) % f->vocab : t;
+    }
+    f->round++;
+    return 0;
+}
+
+static void greedy_case(int *failed_, bs_engine *e, int block, int corrupt, uint64_t seed) {
+    bs_err err = {0};
+    bs_rng rng; bs_rng_seed(&rng, seed);
+    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, L = e->cfg.n_layers;
+    int P = 2 + (int)(bs_rng_u64(&rng) % 20), N = 5 + (int)(bs_rng_u64(&rng) % 50);
+    int32_t *seq = malloc(sizeof(int32_t) * (P + N)), *spec = malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < P; i++) seq[i] = (int32_t)(bs_rng_u64(&rng) % V);
+    bs_session s;
+    CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0, "%s", err.msg);
+    int n_plain;
+    CHECK(bs_generate_plain(&s, seq, P, N, 0, seq + P, &n_plain, NULL, NULL, &err) == 0, "%s", err.msg);
+    CHECK(n_plain == N);
+    // Reference taps of every position from one long forward.
+    forced f = { .script = seq, .script_len = P + N, .corrupt = corrupt, .vocab = V, .taps = { 1, L }, .be = e->be, .F = 2 * H };
+    float *ref = malloc(sizeof(float) * (P + N) * f.F);
+    f.tmp = malloc(sizeof(float) * (P + N) * f.F);
+    bs_fwd_out fo = { .taps = f.taps, .n_taps = 2, .tap_out = ref };
+    CHECK(bs_kv_rollback(&s.kv, 0, &err) == 0 && bs_qwen3_forward(&e->target, &s.kv, seq, P + N, &fo, &err) == 0, "%s", err.msg);
+    f.ref_feat = ref;
+    bs_kv_rollback(&s.kv, 0, &err);
+    bs_drafter d = { .name = "forced", .max_drafts = block, .n_taps = 2, .taps = f.taps, .impl = &f,
+                     .add_context = forced_add, .rollback = forced_rollback, .propose = forced_propose };
+    bs_spec_opts o = { .draft_max = block, .stop_at_eos = 0 };
+    bs_spec_stats st; int n_spec;
+    CHECK(bs_generate_spec(&s, &d, seq, P, N, &o, spec, &n_spec, NULL, NULL, &st, &err) == 0, "%s", err.msg);
+    CHECK(n_spec == N, "spec produced %d tokens, plain %d", n_spec, N);
+    for (int i = 0; i < N; i++) CHECK(spec[i] == seq[P + i], "block %d corrupt %d seed %llu: token %d differs: spec %d, plain %d", block, corrupt, (unsigned long long)seed, i, spec[i], seq[P + i]);
+    CHECK(f.max_feat_err < 1e-4, "drafter context features differ from a plain forward by %g", f.max_feat_err);
+    if (corrupt == 0) CHECK(st.rounds <= N / (block + 1) + 2, "uncorrupted drafts should be accepted (%d rounds for %d tokens, block %d)", st.rounds, N, block);
+    if (corrupt == -1) CHECK(st.accepted == 0, "corrupted first drafts must all be rejected");
+    bs_spec_stats_free(&st);
+    bs_session_free(&s);
+    free(seq); free(spec); free(ref); free(f.tmp);
+}
+
+static void greedy_suite(int *failed_, const char *dir) {
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, dir, "cpu", &err) == 0, "%s", err.msg);
+    int blocks[] = { 1, 4, 7, 16 }, corrupts[] = { 0, 3, 2, -1 };
+    for (int b = 0; b < 4; b++)
+        for (int c = 0; c < 4; c++)
+            for (uint64_t seed = 1; seed <= 3; seed++) {
+                greedy_case(failed_, e, blocks[b], corrupts[c], seed * 100 + b * 10 + c);
+                if (*failed_) { bs_engine_close(e); return; }
+            }
+    bs_engine_close(e);
+}
+
+TEST(spec_greedy_lossless_fixture_target) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
+    greedy_suite(failed_, dir);
+}
+
+TEST(spec_greedy_lossless_tied_sharded_target) {
+    const char *dir = tu_make_target(300, 48, 3, 6, 2, 8, 96, 1, 3, 42);
+    CHECK(dir, "could not write a random target");
+    greedy_suite(failed_, dir);
+}
+
+// ---- sampling: a drafter that samples from its own q ----
+typedef struct qdraft {
+    int vocab, wrong_q, taps[1];
+    float *q;          // [max][vocab]
+    float *scratch;
+} qdraft;
+
+// A deterministic, context-dependent draft distribution: logits from a hash of (position, previous token).
+static void draft_logits(float *l, int V, int pos, int prev) {
+    uint64_t h = (uint64_t)pos * 0x9e3779b97f4a7c15ull ^ (uint64_t)(prev + 1) * 0xbf58476d1ce4e5b9ull;
+    for (int i = 0; i < V; i++) { h = bs_splitmix64(&h); l[i] = (float)((h >> 40) % 1000) / 250.0f; }
+}
+
+static int q_add(bs_drafter *d, const float *feat, int n, bs_err *err) { d->n_ctx += n; return 0; }
+static int q_rollback(bs_drafter *d, int n, bs_err *err) { d->n_ctx = n; return 0; }
+static int q_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
+    qdraft *g = d->impl;
+    int prev = anchor, V = g->vocab;
+    float l[64];
+    for (int k = 0; k < max_n; k++) {
+        float *q = g->q + (size_t)k * V;
+        draft_logits(l, V, d->n_ctx + k + 1, prev);
+        bs_sampling_probs(s, l, V, q, g->scratch);
+        out->tokens[k] = prev = bs_sample_probs(q, V, rng);
+        if (g->wrong_q) for (int i = 0; i < V; i++) q[i] = 1.0f / V;   // reports a q it did not draw from
+    }
+    out->n = max_n; out->q = g->q; out->has_conf = 0;
+    return 0;
+}
+
+// Exact joint distribution of the first 3 tokens by enumeration with plain forwards.
+static void exact_joint(bs_engine *e, const bs_sampling *smp, const int32_t *prompt, int P, double *joint) {
+    int V = e->cfg.vocab_size;
+    bs_err err; bs_kv_cache kv; bs_kv_init(&kv, &e->cfg, 64, e->be, &err);
+    float *lg = malloc(sizeof(float) * V), *p1 = malloc(sizeof(float) * V), *p2 = malloc(sizeof(float) * V),
+          *p3 = malloc(sizeof(float) * V), *scr = malloc(sizeof(float) * 2 * V);
+    bs_fwd_out fo = { .logits = lg };
+    bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err);
+    bs_sampling_probs(smp, lg, V, p1, scr);
+    for (int a = 0; a < V; a++) {
+        bs_kv_rollback(&kv, P, &err);
+        bs_qwen3_forward(&e->target, &kv, &a, 1, &fo, &err);
+        bs_sampling_probs(smp, lg, V, p2, scr);
+        for (int b = 0; b < V; b++) {
+            bs_kv_rollback(&kv, P + 1, &err);
+            bs_qwen3_forward(&e->target, &kv, &b, 1, &fo, &err);
+            bs_sampling_probs(smp, lg, V, p3, scr);
+            for (int c = 0; c < V; c++) joint[(a * V + b) * V + c] = (double)p1[a] * p2[b] * p3[c];
+        }
+    }
+    free(lg); free(p1); free(p2); free(p3); free(scr);
+    bs_kv_free(&kv);
+}
+
+// Returns the p-value of the empirical 3-token joint (spec or plain) against the exact one.
+static double sampling_pvalue(bs_engine *e, const bs_sampling *smp, int block, int wrong_q, int use_spec, long runs) {
+    int V = e->cfg.vocab_size;
+    int32_t prompt[3] = { 1, 5, 2 }, out[3];
+    double *joint = malloc(sizeof(double) * V * V * V);
+    long *counts = calloc((size_t)V * V * V, sizeof(long));
+    exact_joint(e, smp, prompt, 3, joint);
+    bs_err err;
+    qdraft g = { .vocab = V, .wrong_q = wrong_q, .taps = { 1 } };
+    g.q = malloc(sizeof(float) * BS_MAX_DRAFT * V); g.scratch = malloc(sizeof(float) * 2 * V);
+    bs_drafter d = { .name = "q", .max_drafts = block, .n_taps = 1, .taps = g.taps, .impl = &g,
+                     .add_context = q_add, .rollback = q_rollback, .propose = q_propose };
+    bs_session s;
+    bs_sampling sm = *smp;
+    bs_session_init(&s, e, 64, &sm, &err);
+    bs_spec_opts o = { .draft_max = block, .stop_at_eos = 0 };
+    for (long r = 0; r < runs; r++) {
+        bs_rng_seed(&s.rng, 1000003ull * r + 17 + block);
+        bs_kv_rollback(&s.kv, 0, &err); d.n_ctx = 0;
+        int n = 0; bs_spec_stats st;
+        int rc = use_spec ? bs_generate_spec(&s, &d, prompt, 3, 3, &o, out, &n, NULL, NULL, &st, &err)
+                          : bs_generate_plain(&s, prompt, 3, 3, 0, out, &n, NULL, NULL, &err);
+        if (use_spec) bs_spec_stats_free(&st);
+        if (rc || n != 3) { fprintf(stderr, "  run failed: %s\n", err.msg); counts[0] += 1000000; break; }
+        counts[(out[0] * V + out[1]) * V + out[2]]++;
+    }
+    int df;
+    double pv = tu_chi2_gof(counts, joint, V * V * V, runs, &df);
+    bs_session_free(&s);
+    free(joint); free(counts); free(g.q); free(g.scratch);
+    return pv;
+}
+
+TEST(spec_sampling_lossless_distribution) {
+    const char *dir = tu_make_target(8, 16, 1, 2, 1, 8, 32, 0, 1, 7);
+    CHECK(dir, "could not write a random target");
+    bs_engine *e; bs_err err = {0};
+    // The scalar reference backend: for a model this small it beats dispatching to threads.
+    CHECK(bs_engine_open(&e, dir, "cpu-ref", &err) == 0, "%s", err.msg);
+    bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 0.7f, 5, 1.0f, 0 }, { 1.0f, 0, 0.8f, 0 }, { 1.3f, 6, 0.9f, 0 } };
+    const long RUNS = 20000;
+    for (int c = 0; c < 4; c++) {
+        double pv_plain = sampling_pvalue(e, &cfgs[c], 1, 0, 0, RUNS);
+        double pv_spec = sampling_pvalue(e, &cfgs[c], 2 + c % 3, 0, 1, RUNS);
+        double pv_wrong = sampling_pvalue(e, &cfgs[c], 2 + c % 3, 1, 1, RUNS);
+        printf("  T=%.1f top_k=%d top_p=%.1f: p-value plain %.3g, speculative %.3g, wrong q %.3g\n",
+               cfgs[c].temperature, cfgs[c].top_k, cfgs[c].top_p, pv_plain, pv_spec, pv_wrong);
+        CHECK(pv_plain > 1e-4, "plain sampling does not follow the processed distribution (p = %g)", pv_plain);
+        CHECK(pv_spec > 1e-4, "speculative sampling is not distributed as the target (p = %g)", pv_spec);
+        CHECK(pv_wrong < 1e-6, "a wrong q went undetected (p = %g): the test has no power", pv_wrong);
+    }
+    bs_engine_close(e);
+}

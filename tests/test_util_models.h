@@ -1,0 +1,13 @@
+// Helpers for tests that need small models: random Qwen3 targets of any shape written to a temp dir.
+#pragma once
+#include "engine/engine.h"
+
+// Writes a random target (bf16 safetensors + config.json) into a fresh temp dir; returns its path
+// (static buffer) or NULL. n_shards > 1 writes a sharded checkpoint.
+const char *tu_make_target(int vocab, int hidden, int layers, int heads, int kv_heads, int head_dim, int inter,
+                           int tied, int n_shards, uint64_t seed);
+// Upper tail of the chi-square distribution with df degrees of freedom: P(X >= x).
+double tu_chi2_sf(double x, int df);
+// Chi-square goodness of fit of counts[n] against probabilities expect[n] (sum 1) over `total`
+// draws, merging cells with expected count < 5. Returns the p-value; *df_out gets the dof used.
+double tu_chi2_gof(const long *counts, const double *expect, int n, long total, int *df_out);
