@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/engine.h"
+#include "model/dflash.h"
+#include "spec/spec_loop.h"
 #include "util/timer.h"
 
 static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
@@ -17,13 +19,15 @@ static double mat_bytes(const bs_mat *m) { return (double)m->rows * m->cols * bs
 int main(int argc, char **argv) {
     const char *model = NULL, *device = "cuda";
     int ctx = 512, steps = 64, B = 16;
+    const char *drafters[4]; int n_drafters = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--block") && i + 1 < argc) B = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16]\n"); return 2; }
+        else if (!strcmp(argv[i], "--drafter") && i + 1 < argc && n_drafters < 4) drafters[n_drafters++] = argv[++i];
+        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16] [--drafter DIR]...\n"); return 2; }
     }
     if (!model || ctx < 1 || steps < 1 || B < 1 || B > 64) { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16]\n"); return 2; }
     bs_err err = {0};
@@ -159,6 +163,57 @@ int main(int argc, char **argv) {
         printf("forward_rows%d_ms %.3f\n", n, fw[k] * 1e3);
     }
 
+    // 5. speculative rounds: drafter pass, verify [anchor, drafts] (all logits + taps + argmax), context
+    //    growth for a full accept; each timed to completion (host sync), best of 10
+    double dr_draft[4] = { 0 }, dr_ver[4] = { 0 }, dr_ctx[4] = { 0 }, dec_step = 1.0 / decode_tps[0];
+    int dr_n[4] = { 0 };
+    for (int di = 0; di < n_drafters; di++) {
+        bs_drafter *d = NULL;
+        if (bs_dflash_open(&d, drafters[di], &e->target, ctx + 200, &err)) { fprintf(stderr, "backend_bench: %s\n", err.msg); continue; }
+        int n = d->max_drafts, F = d->n_taps * H;
+        dr_n[di] = n;
+        float *taps = be->alloc(be, sizeof(float) * (size_t)(ctx + 80) * F, &err);
+        bs_kv_rollback(&s.kv, 0, &err);
+        bs_fwd_out fo = { .logits = s.logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = taps };
+        if (!taps || bs_qwen3_forward(&e->target, &s.kv, ids, ctx, &fo, &err) || d->add_context(d, taps, ctx, &err)) {
+            fprintf(stderr, "backend_bench: %s\n", err.msg); d->free(d); continue;
+        }
+        bs_sampling greedy = { 0 };
+        bs_draft dr;
+        double tv[10];
+        for (int r = 0; r < 10; r++) {
+            double a = bs_now();
+            d->propose(d, ids[ctx], n, &greedy, NULL, &dr, &err);
+            be->sync(be);
+            tv[r] = bs_now() - a;
+        }
+        qsort(tv, 10, sizeof *tv, cmp_d); dr_draft[di] = tv[0];
+        bs_fwd_out vo = { .logits = s.logits, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = taps };
+        int32_t vid[65], targ[65];
+        vid[0] = ids[ctx]; memcpy(vid + 1, dr.tokens, sizeof(int32_t) * n);
+        for (int r = 0; r < 10; r++) {
+            bs_kv_rollback(&s.kv, ctx, &err);
+            double a = bs_now();
+            bs_qwen3_forward(&e->target, &s.kv, vid, n + 1, &vo, &err);
+            be->argmax(be, targ, s.logits, n + 1, V);
+            tv[r] = bs_now() - a;
+        }
+        qsort(tv, 10, sizeof *tv, cmp_d); dr_ver[di] = tv[0];
+        for (int r = 0; r < 10; r++) {
+            double a = bs_now();
+            d->add_context(d, taps, n + 1, &err);
+            be->sync(be);
+            tv[r] = bs_now() - a;
+            d->rollback(d, ctx, &err);
+        }
+        qsort(tv, 10, sizeof *tv, cmp_d); dr_ctx[di] = tv[0];
+        printf("drafter %s n %d draft_ms %.3f verify_ms %.3f ctx_ms %.3f round_ms %.3f\n", drafters[di], n, dr_draft[di] * 1e3,
+               dr_ver[di] * 1e3, dr_ctx[di] * 1e3, (dr_draft[di] + dr_ver[di] + dr_ctx[di]) * 1e3);
+        bs_kv_rollback(&s.kv, ctx, &err);
+        be->free(be, taps);
+        d->free(d);
+    }
+
     printf("\n| figure | value |\n|---|---|\n");
     printf("| device-to-device copy bandwidth (read+write) | %.0f GB/s |\n", bw / 1e9);
     printf("| bytes per decode step (weights + KV at %d) | %.2f GB + %.3f GB |\n", ctx, wbytes / 1e9, kvbytes / 1e9);
@@ -172,6 +227,13 @@ int main(int argc, char **argv) {
                gemm_gbps[g][0], gemm_gbps[g][1]);
     printf("| grouped q/k/v, gate/up: 1 row | %.1f us, %.1f us |\n", grp_us[0][0], grp_us[1][0]);
     printf("| grouped q/k/v, gate/up: %d rows | %.1f us, %.1f us |\n", B, grp_us[0][1], grp_us[1][1]);
+    for (int di = 0; di < n_drafters; di++) {
+        const char *nm = strrchr(drafters[di], '/') ? strrchr(drafters[di], '/') + 1 : drafters[di];
+        double rd = dr_draft[di] + dr_ver[di] + dr_ctx[di];
+        printf("| %s (%d drafts): drafter pass / decode step | %.3f ms = %.1f%% |\n", nm, dr_n[di], dr_draft[di] * 1e3, 100 * dr_draft[di] / dec_step);
+        printf("| %s: verify %d rows / context growth | %.3f ms / %.3f ms |\n", nm, dr_n[di] + 1, dr_ver[di] * 1e3, dr_ctx[di] * 1e3);
+        printf("| %s: round (draft + verify + accept) / decode step | %.3f ms = %.2fx |\n", nm, rd * 1e3, rd / dec_step);
+    }
     if (gx) be->free(be, gx);
     if (gy) be->free(be, gy);
     free(ids);

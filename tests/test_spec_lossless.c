@@ -63,9 +63,13 @@ static void greedy_case(int *failed_, bs_engine *e, int block, int corrupt, uint
     // Reference taps of every position from one long forward.
     forced f = { .script = seq, .script_len = P + N, .corrupt = corrupt, .vocab = V, .taps = { 1, L }, .be = e->be, .F = 2 * H };
     float *ref = malloc(sizeof(float) * (P + N) * f.F);
+    float *ref_be = e->be->alloc(e->be, sizeof(float) * (P + N) * f.F, &err);   // backend memory (a device on CUDA)
+    CHECK(ref_be, "%s", err.msg);
     f.tmp = malloc(sizeof(float) * (P + N) * f.F);
-    bs_fwd_out fo = { .taps = f.taps, .n_taps = 2, .tap_out = ref };
+    bs_fwd_out fo = { .taps = f.taps, .n_taps = 2, .tap_out = ref_be };
     CHECK(bs_kv_rollback(&s.kv, 0, &err) == 0 && bs_qwen3_forward(&e->target, &s.kv, seq, P + N, &fo, &err) == 0, "%s", err.msg);
+    e->be->download(e->be, ref, ref_be, sizeof(float) * (P + N) * f.F);
+    e->be->free(e->be, ref_be);
     f.ref_feat = ref;
     bs_kv_rollback(&s.kv, 0, &err);
     bs_drafter d = { .name = "forced", .max_drafts = block, .n_taps = 2, .taps = f.taps, .impl = &f,
@@ -83,9 +87,9 @@ static void greedy_case(int *failed_, bs_engine *e, int block, int corrupt, uint
     free(seq); free(spec); free(ref); free(f.tmp);
 }
 
-static void greedy_suite(int *failed_, const char *dir) {
+static void greedy_suite_on(int *failed_, const char *dir, const char *device) {
     bs_engine *e; bs_err err = {0};
-    CHECK(bs_engine_open(&e, dir, "cpu", &err) == 0, "%s", err.msg);
+    CHECK(bs_engine_open(&e, dir, device, &err) == 0, "%s", err.msg);
     int blocks[] = { 1, 4, 7, 16 }, corrupts[] = { 0, 3, 2, -1 };
     for (int b = 0; b < 4; b++)
         for (int c = 0; c < 4; c++)
@@ -94,6 +98,23 @@ static void greedy_suite(int *failed_, const char *dir) {
                 if (*failed_) { bs_engine_close(e); return; }
             }
     bs_engine_close(e);
+}
+
+static void greedy_suite(int *failed_, const char *dir) { greedy_suite_on(failed_, dir, "cpu"); }
+
+// The same on the GPU (SKIPPED with the reason where no CUDA backend is usable).
+TEST(spec_greedy_lossless_cuda) {
+    bs_err err = {0};
+    bs_backend *probe = getenv("BS_NO_CUDA_TESTS") ? NULL : bs_backend_cuda(0, &err);
+    if (!probe) { char why[600]; snprintf(why, sizeof why, "no CUDA backend: %s", getenv("BS_NO_CUDA_TESTS") ? "BS_NO_CUDA_TESTS is set" : err.msg); SKIP(why); }
+    probe->destroy(probe);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
+    greedy_suite_on(failed_, dir, "cuda");
+    if (*failed_) return;
+    const char *d2 = tu_make_target(300, 48, 3, 6, 2, 8, 96, 1, 3, 42);
+    CHECK(d2, "could not write a random target");
+    greedy_suite_on(failed_, d2, "cuda");
 }
 
 TEST(spec_greedy_lossless_fixture_target) {

@@ -20,15 +20,20 @@ echo "built in $(( $(date +%s) - t0 )) s"
 echo "== tests"; export BS_FIXTURES="$FIX" BS_BIN=build-cuda/blockspec
 # one process per GPU test, each under a time limit, so a hang is attributed and cannot eat the lease
 for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_op_rmsnorm_rope_elementwise cuda_op_attention cuda_record_replay \
-         cuda_forward_random_model_vs_cpu cuda_target_fixture cuda_greedy_spec_equals_plain; do
+         cuda_forward_random_model_vs_cpu cuda_target_fixture cuda_greedy_spec_equals_plain spec_greedy_lossless_cuda; do
   timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; rc=$?
   [ $rc = 124 ] && echo "TIMEOUT $t" >> "$OUT/tests.log"
 done
-# the CPU tests on this host (AVX-512 CPU) from the same build
-timeout 120 ./build-cuda/run_tests target >> "$OUT/tests.log" 2>&1 || echo "cpu tests rc=$?" >> "$OUT/tests.log"
 grep -E "^(ok|FAIL|SKIP|TIMEOUT)|FAIL |passed|skipped:" "$OUT/tests.log" | tail -60
 echo "== bench"
 MODEL=/tmp/qwen3-8b-random
 t0=$(date +%s); ./build-cuda/blockspec make-random -c bench/configs/qwen3-8b.json --out $MODEL > "$OUT/make_random.log" 2>&1 || { cat "$OUT/make_random.log"; exit 1; }
+for d in qwen3-8b-dflash-b16 qwen3-8b-dspark-b7; do
+  ./build-cuda/blockspec make-random -c bench/configs/$d.json --out /tmp/$d >> "$OUT/make_random.log" 2>&1 || echo "make-random $d failed"
+done
 echo "make-random in $(( $(date +%s) - t0 )) s"
-timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 2>&1 | tee "$OUT/bench.log"
+timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 --drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7 2>&1 | tee "$OUT/bench.log"
+echo "== CPU tests on this host"
+# the CPU tests on this host (AVX-512 CPU) from the same build (BS_NO_CUDA_TESTS: the GPU ones ran above)
+BS_NO_CUDA_TESTS=1 timeout 120 ./build-cuda/run_tests > "$OUT/cpu_tests.log" 2>&1 || echo "cpu tests rc=$?" >> "$OUT/cpu_tests.log"
+grep -E "^FAIL|passed" "$OUT/cpu_tests.log" | tail -8
