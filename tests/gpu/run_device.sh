@@ -24,6 +24,10 @@ for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_op_rm
   timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; rc=$?
   [ $rc = 124 ] && echo "TIMEOUT $t" >> "$OUT/tests.log"
 done
+# the other GEMM variant on the GEMM tests
+for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_greedy_spec_equals_plain; do
+  echo "(BS_CUDA_MM=chain)" >> "$OUT/tests.log"; BS_CUDA_MM=chain timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1
+done
 grep -E "^(ok|FAIL|SKIP|TIMEOUT)|FAIL |passed|skipped:" "$OUT/tests.log" | tail -60
 echo "== bench"
 MODEL=/tmp/qwen3-8b-random
@@ -32,7 +36,14 @@ for d in qwen3-8b-dflash-b16 qwen3-8b-dspark-b7; do
   ./build-cuda/blockspec make-random -c bench/configs/$d.json --out /tmp/$d >> "$OUT/make_random.log" 2>&1 || echo "make-random $d failed"
 done
 echo "make-random in $(( $(date +%s) - t0 )) s"
-timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 --drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7 2>&1 | tee "$OUT/bench.log"
+# GEMM variants to time (BS_CUDA_MM; the default is split): VARIANTS="chain split"
+for v in ${VARIANTS:-split}; do
+  echo "-- BS_CUDA_MM=$v"
+  BS_CUDA_MM=$v timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 \
+      --drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7 > "$OUT/bench_$v.log" 2>&1
+  grep -E "^\|" "$OUT/bench_$v.log"
+done
+[ -n "${SKIP_CPU_TESTS:-}" ] && exit 0
 echo "== CPU tests on this host"
 # the CPU tests on this host (AVX-512 CPU) from the same build (BS_NO_CUDA_TESTS: the GPU ones ran above)
 BS_NO_CUDA_TESTS=1 timeout 120 ./build-cuda/run_tests > "$OUT/cpu_tests.log" 2>&1 || echo "cpu tests rc=$?" >> "$OUT/cpu_tests.log"

@@ -192,8 +192,8 @@ __device__ __forceinline__ uint4 ldg_stream(const void *p) {
 struct mm_job { float *y; const __nv_bfloat16 *W; int M, acc, kper, S, tiles, blk0; float *ws; unsigned *counters; };
 struct mm_jobs { mm_job j[MM_MAX_JOBS]; int count; };
 
-template <int NT>
-__global__ void __launch_bounds__(MM_WARPS * 32) mm_bf16_kernel(const float *__restrict__ x, int n, int K, mm_jobs jobs) {
+template <int NT, bool SPLIT>
+__global__ void __launch_bounds__(MM_WARPS * 32, NT <= 2 ? 4 : 1) mm_bf16_kernel(const float *__restrict__ x, int n, int K, mm_jobs jobs) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int ji = 0;
 #pragma unroll
@@ -220,21 +220,25 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_bf16_kernel(const float *__r
 #pragma unroll
     for (int j = 0; j < NT; j++) { int c = j * 8 + g; xok[j] = c < n; xr[j] = x + (size_t)(xok[j] ? c : 0) * K; }
 
-    // Software pipelined: the weights of the next step are in flight while this step computes.
-    constexpr int U = NT >= 4 ? 2 : MM_UNROLL;
-    constexpr int STEP = MM_WARPS * 32 * U;
-    uint4 wa[U][4], wb[U][4];
-    auto load = [&](uint4 (&w)[U][4], int k0) {
+    // (A register double-buffered variant of this loop was measured slower on the H200: 187 registers
+    // halved the resident warps; see docs/cuda.md.) SPLIT: products with the bf16-hi and bf16-lo parts
+    // of x go to separate accumulators (two independent MMA chains), summed at the end; otherwise one
+    // chain hi, lo, hi, lo. Either way the order never depends on n (batch invariance).
+    float dl[2][NT][4];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) dl[i][j][0] = dl[i][j][1] = dl[i][j][2] = dl[i][j][3] = 0.f;
+    for (int k0 = kbeg + warp * 32; k0 < kend; k0 += MM_WARPS * 32 * MM_UNROLL) {
+        uint4 w[MM_UNROLL][4];
+#pragma unroll
+        for (int u = 0; u < MM_UNROLL; u++) {
             int k = k0 + u * MM_WARPS * 32 + t * 8;
 #pragma unroll
             for (int i = 0; i < 4; i++) w[u][i] = (k < kend && rok[i]) ? ldg_stream(wr[i] + k) : make_uint4(0, 0, 0, 0);
         }
-    };
-    auto compute = [&](uint4 (&w)[U][4], int k0) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < MM_UNROLL; u++) {
             int kc = k0 + u * MM_WARPS * 32, k = kc + t * 8;
             if (kc >= kend) continue;   // warp-uniform: mma.sync needs every lane
             bool lok = k < kend;
@@ -254,22 +258,19 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_bf16_kernel(const float *__r
                     uint32_t a0[4] = { w[u][2 * i].x, w[u][2 * i + 1].x, w[u][2 * i].y, w[u][2 * i + 1].y };
                     uint32_t a1[4] = { w[u][2 * i].z, w[u][2 * i + 1].z, w[u][2 * i].w, w[u][2 * i + 1].w };
                     mma_bf16(d[i][j], a0, hi[0], hi[1]);
+                    mma_bf16(SPLIT ? dl[i][j] : d[i][j], a0, lo[0], lo[1]);
                     mma_bf16(d[i][j], a1, hi[2], hi[3]);
-                    mma_bf16(d[i][j], a0, lo[0], lo[1]);
-                    mma_bf16(d[i][j], a1, lo[2], lo[3]);
+                    mma_bf16(SPLIT ? dl[i][j] : d[i][j], a1, lo[2], lo[3]);
                 }
             }
         }
-    };
-    int k0 = kbeg + warp * 32;
-    if (k0 < kend) load(wa, k0);
-    for (; k0 < kend; k0 += 2 * STEP) {
-        if (k0 + STEP < kend) load(wb, k0 + STEP);
-        compute(wa, k0);
-        if (k0 + STEP >= kend) break;
-        if (k0 + 2 * STEP < kend) load(wa, k0 + 2 * STEP);
-        compute(wb, k0 + STEP);
     }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) if (SPLIT) d[i][j][q] += dl[i][j][q];
     // Note on rows: the thread's rows are {g, g+8} in m-tile 0 = block rows g, g+8 ... but we loaded
     // w[u][0..3] as rows g, g+8, g+16, g+24: m-tile 0 = rows (g, g+8) and m-tile 1 = (g+16, g+24).
     // Accumulator d[i][j]: c0,c1 -> row 16i+g, cols 2t,2t+1; c2,c3 -> row 16i+g+8.
@@ -345,6 +346,13 @@ static void mm_generic(cuda_impl *c, float *y, const float *x, int n, const bs_m
     }
 }
 
+// GEMM variant: BS_CUDA_MM=split (two accumulator chains) or BS_CUDA_MM=chain (one); see docs/cuda.md.
+static int mm_variant(void) {
+    static int v = -1;
+    if (v < 0) { const char *e = getenv("BS_CUDA_MM"); v = e && !strcmp(e, "chain") ? 0 : 1; }
+    return v;
+}
+
 // y[i] (+)= x . W[i]^T for `count` bf16 weights of the same K, in one launch per 64 rows.
 static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n) {
     int K = (int)W[0]->cols;
@@ -385,10 +393,17 @@ static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *co
             if (J->S > 1) { J->ws = c->ws + off; off += (size_t)J->S * nn * J->tiles * 32; J->counters = c->counters + (uintptr_t)jobs.j[i].counters; }
         }
         const float *xx = x + (size_t)r * K;
-        if (nn <= 8) mm_bf16_kernel<1><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-        else if (nn <= 16) mm_bf16_kernel<2><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-        else if (nn <= 32) mm_bf16_kernel<4><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-        else mm_bf16_kernel<8><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+        if (mm_variant()) {
+            if (nn <= 8) mm_bf16_kernel<1, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else if (nn <= 16) mm_bf16_kernel<2, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else if (nn <= 32) mm_bf16_kernel<4, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else mm_bf16_kernel<8, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+        } else {
+            if (nn <= 8) mm_bf16_kernel<1, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else if (nn <= 16) mm_bf16_kernel<2, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else if (nn <= 32) mm_bf16_kernel<4, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else mm_bf16_kernel<8, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+        }
         LAUNCHED("matmul");
     }
 }
