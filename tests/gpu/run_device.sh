@@ -24,10 +24,9 @@ for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_op_rm
   timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; rc=$?
   [ $rc = 124 ] && echo "TIMEOUT $t" >> "$OUT/tests.log"
 done
-# the other GEMM variant on the GEMM tests
-for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_greedy_spec_equals_plain; do
-  echo "(BS_CUDA_MM=chain)" >> "$OUT/tests.log"; BS_CUDA_MM=chain timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1
-done
+# again without programmatic dependent launch
+echo "(BS_CUDA_PDL=0)" >> "$OUT/tests.log"
+BS_CUDA_PDL=0 timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1
 grep -E "^(ok|FAIL|SKIP|TIMEOUT)|FAIL |passed|skipped:" "$OUT/tests.log" | tail -60
 echo "== bench"
 MODEL=/tmp/qwen3-8b-random
@@ -36,12 +35,16 @@ for d in qwen3-8b-dflash-b16 qwen3-8b-dspark-b7; do
   ./build-cuda/blockspec make-random -c bench/configs/$d.json --out /tmp/$d >> "$OUT/make_random.log" 2>&1 || echo "make-random $d failed"
 done
 echo "make-random in $(( $(date +%s) - t0 )) s"
-# GEMM variants to time (BS_CUDA_MM; the default is split): VARIANTS="chain split"
-for v in ${VARIANTS:-split}; do
-  echo "-- BS_CUDA_MM=$v"
-  BS_CUDA_MM=$v timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 \
-      --drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7 > "$OUT/bench_$v.log" 2>&1
-  grep -E "^\|" "$OUT/bench_$v.log"
+# Configurations to time, as environment assignments (the first also runs the drafters), e.g.
+# VARIANTS="BS_CUDA_PDL=1 BS_CUDA_PDL=0"; BS_CUDA_MM=chain|split picks the GEMM's accumulator chains.
+first=1
+for v in ${VARIANTS:-BS_CUDA_PDL=1}; do
+  echo "-- $v"
+  D=""; [ $first = 1 ] && D="--drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7"
+  env $v timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 $D \
+      > "$OUT/bench_$(echo $v | tr -c 'A-Za-z0-9\n' _).log" 2>&1
+  grep -E "^\|" "$OUT/bench_$(echo $v | tr -c 'A-Za-z0-9\n' _).log"
+  first=0
 done
 [ -n "${SKIP_CPU_TESTS:-}" ] && exit 0
 echo "== CPU tests on this host"
