@@ -24,9 +24,9 @@ for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_op_rm
   timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; rc=$?
   [ $rc = 124 ] && echo "TIMEOUT $t" >> "$OUT/tests.log"
 done
-# again without programmatic dependent launch
-echo "(BS_CUDA_PDL=0)" >> "$OUT/tests.log"
-BS_CUDA_PDL=0 timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1
+# again with the other GEMM accumulation variant
+echo "(BS_CUDA_MM=chain)" >> "$OUT/tests.log"
+BS_CUDA_MM=chain timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1
 grep -E "^(ok|FAIL|SKIP|TIMEOUT)|FAIL |passed|skipped:" "$OUT/tests.log" | tail -60
 echo "== bench"
 MODEL=/tmp/qwen3-8b-random
@@ -36,9 +36,9 @@ for d in qwen3-8b-dflash-b16 qwen3-8b-dspark-b7; do
 done
 echo "make-random in $(( $(date +%s) - t0 )) s"
 # Configurations to time, as environment assignments (the first also runs the drafters), e.g.
-# VARIANTS="BS_CUDA_PDL=1 BS_CUDA_PDL=0"; BS_CUDA_MM=chain|split picks the GEMM's accumulator chains.
+# VARIANTS="BS_CUDA_MM=split BS_CUDA_MM=chain" (the GEMM's accumulator chains; split is the default).
 first=1
-for v in ${VARIANTS:-BS_CUDA_PDL=1}; do
+for v in ${VARIANTS:-BS_CUDA_MM=split}; do
   echo "-- $v"
   D=""; [ $first = 1 ] && D="--drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7"
   env $v timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 $D \

@@ -59,33 +59,6 @@ static void fatal(const char *what, cudaError_t e) {
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) fatal(#call, e_); } while (0)
 #define LAUNCHED(what) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) fatal(what, e_); } while (0)
 
-// Programmatic dependent launch (sm_90): every kernel waits for the previous grid at its top and then
-// lets the next one launch, so launches and prologues overlap the previous kernel's tail (in graphs too).
-// BS_CUDA_PDL=0 turns it off.
-static int pdl_on(void) {
-    static int v = -1;
-    if (v < 0) { const char *e = getenv("BS_CUDA_PDL"); v = !(e && !strcmp(e, "0")); }
-    return v;
-}
-__device__ __forceinline__ void pdl_enter(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-template <typename... KArgs, typename... Args>
-static void launch(const char *what, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args... args) {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = smem; cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at; cfg.numAttrs = pdl_on() ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
-    if (e != cudaSuccess) fatal(what, e);
-}
-
 static posarg P(cuda_impl *c, int v) {
     posarg p;
     if (c->capturing) { p.rel = v - c->cap_base; p.base = &c->d_state->pos; }
@@ -221,7 +194,6 @@ struct mm_jobs { mm_job j[MM_MAX_JOBS]; int count; };
 
 template <int NT, bool SPLIT>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 2 ? 4 : 1) mm_bf16_kernel(const float *__restrict__ x, int n, int K, mm_jobs jobs) {
-    pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int ji = 0;
 #pragma unroll
@@ -257,21 +229,18 @@ __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 2 ? 4 : 1) mm_bf16_kernel
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < NT; j++) dl[i][j][0] = dl[i][j][1] = dl[i][j][2] = dl[i][j][3] = 0.f;
-    // Thread t of a warp reads U consecutive 16-byte pieces of each of its rows (64 contiguous bytes;
-    // the 4 threads of a row 256): step u's MMA pair uses k = k0 + t*8U + 8u .. +8 of W and of x alike
-    // (any k permutation shared by A and B leaves the dot product unchanged).
-    constexpr int U = MM_UNROLL;
-    for (int k0 = kbeg + warp * 32 * U; k0 < kend; k0 += MM_WARPS * 32 * U) {
+    for (int k0 = kbeg + warp * 32; k0 < kend; k0 += MM_WARPS * 32 * MM_UNROLL) {
         uint4 w[MM_UNROLL][4];
 #pragma unroll
         for (int u = 0; u < MM_UNROLL; u++) {
-            int k = k0 + t * 8 * U + u * 8;
+            int k = k0 + u * MM_WARPS * 32 + t * 8;
 #pragma unroll
             for (int i = 0; i < 4; i++) w[u][i] = (k < kend && rok[i]) ? ldg_stream(wr[i] + k) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < MM_UNROLL; u++) {
-            int k = k0 + t * 8 * U + u * 8;   // every lane runs every MMA (mma.sync); lanes past kend add zeros
+            int kc = k0 + u * MM_WARPS * 32, k = kc + t * 8;
+            if (kc >= kend) continue;   // warp-uniform: mma.sync needs every lane
             bool lok = k < kend;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
@@ -349,7 +318,6 @@ __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 2 ? 4 : 1) mm_bf16_kernel
 
 // Any dtype, any alignment: one block per (output row, x row); exact fp32 FMA.
 __global__ void mm_generic_kernel(float *y, const float *x, int n, const void *W, int dt, int M, int K, int acc) {
-    pdl_enter();
     int o = blockIdx.x, r = blockIdx.y;
     float s = 0.f;
     for (int k = threadIdx.x; k < K; k += blockDim.x) s += x[(size_t)r * K + k] * ld_elem(W, dt, (size_t)o * K + k);
@@ -373,7 +341,7 @@ static void mm_generic(cuda_impl *c, float *y, const float *x, int n, const bs_m
     int M = (int)W->rows, K = (int)W->cols;
     for (int r = 0; r < n; r += 65535) {
         dim3 grid(M, n - r < 65535 ? n - r : 65535);
-        launch("mm_generic_kernel", mm_generic_kernel, dim3(grid), dim3(128), 0, c->st, y + (size_t)r * M, x + (size_t)r * K, grid.y, W->data, W->dtype, M, K, acc);
+        mm_generic_kernel<<<grid, 128, 0, c->st>>>(y + (size_t)r * M, x + (size_t)r * K, grid.y, W->data, W->dtype, M, K, acc);
         LAUNCHED("matmul (generic)");
     }
 }
@@ -426,15 +394,15 @@ static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *co
         }
         const float *xx = x + (size_t)r * K;
         if (mm_variant()) {
-            if (nn <= 8) launch("mm_bf16_kernel", mm_bf16_kernel<1, true>, dim3(blocks), dim3(MM_WARPS * 32), 0, c->st, xx, nn, K, jr);
-            else if (nn <= 16) launch("mm_bf16_kernel", mm_bf16_kernel<2, true>, dim3(blocks), dim3(MM_WARPS * 32), 0, c->st, xx, nn, K, jr);
-            else if (nn <= 32) launch("mm_bf16_kernel", mm_bf16_kernel<4, true>, dim3(blocks), dim3(MM_WARPS * 32), 0, c->st, xx, nn, K, jr);
-            else launch("mm_bf16_kernel", mm_bf16_kernel<8, true>, dim3(blocks), dim3(MM_WARPS * 32), 0, c->st, xx, nn, K, jr);
+            if (nn <= 8) mm_bf16_kernel<1, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else if (nn <= 16) mm_bf16_kernel<2, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else if (nn <= 32) mm_bf16_kernel<4, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else mm_bf16_kernel<8, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
         } else {
-            if (nn <= 8) launch("mm_bf16_kernel", mm_bf16_kernel<1, false>, dim3(blocks), dim3(MM_WARPS * 32), 0, c->st, xx, nn, K, jr);
-            else if (nn <= 16) launch("mm_bf16_kernel", mm_bf16_kernel<2, false>, dim3(blocks), dim3(MM_WARPS * 32), 0, c->st, xx, nn, K, jr);
-            else if (nn <= 32) launch("mm_bf16_kernel", mm_bf16_kernel<4, false>, dim3(blocks), dim3(MM_WARPS * 32), 0, c->st, xx, nn, K, jr);
-            else launch("mm_bf16_kernel", mm_bf16_kernel<8, false>, dim3(blocks), dim3(MM_WARPS * 32), 0, c->st, xx, nn, K, jr);
+            if (nn <= 8) mm_bf16_kernel<1, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else if (nn <= 16) mm_bf16_kernel<2, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else if (nn <= 32) mm_bf16_kernel<4, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+            else mm_bf16_kernel<8, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
         }
         LAUNCHED("matmul");
     }
@@ -471,7 +439,6 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
 }
 
 __global__ void rmsnorm_kernel(float *y, const float *x, int dim, const void *w, int dt, float eps) {
-    pdl_enter();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
@@ -484,14 +451,13 @@ __global__ void rmsnorm_kernel(float *y, const float *x, int dim, const void *w,
 
 static void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) {
     if (n <= 0) return;
-    launch("rmsnorm_kernel", rmsnorm_kernel, dim3(n), dim3(dim >= 1024 ? 512 : 128), 0, CI(be)->st, y, x, dim, w ? w->data : NULL, w ? w->dtype : 0, eps);
+    rmsnorm_kernel<<<n, dim >= 1024 ? 512 : 128, 0, CI(be)->st>>>(y, x, dim, w ? w->data : NULL, w ? w->dtype : 0, eps);
     LAUNCHED("rmsnorm");
 }
 
 // One warp per (row, head): optional per-head RMSNorm, then rotate-half RoPE.
 __global__ void head_norm_rope_kernel(float *x, int n, int n_heads, int hd, const void *nw, int dt, float eps,
                                       posarg pos0, float theta) {
-    pdl_enter();
     int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (wid >= n * n_heads) return;
     int r = wid / n_heads;
@@ -532,7 +498,7 @@ static void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int 
     if (n <= 0) return;
     if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
     int warps = n * n_heads;
-    launch("head_norm_rope_kernel", head_norm_rope_kernel, dim3((warps + 7) / 8), dim3(256), 0, c->st, x, n, n_heads, hd, norm_w ? norm_w->data : NULL,
+    head_norm_rope_kernel<<<(warps + 7) / 8, 256, 0, c->st>>>(x, n, n_heads, hd, norm_w ? norm_w->data : NULL,
                                                              norm_w ? norm_w->dtype : 0, eps, P(c, pos0), theta);
     LAUNCHED("head_norm_rope");
 }
@@ -557,7 +523,6 @@ __device__ __forceinline__ void key_range(const att_args &a, int i, int nk, int 
 }
 
 __global__ void __launch_bounds__(128) attention_kernel(att_args a) {
-    pdl_enter();
     extern __shared__ float sm[];
     const int kh = blockIdx.x, s = blockIdx.y, hd = a.hd, hdp = hd + 4;
     const int G = a.n_heads / a.n_kv, nqv = a.n_q * G;
@@ -644,7 +609,6 @@ __global__ void __launch_bounds__(128) attention_kernel(att_args a) {
 
 // One warp per (query row, head): combine the splits in order.
 __global__ void attention_combine_kernel(float *out, const float *part, int nrows, int hd) {
-    pdl_enter();
     int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (wid >= nrows) return;
     float M = -INFINITY;
@@ -684,10 +648,10 @@ static void cu_attention(bs_backend *be, float *out, const float *q, const float
         a.q = q + (size_t)r * n_heads * hd; a.k = k; a.v = v; a.part = c->att_ws;
         a.n_q = nq; a.n_heads = n_heads; a.n_kv = n_kv; a.hd = hd; a.causal = causal; a.window = window;
         a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
-        launch("attention_kernel", attention_kernel, dim3(dim3(n_kv, ATT_SPLITS)), dim3(128), smem, c->st, a);
+        attention_kernel<<<dim3(n_kv, ATT_SPLITS), 128, smem, c->st>>>(a);
         LAUNCHED("attention");
         int rows = nq * n_heads;
-        launch("attention_combine_kernel", attention_combine_kernel, dim3((rows + 3) / 4), dim3(128), 0, c->st, out + (size_t)r * n_heads * hd, c->att_ws, rows, hd);
+        attention_combine_kernel<<<(rows + 3) / 4, 128, 0, c->st>>>(out + (size_t)r * n_heads * hd, c->att_ws, rows, hd);
         LAUNCHED("attention combine");
     }
 }
@@ -696,29 +660,26 @@ static void cu_attention(bs_backend *be, float *out, const float *q, const float
 // Elementwise, embedding, copies, argmax
 
 __global__ void swiglu_kernel(float *h, const float *g, const float *u, size_t n) {
-    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float x = g[i];
         h[i] = x / (1.0f + expf(-x)) * u[i];
     }
 }
 __global__ void add_kernel(float *y, const float *x, size_t n) {
-    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] += x[i];
 }
 static int ew_blocks(size_t n) { size_t b = (n + 255) / 256; return b > 4096 ? 4096 : (int)(b ? b : 1); }
 static void cu_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
     if (!n) return;
-    launch("swiglu_kernel", swiglu_kernel, dim3(ew_blocks(n)), dim3(256), 0, CI(be)->st, h, g, u, n); LAUNCHED("swiglu");
+    swiglu_kernel<<<ew_blocks(n), 256, 0, CI(be)->st>>>(h, g, u, n); LAUNCHED("swiglu");
 }
 static void cu_add(bs_backend *be, float *y, const float *x, size_t n) {
     if (!n) return;
-    launch("add_kernel", add_kernel, dim3(ew_blocks(n)), dim3(256), 0, CI(be)->st, y, x, n); LAUNCHED("add");
+    add_kernel<<<ew_blocks(n), 256, 0, CI(be)->st>>>(y, x, n); LAUNCHED("add");
 }
 
 struct ids_arg { int ids[MAX_STEP_IDS]; };
 __global__ void embed_kernel(float *out, const void *table, int dt, int cols, ids_arg ids, const step_state *st) {
-    pdl_enter();
     int r = blockIdx.x;
     int id = st ? st->ids[r] : ids.ids[r];
     for (int i = threadIdx.x; i < cols; i += blockDim.x) out[(size_t)r * cols + i] = ld_elem(table, dt, (size_t)id * cols + i);
@@ -730,7 +691,7 @@ static void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t 
         int nn = n - r < MAX_STEP_IDS ? n - r : MAX_STEP_IDS;
         ids_arg a;
         for (int i = 0; i < nn; i++) a.ids[i] = ids[r + i];
-        launch("embed_kernel", embed_kernel, dim3(nn), dim3(256), 0, c->st, out + (size_t)r * t->cols, t->data, t->dtype, (int)t->cols, a, c->capturing ? c->d_state : NULL);
+        embed_kernel<<<nn, 256, 0, c->st>>>(out + (size_t)r * t->cols, t->data, t->dtype, (int)t->cols, a, c->capturing ? c->d_state : NULL);
         LAUNCHED("embed");
     }
 }
@@ -741,19 +702,17 @@ static void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src
 }
 
 __global__ void store_rows_kernel(float *dst, posarg row0, const float *src, int n, int width) {
-    pdl_enter();
     size_t total = (size_t)n * width, base = (size_t)pv(row0) * width;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) dst[base + i] = src[i];
 }
 static void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
-    launch("store_rows_kernel", store_rows_kernel, dim3(ew_blocks((size_t)n * width)), dim3(256), 0, c->st, dst, P(c, row0), src, n, width);
+    store_rows_kernel<<<ew_blocks((size_t)n * width), 256, 0, c->st>>>(dst, P(c, row0), src, n, width);
     LAUNCHED("store_rows");
 }
 
 __global__ void argmax_kernel(int32_t *out, const float *logits, int vocab) {
-    pdl_enter();
     const float *l = logits + (size_t)blockIdx.x * vocab;
     float best = -INFINITY; int bi = vocab;   // vocab = "none yet"
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) { float v = l[i]; if (v > best || bi == vocab) { best = v; bi = i; } }
@@ -777,7 +736,7 @@ static void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, in
     cuda_impl *c = CI(be);
     for (int r = 0; r < n; r += 64) {
         int nn = n - r < 64 ? n - r : 64;
-        launch("argmax_kernel", argmax_kernel, dim3(nn), dim3(1024), 0, c->st, c->d_argmax, logits + (size_t)r * vocab, vocab);
+        argmax_kernel<<<nn, 1024, 0, c->st>>>(c->d_argmax, logits + (size_t)r * vocab, vocab);
         LAUNCHED("argmax");
         CK(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * nn, cudaMemcpyDeviceToHost, c->st));
         CK(cudaStreamSynchronize(c->st));
@@ -811,14 +770,13 @@ static void *cu_record_end(bs_backend *be, bs_err *err) {
     if (e != cudaSuccess) { cudaGetLastError(); free(r); bs_fail(err, "CUDA graph instantiate failed: %s", cudaGetErrorString(e)); return NULL; }
     return r;
 }
-__global__ void set_state_kernel(step_state *st, step_state v) {
-    pdl_enter(); *st = v; }
+__global__ void set_state_kernel(step_state *st, step_state v) { *st = v; }
 static void cu_replay(bs_backend *be, void *rec, int pos_base, const int32_t *ids, int n_ids) {
     cuda_impl *c = CI(be);
     step_state v; memset(&v, 0, sizeof v);
     v.pos = pos_base;
     for (int i = 0; i < n_ids && i < MAX_STEP_IDS; i++) v.ids[i] = ids[i];
-    launch("set_state_kernel", set_state_kernel, dim3(1), dim3(1), 0, c->st, c->d_state, v);
+    set_state_kernel<<<1, 1, 0, c->st>>>(c->d_state, v);
     LAUNCHED("set_state");
     CK(cudaGraphLaunch(((cu_rec *)rec)->exec, c->st));
 }
