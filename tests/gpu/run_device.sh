@@ -46,6 +46,12 @@ for v in ${VARIANTS:-BS_CUDA_MM=split}; do
   grep -E "^\|" "$OUT/bench_$(echo $v | tr -c 'A-Za-z0-9\n' _).log"
   first=0
 done
+# per-op device times of plain launches (no graphs), 1-row decode and 16-row forwards included
+if [ -z "${SKIP_PROFILE:-}" ]; then
+  echo "== per-op profile (BS_CUDA_PROFILE=1, no graphs)"
+  BS_CUDA_PROFILE=1 timeout 60 ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 16 --block 16 > "$OUT/profile.log" 2>&1
+  sed -n '/BS_CUDA_PROFILE/,$p' "$OUT/profile.log"
+fi
 [ -n "${SKIP_CPU_TESTS:-}" ] && exit 0
 echo "== CPU tests on this host"
 # the CPU tests on this host (AVX-512 CPU) from the same build (BS_NO_CUDA_TESTS: the GPU ones ran above)
