@@ -182,9 +182,10 @@ int cmd_generate(int argc, char **argv) {
     int32_t *out = malloc(sizeof(int32_t) * (a.n_new ? a.n_new : 1));
     int n_out = 0;
     rc = 1;
-    if (bs_engine_open(&e, a.model, a.device, &err) || bs_session_init(&s, e, (int)a.ctx, &a.sampling, &err)) goto out;
+    if (bs_engine_open(&e, a.model, a.device, &err) || tokenize_prompt(&a, e, &err)) goto out;
+    // Without -c, the KV cache is sized for this request (prompt + output + one verify block).
+    if (bs_session_init(&s, e, a.ctx ? (int)a.ctx : bs_request_ctx(&e->cfg, a.n_prompt, (int)a.n_new), &a.sampling, &err)) goto out;
     if (a.drafter && bs_drafter_open(&d, a.drafter, e, s.kv.max_ctx, &err)) goto out;
-    if (tokenize_prompt(&a, e, &err)) goto out;
     bs_detok dt;
     if (e->tok) bs_detok_init(&dt, e->tok, 1);
     printer pr = { .print_ids = !a.json && (a.print_ids || !e->tok), .n = 0, .dt = !a.json && e->tok ? &dt : NULL };

@@ -50,7 +50,8 @@ int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, co
     int n = 0, rc = -1, want = p->n_new < (int)cap ? p->n_new : (int)cap;
     *n_out = 0;
     if (n_prompt > (size_t)INT32_MAX) return fail(err, err_len, "prompt too long");
-    if (bs_session_init(&s, bs->eng, p->n_ctx, &smp, &e)) return fail(err, err_len, e.msg);
+    int n_ctx = p->n_ctx ? p->n_ctx : bs_request_ctx(&bs->eng->cfg, (int)n_prompt, want);
+    if (bs_session_init(&s, bs->eng, n_ctx, &smp, &e)) return fail(err, err_len, e.msg);
     if (bs->drafter_dir && p->use_drafter) {
         bs_spec_stats st = {0};
         bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos };

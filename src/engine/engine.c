@@ -50,6 +50,11 @@ int bs_is_eos(const bs_engine *e, int32_t t) {
     return 0;
 }
 
+int bs_request_ctx(const bs_qwen3_config *c, int n_prompt, int n_new) {
+    long want = (long)n_prompt + n_new + 72;   // 72 > the longest verify block (BS_MAX_DRAFT + 1)
+    return want < c->max_position ? (int)want : c->max_position;
+}
+
 int bs_session_init(bs_session *s, bs_engine *e, int max_ctx, const bs_sampling *sampling, bs_err *err) {
     memset(s, 0, sizeof *s);
     s->eng = e;

@@ -39,6 +39,8 @@ typedef struct bs_session {
     bs_gen_stats stats;
 } bs_session;
 
+// Context length for one request: prompt + output + room for a verify block, capped by the model's.
+int bs_request_ctx(const bs_qwen3_config *c, int n_prompt, int n_new);
 int bs_session_init(bs_session *s, bs_engine *e, int max_ctx, const bs_sampling *sampling, bs_err *err);
 void bs_session_free(bs_session *s);
 // Plain decoding: prefill the prompt, then one token per forward until n_new tokens, an EOS

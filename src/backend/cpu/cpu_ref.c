@@ -3,18 +3,24 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "backend/cpu/cpu.h"
 
+// Buffers come from anonymous mappings: zero-filled by the kernel page by page as they are first
+// touched, so a KV cache sized for a long context costs memory only for the rows actually written.
+// The mapping's length is kept in a header page just before the page-aligned pointer handed out.
 static void *cpu_alloc(bs_backend *be, size_t bytes, bs_err *err) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? (bytes + 63) / 64 * 64 : 64)) {
-        bs_fail(err, "out of host memory allocating %zu bytes", bytes);
-        return NULL;
-    }
-    memset(p, 0, bytes);
-    return p;
+    size_t page = 4096, len = page + (bytes + page - 1) / page * page;
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) { bs_fail(err, "out of host memory allocating %zu bytes", bytes); return NULL; }
+    *(size_t *)m = len;
+    return (char *)m + page;
 }
-static void cpu_free(bs_backend *be, void *p) { free(p); }
+static void cpu_free(bs_backend *be, void *p) {
+    if (!p) return;
+    char *m = (char *)p - 4096;
+    munmap(m, *(size_t *)m);
+}
 static void cpu_memcpy(bs_backend *be, void *dst, const void *src, size_t bytes) { if (bytes) memmove(dst, src, bytes); }
 static void cpu_sync(bs_backend *be) {}
 static int cpu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) { *dst = *host; return 0; }
