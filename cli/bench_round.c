@@ -15,6 +15,7 @@
 #include "util/timer.h"
 
 double bench_roofline_time(const bs_roofline *rl, double bytes, double fmas, bs_dtype dt, int *compute_bound);
+extern const char *bench_device;
 
 // Bytes of all tensors of a checkpoint folder (what one pass over the weights streams).
 static double checkpoint_bytes(const char *dir) {
@@ -36,7 +37,7 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
     bs_err err = {0};
     bs_engine *e = NULL;
     int rc = 1;
-    if (bs_engine_open(&e, target_dir, "cpu", &err)) { fprintf(stderr, "bench: %s\n", err.msg); return 1; }
+    if (bs_engine_open(&e, target_dir, bench_device, &err)) { fprintf(stderr, "bench: %s\n", err.msg); return 1; }
     const bs_qwen3_config *c = &e->cfg;
     bs_backend *be = e->be;
     int V = c->vocab_size, H = c->hidden_size;
@@ -86,6 +87,7 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
         for (int r = 0; r < 8; r++) {
             double t0 = bs_now();
             if (d->propose(d, ids[ctx], n, &greedy, NULL, &dr, &err)) { d->free(d); goto out; }
+            be->sync(be);
             s[r] = bs_now() - t0;
         }
         double t_draft = best_of(8, s);
@@ -105,6 +107,7 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
         for (int r = 0; r < 8; r++) {
             double t0 = bs_now();
             if (d->add_context(d, taps, n + 1, &err)) { d->free(d); goto out; }
+            be->sync(be);
             s[r] = bs_now() - t0;
             d->rollback(d, ctx, &err);
         }

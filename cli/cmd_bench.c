@@ -19,6 +19,8 @@
 
 int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int prefill, const bs_roofline *rl);
 int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_roofline *rl);
+// --device for --model / --round (cpu by default); timings sync the device before reading the clock.
+const char *bench_device = "cpu";
 
 // Other processes on the machine skew every figure: print the kernel's CPU pressure (share of time some
 // runnable task waited for a CPU, last 10 s) so a contended run is recognisable.
@@ -102,6 +104,7 @@ int cmd_bench(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--ops")) ops = 1;
         else if (!strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--device")) { if (!(bench_device = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--round")) { if (!(round = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--dtype")) { if (!(dts = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--rows")) { if (!(rows_s = cli_value(argc, argv, &i))) return 2; }
@@ -112,6 +115,8 @@ int cmd_bench(int argc, char **argv) {
             printf("usage: blockspec bench --ops [--dtype bf16|f16|f32] [--rows 1,2,4,8,16,32] [--bw-mib 1024]\n"
                    "       blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024]\n"
                    "       blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512]\n"
+                   "--device cpu|cuda[:N] runs --model/--round there (the rooflines printed stay this CPU's;\n"
+                   "GPU figures beside the GPU's copy bandwidth: build-cuda/backend_bench, docs/benchmarks.md).\n"
                    "Prints figures beside the rooflines (read GB/s, GFMA/s) measured first on all threads.\n"
                    "BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernel path, BS_THREADS the threads.\n");
             return 0;
@@ -150,7 +155,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
     int32_t *ids = NULL;
     int rc = 1, maxn = prefill;
     for (int i = 0; i < n_rows; i++) if (rows[i] > maxn) maxn = rows[i];
-    if (bs_engine_open(&e, dir, "cpu", &err)) goto out;
+    if (bs_engine_open(&e, dir, bench_device, &err)) goto out;
     const bs_qwen3_config *c = &e->cfg;
     bs_backend *be = e->be;
     int need_ctx = (ctx > prefill ? ctx : prefill) + maxn + 64;
@@ -171,6 +176,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
     // prefill
     double t0 = bs_now();
     if (bs_qwen3_forward(&e->target, &kv, ids, prefill, &last, &err)) goto out;
+    be->sync(be);
     double tp = bs_now() - t0;
     double pf_fma = (double)prefill * mm_elems + (double)c->n_layers * c->n_heads * c->head_dim * 2.0 * prefill * (prefill + 1) / 2;
     int cb;
@@ -189,6 +195,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
             if (bs_kv_rollback(&kv, ctx, &err)) goto out;
             double t1 = bs_now();
             if (bs_qwen3_forward(&e->target, &kv, ids, n, &all, &err)) goto out;
+            be->sync(be);
             double dt1 = bs_now() - t1;
             if (dt1 < best) best = dt1;
         }
@@ -209,6 +216,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
     if (bs_kv_rollback(&kv, ctx, &err)) goto out;
     double t2 = bs_now();
     for (int i = 0; i < 32; i++) if (bs_qwen3_forward(&e->target, &kv, &ids[i], 1, &last, &err)) goto out;
+    be->sync(be);
     double td = (bs_now() - t2) / 32;
     printf("decode: %.1f tok/s (%.2f ms/token, 32 tokens after a %d-token cache)\n", 1 / td, td * 1e3, ctx);
     rc = 0;
