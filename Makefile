@@ -32,7 +32,8 @@ CUDA_SRC := $(shell find src/backend/cuda -name '*.cu' | sort)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CFLAGS   += -DBS_WITH_CUDA
 NVFLAGS  ?= -O3 -std=c++17 -Iinclude -Isrc -I. -Xcompiler -Wall -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
-LDLIBS   += -L/usr/local/cuda/lib64 -lcudart -lstdc++
+CUDA_LIB ?= $(firstword $(wildcard /usr/local/cuda/lib64) $(dir $(NVCC))../lib64)
+LDLIBS   += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcudart -lstdc++
 endif
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
