@@ -104,10 +104,10 @@ int main(int argc, char **argv) {
             size_t off = 0; float *ys[3];
             for (int q = 0; q < cnt; q++) { ys[q] = gy + off; off += (size_t)n * ws[q]->rows; }
             double bytes = 0; for (int q = 0; q < cnt; q++) bytes += mat_bytes(ws[q]);
-            for (int r = 0; r < 3; r++) be->matmul_multi(be, cnt, ys, ws, gx, n);
+            for (int r = 0; r < 3; r++) be->matmul_multi(be, cnt, ys, gx, n, ws, 0);
             be->sync(be);
             double s0 = bs_now();
-            for (int r = 0; r < 100; r++) be->matmul_multi(be, cnt, ys, ws, gx, n);
+            for (int r = 0; r < 100; r++) be->matmul_multi(be, cnt, ys, gx, n, ws, 0);
             be->sync(be);
             double t = (bs_now() - s0) / 100;
             grp_us[gi][k] = t * 1e6;

@@ -152,7 +152,7 @@ TEST(cuda_matmul_multi) {
         float *x = rand_vec((size_t)n * K, 1), *dx = up(be, x, (size_t)n * K);
         float *ya[3], *yb[3];
         for (int i = 0; i < 3; i++) { ya[i] = up(be, NULL, (size_t)n * Ms[i]); yb[i] = up(be, NULL, (size_t)n * Ms[i]); }
-        be->matmul_multi(be, 3, ya, wp, dx, n);
+        be->matmul_multi(be, 3, ya, dx, n, wp, 0);
         for (int i = 0; i < 3; i++) be->matmul(be, yb[i], dx, n, wp[i], 0);
         for (int i = 0; i < 3; i++) {
             float *a = down(be, ya[i], (size_t)n * Ms[i]), *b = down(be, yb[i], (size_t)n * Ms[i]);

@@ -124,15 +124,9 @@ static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int 
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
         be->rmsnorm(be, m->xn, m->x, n, H, &L->attn_norm, c->rms_eps);
-        if (be->matmul_multi) {
-            float *ys[3] = { m->q, m->kx, m->vx };
-            const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
-            be->matmul_multi(be, 3, ys, ws, m->xn, n);
-        } else {
-            be->matmul(be, m->q, m->xn, n, &L->wq, 0);
-            be->matmul(be, m->kx, m->xn, n, &L->wk, 0);
-            be->matmul(be, m->vx, m->xn, n, &L->wv, 0);
-        }
+        float *qkv[3] = { m->q, m->kx, m->vx };
+        const bs_mat *wqkv[3] = { &L->wq, &L->wk, &L->wv };
+        bs_matmul_multi(be, 3, qkv, m->xn, n, wqkv, 0);
         be->head_norm_rope(be, m->q, n, nH, hd, &L->q_norm, c->rms_eps, pos0, c->rope_theta);
         be->head_norm_rope(be, m->kx, n, nKV, hd, &L->k_norm, c->rms_eps, pos0, c->rope_theta);
         // New K/V rows into the cache at their positions (a position argument: replayable).
@@ -141,14 +135,9 @@ static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int 
         be->attention(be, m->att, m->q, kv->k[l], kv->v[l], n, nH, nKV, hd, pos0 + n, pos0, 1, 0);
         be->matmul(be, m->x, m->att, n, &L->wo, 1);  // residual add fused into the projection
         be->rmsnorm(be, m->xn, m->x, n, H, &L->mlp_norm, c->rms_eps);
-        if (be->matmul_multi) {
-            float *ys[2] = { m->gate, m->up };
-            const bs_mat *ws[2] = { &L->w_gate, &L->w_up };
-            be->matmul_multi(be, 2, ys, ws, m->xn, n);
-        } else {
-            be->matmul(be, m->gate, m->xn, n, &L->w_gate, 0);
-            be->matmul(be, m->up, m->xn, n, &L->w_up, 0);
-        }
+        float *gu[2] = { m->gate, m->up };
+        const bs_mat *wgu[2] = { &L->w_gate, &L->w_up };
+        bs_matmul_multi(be, 2, gu, m->xn, n, wgu, 0);
         be->swiglu(be, m->gate, m->gate, m->up, (size_t)n * c->intermediate_size);
         be->matmul(be, m->x, m->gate, n, &L->w_down, 1);
         if (l + 1 < c->n_layers) emit_taps(m, out, l + 1, m->x, row0, n);

@@ -415,13 +415,13 @@ static void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_
     mm_launch(c, 1, &y, &W, &acc, x, n);
 }
 
-static void cu_matmul_multi(bs_backend *be, int count, float *const *y, const bs_mat *const *W, const float *x, int n) {
+static void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x, int n, const bs_mat *const *W, int accumulate) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
-    int ok = count <= MM_MAX_JOBS, acc[MM_MAX_JOBS] = { 0 };
-    for (int i = 0; i < count && ok; i++) ok = mm_fast(x, W[i]) && W[i]->cols == W[0]->cols && W[i]->rows > 0;
+    int ok = count <= MM_MAX_JOBS, acc[MM_MAX_JOBS];
+    for (int i = 0; i < count && ok; i++) { acc[i] = accumulate; ok = mm_fast(x, W[i]) && W[i]->cols == W[0]->cols && W[i]->rows > 0; }
     if (ok) { mm_launch(c, count, y, W, acc, x, n); return; }
-    for (int i = 0; i < count; i++) cu_matmul(be, y[i], x, n, W[i], 0);
+    for (int i = 0; i < count; i++) cu_matmul(be, y[i], x, n, W[i], accumulate);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -837,9 +837,9 @@ static void pf_matmul(bs_backend *be, float *y, const float *x, int n, const bs_
     char nm[32]; snprintf(nm, sizeof nm, "matmul %lldx%lld", (long long)W->rows, (long long)W->cols);
     PROF(nm, n, g_prof->inner.matmul(be, y, x, n, W, acc));
 }
-static void pf_matmul_multi(bs_backend *be, int count, float *const *y, const bs_mat *const *W, const float *x, int n) {
+static void pf_matmul_multi(bs_backend *be, int count, float *const *y, const float *x, int n, const bs_mat *const *W, int accumulate) {
     char nm[32]; snprintf(nm, sizeof nm, "matmul_multi x%d %lld", count, (long long)W[0]->rows);
-    PROF(nm, n, g_prof->inner.matmul_multi(be, count, y, W, x, n));
+    PROF(nm, n, g_prof->inner.matmul_multi(be, count, y, x, n, W, accumulate));
 }
 static void pf_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) { PROF("rmsnorm", n, g_prof->inner.rmsnorm(be, y, x, n, dim, w, eps)); }
 static void pf_hnr(bs_backend *be, float *x, int n, int nh, int hd, const bs_mat *w, float eps, int pos0, float theta) {
