@@ -83,6 +83,14 @@ struct bs_backend {
     // dst[(row0 + i) * width + j] = src[i * width + j] for i < n, j < width (e.g. new K/V rows into a cache)
     void (*store_rows)(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
 
+    // Optional (NULL: the four calls below): one layer's attention inputs in one call, equal to
+    //   head_norm_rope(q, n, n_heads, hd, q_norm, eps, pos0, theta); head_norm_rope(k, n, n_kv, hd, k_norm, eps, pos0, theta);
+    //   store_rows(kcache, pos0, k, n, n_kv*hd); store_rows(vcache, pos0, v, n, n_kv*hd).
+    // pos0 is a position argument (see record_begin).
+    void (*qk_norm_rope_store)(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
+                               const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
+                               float *kcache, float *vcache);
+
     // Optional recording of a sequence of ops for cheap replay (CUDA graphs); NULL where unsupported.
     // record_begin(be, pos_base) starts recording: nothing executes until a replay. While recording,
     // the *position arguments* of ops (head_norm_rope pos0; attention n_keys and q_pos0; store_rows row0)

@@ -127,11 +127,16 @@ static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int 
         float *qkv[3] = { m->q, m->kx, m->vx };
         const bs_mat *wqkv[3] = { &L->wq, &L->wk, &L->wv };
         bs_matmul_multi(be, 3, qkv, m->xn, n, wqkv, 0);
-        be->head_norm_rope(be, m->q, n, nH, hd, &L->q_norm, c->rms_eps, pos0, c->rope_theta);
-        be->head_norm_rope(be, m->kx, n, nKV, hd, &L->k_norm, c->rms_eps, pos0, c->rope_theta);
         // New K/V rows into the cache at their positions (a position argument: replayable).
-        be->store_rows(be, kv->k[l], pos0, m->kx, n, kd);
-        be->store_rows(be, kv->v[l], pos0, m->vx, n, kd);
+        if (be->qk_norm_rope_store) {
+            be->qk_norm_rope_store(be, m->q, m->kx, m->vx, n, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps, pos0,
+                                   c->rope_theta, kv->k[l], kv->v[l]);
+        } else {
+            be->head_norm_rope(be, m->q, n, nH, hd, &L->q_norm, c->rms_eps, pos0, c->rope_theta);
+            be->head_norm_rope(be, m->kx, n, nKV, hd, &L->k_norm, c->rms_eps, pos0, c->rope_theta);
+            be->store_rows(be, kv->k[l], pos0, m->kx, n, kd);
+            be->store_rows(be, kv->v[l], pos0, m->vx, n, kd);
+        }
         be->attention(be, m->att, m->q, kv->k[l], kv->v[l], n, nH, nKV, hd, pos0 + n, pos0, 1, 0);
         be->matmul(be, m->x, m->att, n, &L->wo, 1);  // residual add fused into the projection
         be->rmsnorm(be, m->xn, m->x, n, H, &L->mlp_norm, c->rms_eps);

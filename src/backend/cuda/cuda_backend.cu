@@ -449,19 +449,58 @@ __global__ void rmsnorm_kernel(float *y, const float *x, int dim, const void *w,
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * (w ? ld_elem(w, dt, i) : 1.0f);
 }
 
+// dim % 4 == 0, dim <= 256 * 4 * RN_MAX, 16-byte aligned rows: the row stays in registers (one read of x and w,
+// all loads in flight at once), one block reduction.
+#define RN_MAX 8
+__global__ void __launch_bounds__(256) rmsnorm_vec_kernel(float *y, const float *x, int dim, const void *w, int dt, float eps) {
+    __shared__ float sh[32];
+    const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * dim);
+    float4 *yr = (float4 *)(y + (size_t)blockIdx.x * dim);
+    const int d4 = dim / 4;
+    float4 v[RN_MAX], wv[RN_MAX];
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < RN_MAX; u++) {
+        int i = threadIdx.x + 256 * u;
+        v[u] = make_float4(0.f, 0.f, 0.f, 0.f); wv[u] = make_float4(1.f, 1.f, 1.f, 1.f);
+        if (i < d4) {
+            v[u] = xr[i];
+            if (w && dt == BS_BF16) {
+                uint2 b = ((const uint2 *)w)[i];
+                float2 lo = __bfloat1622float2(*(__nv_bfloat162 *)&b.x), hi = __bfloat1622float2(*(__nv_bfloat162 *)&b.y);
+                wv[u] = make_float4(lo.x, lo.y, hi.x, hi.y);
+            } else if (w) {
+                wv[u] = make_float4(ld_elem(w, dt, 4 * i), ld_elem(w, dt, 4 * i + 1), ld_elem(w, dt, 4 * i + 2), ld_elem(w, dt, 4 * i + 3));
+            }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < RN_MAX; u++) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+    ss = block_sum(ss, sh);
+    const float inv = 1.0f / sqrtf(ss / dim + eps);
+#pragma unroll
+    for (int u = 0; u < RN_MAX; u++) {
+        int i = threadIdx.x + 256 * u;
+        if (i < d4) yr[i] = make_float4(v[u].x * inv * wv[u].x, v[u].y * inv * wv[u].y, v[u].z * inv * wv[u].z, v[u].w * inv * wv[u].w);
+    }
+}
+
 static void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) {
     if (n <= 0) return;
+    if (dim % 4 == 0 && dim <= 256 * 4 * RN_MAX && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0 &&
+        (!w || w->dtype != BS_BF16 || ((uintptr_t)w->data & 7) == 0)) {
+        rmsnorm_vec_kernel<<<n, 256, 0, CI(be)->st>>>(y, x, dim, w ? w->data : NULL, w ? w->dtype : 0, eps);
+        LAUNCHED("rmsnorm");
+        return;
+    }
     rmsnorm_kernel<<<n, dim >= 1024 ? 512 : 128, 0, CI(be)->st>>>(y, x, dim, w ? w->data : NULL, w ? w->dtype : 0, eps);
     LAUNCHED("rmsnorm");
 }
 
-// One warp per (row, head): optional per-head RMSNorm, then rotate-half RoPE.
-__global__ void head_norm_rope_kernel(float *x, int n, int n_heads, int hd, const void *nw, int dt, float eps,
-                                      posarg pos0, float theta) {
-    int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (wid >= n * n_heads) return;
-    int r = wid / n_heads;
-    float *v = x + (size_t)wid * hd;
+// One warp per (row, head): optional per-head RMSNorm, then rotate-half RoPE; the result goes back to v
+// and, when v2 != NULL, to v2 too (the fused K path writes the rotated key into the cache as well).
+__device__ __forceinline__ void head_norm_rope_warp(float *v, float *v2, int hd, const void *nw, int dt, float eps, int pos,
+                                                    float theta, int lane) {
     int half = hd / 2;
     float a[4], b[4];   // hd <= 256
     float ss = 0.f;
@@ -480,17 +519,60 @@ __global__ void head_norm_rope_kernel(float *x, int n, int n_heads, int hd, cons
             if (i < half) { a[u] = a[u] * inv * ld_elem(nw, dt, i); b[u] = b[u] * inv * ld_elem(nw, dt, i + half); }
         }
     }
-    int pos = pv(pos0) + r;
 #pragma unroll
     for (int u = 0; u < 4; u++) {
         int i = lane + 32 * u;
         if (i < half) {
-            float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+            // theta < 0: base |theta|, inv_freq rounded to bf16 (bs_rope_inv_freq)
+            float inv_freq = 1.0f / powf(fabsf(theta), (float)(2 * i) / (float)hd);
+            if (theta < 0) inv_freq = __bfloat162float(__float2bfloat16_rn(inv_freq));
             float ang = (float)pos * inv_freq, cs = cosf(ang), sn = sinf(ang);
-            v[i] = a[u] * cs - b[u] * sn;
-            v[i + half] = b[u] * cs + a[u] * sn;
+            float r0 = a[u] * cs - b[u] * sn, r1 = b[u] * cs + a[u] * sn;
+            v[i] = r0; v[i + half] = r1;
+            if (v2) { v2[i] = r0; v2[i + half] = r1; }
         }
     }
+}
+
+__global__ void head_norm_rope_kernel(float *x, int n, int n_heads, int hd, const void *nw, int dt, float eps,
+                                      posarg pos0, float theta) {
+    int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (wid >= n * n_heads) return;
+    int r = wid / n_heads;
+    head_norm_rope_warp(x + (size_t)wid * hd, NULL, hd, nw, dt, eps, pv(pos0) + r, theta, lane);
+}
+
+// The attention-input step of a layer in one launch: warps [0, n*nq) norm+rope the q heads in place,
+// [n*nq, n*(nq+nkv)) the k heads (in place and into kcache row pos0 + r), the rest copy v rows into vcache.
+__global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, int n, int nq, int nkv, int hd,
+                                          const void *qw, int qdt, const void *kw, int kdt, float eps, posarg pos0,
+                                          float theta, float *kc, float *vc) {
+    int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const int nqw = n * nq, nkw = n * nkv;
+    const int p0 = pv(pos0);
+    if (wid < nqw) {
+        head_norm_rope_warp(q + (size_t)wid * hd, NULL, hd, qw, qdt, eps, p0 + wid / nq, theta, lane);
+    } else if (wid < nqw + nkw) {
+        int w = wid - nqw, r = w / nkv;
+        head_norm_rope_warp(k + (size_t)w * hd, kc + (size_t)p0 * nkv * hd + (size_t)w * hd, hd, kw, kdt, eps, p0 + r, theta, lane);
+    } else if (wid < nqw + 2 * nkw) {
+        int w = wid - nqw - nkw;
+        const float *src = v + (size_t)w * hd;
+        float *dst = vc + (size_t)p0 * nkv * hd + (size_t)w * hd;
+        for (int i = lane; i < hd; i += 32) dst[i] = src[i];
+    }
+}
+
+static void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
+                                  const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
+                                  float *kcache, float *vcache) {
+    cuda_impl *c = CI(be);
+    if (n <= 0) return;
+    if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
+    int warps = n * (n_heads + 2 * n_kv);
+    qk_norm_rope_store_kernel<<<(warps + 7) / 8, 256, 0, c->st>>>(q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
+        q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), theta, kcache, vcache);
+    LAUNCHED("qk_norm_rope_store");
 }
 
 static void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, float theta) {
@@ -635,6 +717,232 @@ __global__ void attention_combine_kernel(float *out, const float *part, int nrow
     for (int u = 0; u < ATT_MAX_HD / 32; u++) { int d = lane + 32 * u; if (d < hd) out[(size_t)wid * hd + d] = o[u] * inv; }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Attention v2 (default; BS_CUDA_ATT=old selects the kernel above). Same key partition as v1 (32-key
+// chunks, split s = chunks s, s + ATT_SPLITS, ...; online softmax per split in chunk order, combine in
+// split order), so a query's result still depends only on its own key range. Changes:
+// - 8 warps; each warp owns up to AT2_QPW query vectors (query row x head of the GQA group) with their
+//   accumulators in registers; all of them share each K/V chunk in shared memory.
+// - K/V chunks arrive with cp.async (every 16-byte load of a chunk in flight at once), double-buffered
+//   so the next chunk streams in while this one is used; Q too.
+// - Query rows are split over gridDim.z (AT2_QV query vectors per block), so a 16-row block of 32 heads
+//   runs as (kv heads x 32 splits x row groups) blocks instead of one block walking all of them.
+// - The combine reads the splits' (m, l) with one lane per split and their accumulators as float4s.
+#define AT2_WARPS 8
+#define AT2_QPW 8
+#define AT2_QV (AT2_WARPS * AT2_QPW)
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *g, int src_bytes) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+struct att2_args {
+    att_args a;
+    float *ml;     // [S][n_q * n_heads][2]  (running max, sum)
+    float *acc;    // [S][n_q * n_heads][hd]
+    int rows_per_z;
+};
+
+template <int NV4>   // float4 slots per lane of a head vector: ceil(hd / 128)
+__global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A) {
+    const att_args &a = A.a;
+    extern __shared__ __align__(16) float sm[];
+    const int kh = blockIdx.x, s = blockIdx.y, hd = a.hd, hdp = hd + 4, hd4 = hd / 4;
+    const int G = a.n_heads / a.n_kv;
+    const int r0 = blockIdx.z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
+    if (nr <= 0) return;
+    const int nqv = nr * G, R = a.n_q * a.n_heads;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *Kb = sm, *Vb = Kb + 2 * ATT_CHUNK * hdp, *Qs = Vb + 2 * ATT_CHUNK * hdp;
+    const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
+    const int kvd = a.n_kv * hd;
+    int ulo, uhi, t0, t1;
+    key_range(a, r0, nk, qp0, ulo, t0);
+    key_range(a, r0 + nr - 1, nk, qp0, t1, uhi);
+    if (t0 > uhi) uhi = t0;
+    if (s * ATT_CHUNK >= uhi) return;   // no key of this split is visible to these rows: the combine skips it
+    const int STEP = ATT_SPLITS * ATT_CHUNK;
+    int need = ulo - ATT_CHUNK - s * ATT_CHUNK;
+    const int tfirst = need < 0 ? 0 : need / STEP + 1;               // first chunk with keys >= ulo
+    const int tend = (uhi - s * ATT_CHUNK + STEP - 1) / STEP;         // chunks below uhi
+    for (int qv0 = 0; qv0 < nqv; qv0 += AT2_QV) {
+        const int nv = min(AT2_QV, nqv - qv0);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < nv * hd4; idx += blockDim.x) {
+            int qv = idx / hd4, d4 = idx - qv * hd4, gq = qv0 + qv, i = r0 + gq / G, h = kh * G + gq % G;
+            cp_async16(Qs + qv * hd + d4 * 4, a.q + ((size_t)i * a.n_heads + h) * hd + d4 * 4, 16);
+        }
+        cp_async_commit();
+        auto load = [&](int t, int b) {
+            int c0 = s * ATT_CHUNK + t * STEP, nkeys = min(ATT_CHUNK, nk - c0);
+            for (int idx = threadIdx.x; idx < ATT_CHUNK * hd4; idx += blockDim.x) {
+                int j = idx / hd4, d4 = idx - j * hd4;
+                bool ok = j < nkeys;
+                size_t off = (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * hd + d4 * 4;
+                cp_async16(Kb + (b * ATT_CHUNK + j) * hdp + d4 * 4, a.k + off, ok ? 16 : 0);
+                cp_async16(Vb + (b * ATT_CHUNK + j) * hdp + d4 * 4, a.v + off, ok ? 16 : 0);
+            }
+            cp_async_commit();
+        };
+        float acc[AT2_QPW][NV4][4], mx[AT2_QPW], ls[AT2_QPW];
+#pragma unroll
+        for (int u = 0; u < AT2_QPW; u++) {
+            mx[u] = -INFINITY; ls[u] = 0.f;
+#pragma unroll
+            for (int v = 0; v < NV4; v++) acc[u][v][0] = acc[u][v][1] = acc[u][v][2] = acc[u][v][3] = 0.f;
+        }
+        if (tfirst < tend) load(tfirst, 0);
+        for (int t = tfirst, it = 0; t < tend; t++, it++) {
+            const int b = it & 1;
+            if (t + 1 < tend) { load(t + 1, b ^ 1); cp_async_wait<1>(); } else cp_async_wait<0>();
+            __syncthreads();
+            const float *Kc = Kb + b * ATT_CHUNK * hdp, *Vc = Vb + b * ATT_CHUNK * hdp;
+            const int c0 = s * ATT_CHUNK + t * STEP;
+#pragma unroll
+            for (int u = 0; u < AT2_QPW; u++) {
+                const int qv = warp + AT2_WARPS * u;
+                if (qv >= nv) continue;                 // warp-uniform
+                int i = r0 + (qv0 + qv) / G, lo, hi;
+                key_range(a, i, nk, qp0, lo, hi);
+                if (c0 >= hi || c0 + ATT_CHUNK <= lo) continue;
+                const int j = c0 + lane;
+                float sc = -INFINITY;
+                if (j >= lo && j < hi) {
+                    const float *qq = Qs + qv * hd, *kr = Kc + lane * hdp;
+                    float d0 = 0.f, d1 = 0.f;
+                    for (int d = 0; d < hd; d += 8) {
+                        float4 k4 = *(const float4 *)(kr + d), q4 = *(const float4 *)(qq + d);
+                        d0 = fmaf(q4.x, k4.x, d0); d0 = fmaf(q4.y, k4.y, d0); d0 = fmaf(q4.z, k4.z, d0); d0 = fmaf(q4.w, k4.w, d0);
+                        if (d + 4 < hd) {
+                            float4 k5 = *(const float4 *)(kr + d + 4), q5 = *(const float4 *)(qq + d + 4);
+                            d1 = fmaf(q5.x, k5.x, d1); d1 = fmaf(q5.y, k5.y, d1); d1 = fmaf(q5.z, k5.z, d1); d1 = fmaf(q5.w, k5.w, d1);
+                        }
+                    }
+                    sc = (d0 + d1) * a.scale;
+                }
+                float m = sc;
+                for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+                const float mold = mx[u], mnew = fmaxf(mold, m);
+                const float p = sc == -INFINITY ? 0.f : expf(sc - mnew);
+                float ps = p;
+                for (int off = 16; off; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+                const float alpha = mold == -INFINITY ? 0.f : expf(mold - mnew);
+                float o[NV4][4];
+#pragma unroll
+                for (int v = 0; v < NV4; v++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) o[v][e] = acc[u][v][e] * alpha;
+#pragma unroll 8
+                for (int jj = 0; jj < ATT_CHUNK; jj++) {
+                    const float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+                    for (int v = 0; v < NV4; v++) {
+                        const int dd = 4 * (lane + 32 * v);
+                        if (dd < hd) {
+                            float4 vv = *(const float4 *)(Vc + jj * hdp + dd);
+                            o[v][0] = fmaf(pj, vv.x, o[v][0]); o[v][1] = fmaf(pj, vv.y, o[v][1]);
+                            o[v][2] = fmaf(pj, vv.z, o[v][2]); o[v][3] = fmaf(pj, vv.w, o[v][3]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int v = 0; v < NV4; v++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[u][v][e] = o[v][e];
+                mx[u] = mnew; ls[u] = ls[u] * alpha + ps;
+            }
+            __syncthreads();   // buffer b is refilled by the next iteration's prefetch
+        }
+        cp_async_wait<0>();
+        // partials of this split
+#pragma unroll
+        for (int u = 0; u < AT2_QPW; u++) {
+            const int qv = warp + AT2_WARPS * u;
+            if (qv >= nv) continue;
+            const int gq = qv0 + qv, i = r0 + gq / G, h = kh * G + gq % G;
+            const size_t row = (size_t)s * R + (size_t)i * a.n_heads + h;
+            if (lane == 0) { A.ml[row * 2] = mx[u]; A.ml[row * 2 + 1] = ls[u]; }
+#pragma unroll
+            for (int v = 0; v < NV4; v++) {
+                const int dd = 4 * (lane + 32 * v);
+                if (dd < hd) *(float4 *)(A.acc + row * hd + dd) = make_float4(acc[u][v][0], acc[u][v][1], acc[u][v][2], acc[u][v][3]);
+            }
+        }
+    }
+}
+
+// One warp per (query row, head): lane s holds split s's (m, l); accumulators merged in split order.
+template <int NV4>
+__global__ void attention2_combine_kernel(float *out, att2_args A) {
+    const att_args &a = A.a;
+    const int R = a.n_q * a.n_heads, hd = a.hd;
+    const int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (wid >= R) return;
+    int lo, hi;
+    key_range(a, wid / a.n_heads, pv(a.n_keys), pv(a.q_pos0), lo, hi);
+    int ns = (hi + ATT_CHUNK - 1) / ATT_CHUNK;
+    if (ns > ATT_SPLITS) ns = ATT_SPLITS;
+    float m = -INFINITY, l = 0.f;
+    if (lane < ns) { m = A.ml[((size_t)lane * R + wid) * 2]; l = A.ml[((size_t)lane * R + wid) * 2 + 1]; }
+    float M = m;
+    for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    const float f = m == -INFINITY ? 0.f : expf(m - M);
+    float L = l * f;
+    for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+    float o[NV4][4];
+#pragma unroll
+    for (int v = 0; v < NV4; v++) o[v][0] = o[v][1] = o[v][2] = o[v][3] = 0.f;
+#pragma unroll 4
+    for (int s = 0; s < ns; s++) {
+        const float fs = __shfl_sync(0xffffffffu, f, s);
+        if (fs == 0.f) continue;   // a split with no visible key of this row (or an underflowing one)
+#pragma unroll
+        for (int v = 0; v < NV4; v++) {
+            const int dd = 4 * (lane + 32 * v);
+            if (dd < hd) {
+                float4 p = __ldcg((const float4 *)(A.acc + ((size_t)s * R + wid) * hd + dd));
+                o[v][0] = fmaf(p.x, fs, o[v][0]); o[v][1] = fmaf(p.y, fs, o[v][1]);
+                o[v][2] = fmaf(p.z, fs, o[v][2]); o[v][3] = fmaf(p.w, fs, o[v][3]);
+            }
+        }
+    }
+    const float inv = L > 0.f ? 1.0f / L : 0.f;
+#pragma unroll
+    for (int v = 0; v < NV4; v++) {
+        const int dd = 4 * (lane + 32 * v);
+        if (dd < hd) *(float4 *)(out + (size_t)wid * hd + dd) = make_float4(o[v][0] * inv, o[v][1] * inv, o[v][2] * inv, o[v][3] * inv);
+    }
+}
+
+static int att_variant(void) {
+    static int v = -1;
+    if (v < 0) { const char *e = getenv("BS_CUDA_ATT"); v = e && !strcmp(e, "old") ? 0 : 1; }
+    return v;
+}
+
+template <int NV4>
+static void attention2_launch(cuda_impl *c, float *out, const att_args &a0) {
+    static size_t smem_set = 48 * 1024;
+    const int hd = a0.hd;
+    size_t smem = sizeof(float) * (4 * ATT_CHUNK * (hd + 4) + (size_t)AT2_QV * hd);
+    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention2_kernel<NV4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
+    att2_args A;
+    A.a = a0;
+    const int G = a0.n_heads / a0.n_kv;
+    A.rows_per_z = G >= AT2_QV ? 1 : AT2_QV / G;
+    const size_t R = (size_t)a0.n_q * a0.n_heads;
+    A.ml = c->att_ws;
+    A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
+    dim3 grid(a0.n_kv, ATT_SPLITS, (a0.n_q + A.rows_per_z - 1) / A.rows_per_z);
+    attention2_kernel<NV4><<<grid, AT2_WARPS * 32, smem, c->st>>>(A);
+    LAUNCHED("attention");
+    attention2_combine_kernel<NV4><<<(unsigned)((R + 3) / 4), 128, 0, c->st>>>(out, A);
+    LAUNCHED("attention combine");
+}
+
 static void cu_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int n_heads,
                          int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
     cuda_impl *c = CI(be);
@@ -646,13 +954,19 @@ static void cu_attention(bs_backend *be, float *out, const float *q, const float
     static size_t smem_set = 48 * 1024;
     if (smem > smem_set) { CK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
     const int RB = 64;   // query rows per launch
-    ensure_ws(c, &c->att_ws, &c->att_ws_bytes, sizeof(float) * ATT_SPLITS * (size_t)(n_q < RB ? n_q : RB) * n_heads * (hd + 2));
+    ensure_ws(c, &c->att_ws, &c->att_ws_bytes, sizeof(float) * (ATT_SPLITS * (size_t)(n_q < RB ? n_q : RB) * n_heads * (hd + 2) + 4));
+    const bool v2 = att_variant() && ((uintptr_t)q & 15) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0 && ((uintptr_t)out & 15) == 0;
     for (int r = 0; r < n_q; r += RB) {
         int nq = n_q - r < RB ? n_q - r : RB;
         att_args a;
         a.q = q + (size_t)r * n_heads * hd; a.k = k; a.v = v; a.part = c->att_ws;
         a.n_q = nq; a.n_heads = n_heads; a.n_kv = n_kv; a.hd = hd; a.causal = causal; a.window = window;
         a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
+        if (v2) {
+            if (hd <= 128) attention2_launch<1>(c, out + (size_t)r * n_heads * hd, a);
+            else attention2_launch<2>(c, out + (size_t)r * n_heads * hd, a);
+            continue;
+        }
         attention_kernel<<<dim3(n_kv, ATT_SPLITS), 128, smem, c->st>>>(a);
         LAUNCHED("attention");
         int rows = nq * n_heads;
@@ -849,6 +1163,10 @@ static void pf_attention(bs_backend *be, float *out, const float *q, const float
                          int n_keys, int q_pos0, int causal, int window) {
     PROF(causal ? "attention causal" : "attention bidir", n_q, g_prof->inner.attention(be, out, q, k, v, n_q, nh, nkv, hd, n_keys, q_pos0, causal, window));
 }
+static void pf_qkrs(bs_backend *be, float *q, float *k, const float *v, int n, int nh, int nkv, int hd, const bs_mat *qw,
+                    const bs_mat *kw, float eps, int pos0, float theta, float *kc, float *vc) {
+    PROF("qk_norm_rope_store", n, g_prof->inner.qk_norm_rope_store(be, q, k, v, n, nh, nkv, hd, qw, kw, eps, pos0, theta, kc, vc));
+}
 static void pf_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n) { PROF("swiglu", (long)n, g_prof->inner.swiglu(be, h, g, u, n)); }
 static void pf_add(bs_backend *be, float *y, const float *x, size_t n) { PROF("add", (long)n, g_prof->inner.add(be, y, x, n)); }
 static void pf_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) { PROF("embed", n, g_prof->inner.embed(be, out, t, ids, n)); }
@@ -866,6 +1184,7 @@ static void prof_install(bs_backend *be) {
     be->matmul = pf_matmul; be->matmul_multi = pf_matmul_multi; be->rmsnorm = pf_rmsnorm; be->head_norm_rope = pf_hnr;
     be->attention = pf_attention; be->swiglu = pf_swiglu; be->add = pf_add; be->embed = pf_embed; be->copy_rows = pf_copy_rows;
     be->store_rows = pf_store_rows; be->argmax = pf_argmax;
+    if (be->qk_norm_rope_store) be->qk_norm_rope_store = pf_qkrs;
     be->record_begin = NULL; be->record_end = NULL; be->replay = NULL; be->record_free = NULL;
 }
 static void prof_report(void) {
@@ -940,6 +1259,7 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     be->matmul = cu_matmul; be->rmsnorm = cu_rmsnorm; be->head_norm_rope = cu_head_norm_rope; be->attention = cu_attention;
     be->swiglu = cu_swiglu; be->add = cu_add; be->embed = cu_embed; be->copy_rows = cu_copy_rows; be->argmax = cu_argmax;
     be->store_rows = cu_store_rows; be->matmul_multi = cu_matmul_multi;
+    { const char *f = getenv("BS_CUDA_FUSE"); if (!(f && !strcmp(f, "0"))) be->qk_norm_rope_store = cu_qk_norm_rope_store; }
     be->record_begin = cu_record_begin; be->record_end = cu_record_end; be->replay = cu_replay; be->record_free = cu_record_free;
     be->destroy = cu_destroy;
     if (getenv("BS_CUDA_PROFILE") && !g_prof) prof_install(be);
