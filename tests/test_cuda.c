@@ -169,8 +169,8 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
     bs_backend *ref = bs_backend_cpu(1);
     bs_err err = {0};
     // rmsnorm (aliased and not), with bf16 and f32 weights and without
-    int dims[] = { 64, 4096, 1000 };
-    for (int di = 0; di < 3; di++) {
+    int dims[] = { 64, 4096, 1000, 1002, 9000 };   // 1002, 9000: the scalar path (dim % 4, dim > 8192)
+    for (int di = 0; di < 5; di++) {
         int n = 5, dim = dims[di];
         for (int wk = 0; wk < 3; wk++) {
             bs_dtype dt = wk == 0 ? BS_BF16 : BS_F32;
@@ -185,20 +185,44 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
             free(x); free(y); free(g); free((void *)hw.data); be->free(be, dx);
         }
     }
-    // head norm + rope
+    // head norm + rope (theta < 0: inv_freq rounded to bf16, as bs_rope_inv_freq)
     int hds[] = { 16, 64, 128 };
     for (int hi = 0; hi < 3; hi++)
-        for (int wn = 0; wn < 2; wn++) {
+        for (int wn = 0; wn < 4; wn++) {
             int hd = hds[hi], nh = 8, n = 7, pos0 = hi * 1000 + 3;
+            float theta = wn >= 2 ? -1e6f : 1e6f;
             bs_mat hw = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, dw;
             CHECK(be->weight(be, &dw, &hw, &err) == 0, "%s", err.msg);
             float *x = rand_vec((size_t)n * nh * hd, 2), *dx = up(be, x, (size_t)n * nh * hd);
-            ref->head_norm_rope(ref, x, n, nh, hd, wn ? &hw : NULL, 1e-6f, pos0, 1e6f);
-            be->head_norm_rope(be, dx, n, nh, hd, wn ? &dw : NULL, 1e-6f, pos0, 1e6f);
+            ref->head_norm_rope(ref, x, n, nh, hd, wn & 1 ? &hw : NULL, 1e-6f, pos0, theta);
+            be->head_norm_rope(be, dx, n, nh, hd, wn & 1 ? &dw : NULL, 1e-6f, pos0, theta);
             float *g = down(be, dx, (size_t)n * nh * hd);
-            CHECK(rel_err(g, x, (size_t)n * nh * hd) < 1e-5, "head_norm_rope hd %d norm %d: %g", hd, wn, rel_err(g, x, (size_t)n * nh * hd));
+            CHECK(rel_err(g, x, (size_t)n * nh * hd) < 1e-5, "head_norm_rope hd %d norm %d theta %g: %g", hd, wn & 1, theta, rel_err(g, x, (size_t)n * nh * hd));
             free(x); free(g); free((void *)hw.data); be->free(be, dx);
         }
+    // qk_norm_rope_store (where the backend has it) == head_norm_rope q, k + store_rows k, v, bit for bit
+    if (be->qk_norm_rope_store) {
+        int hd = 128, nh = 32, nkv = 8, n = 16, pos0 = 37, ctx = 64, kd = nkv * hd;
+        bs_mat qw = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, kw = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, dqw, dkw;
+        CHECK(be->weight(be, &dqw, &qw, &err) == 0 && be->weight(be, &dkw, &kw, &err) == 0, "%s", err.msg);
+        float *q = rand_vec((size_t)n * nh * hd, 2), *k = rand_vec((size_t)n * kd, 2), *v = rand_vec((size_t)n * kd, 2);
+        float *c0 = rand_vec((size_t)ctx * kd, 1);
+        float *q1 = up(be, q, (size_t)n * nh * hd), *k1 = up(be, k, (size_t)n * kd), *v1 = up(be, v, (size_t)n * kd);
+        float *q2 = up(be, q, (size_t)n * nh * hd), *k2 = up(be, k, (size_t)n * kd), *v2 = up(be, v, (size_t)n * kd);
+        float *kc1 = up(be, c0, (size_t)ctx * kd), *vc1 = up(be, c0, (size_t)ctx * kd), *kc2 = up(be, c0, (size_t)ctx * kd), *vc2 = up(be, c0, (size_t)ctx * kd);
+        be->head_norm_rope(be, q1, n, nh, hd, &dqw, 1e-6f, pos0, 1e6f);
+        be->head_norm_rope(be, k1, n, nkv, hd, &dkw, 1e-6f, pos0, 1e6f);
+        be->store_rows(be, kc1, pos0, k1, n, kd);
+        be->store_rows(be, vc1, pos0, v1, n, kd);
+        be->qk_norm_rope_store(be, q2, k2, v2, n, nh, nkv, hd, &dqw, &dkw, 1e-6f, pos0, 1e6f, kc2, vc2);
+        float *a[4] = { down(be, q1, (size_t)n * nh * hd), down(be, k1, (size_t)n * kd), down(be, kc1, (size_t)ctx * kd), down(be, vc1, (size_t)ctx * kd) };
+        float *b[4] = { down(be, q2, (size_t)n * nh * hd), down(be, k2, (size_t)n * kd), down(be, kc2, (size_t)ctx * kd), down(be, vc2, (size_t)ctx * kd) };
+        size_t sz[4] = { (size_t)n * nh * hd, (size_t)n * kd, (size_t)ctx * kd, (size_t)ctx * kd };
+        for (int i = 0; i < 4; i++) { CHECK(!memcmp(a[i], b[i], 4 * sz[i]), "qk_norm_rope_store differs from the separate ops (output %d)", i); free(a[i]); free(b[i]); }
+        float *bufs[] = { q1, k1, v1, q2, k2, v2, kc1, vc1, kc2, vc2 };
+        for (int i = 0; i < 10; i++) be->free(be, bufs[i]);
+        free(q); free(k); free(v); free(c0); free((void *)qw.data); free((void *)kw.data);
+    }
     // swiglu, add
     {
         size_t n = 100003;

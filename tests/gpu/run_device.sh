@@ -28,6 +28,12 @@ done
 echo "(BS_CUDA_MM=chain)" >> "$OUT/tests.log"
 BS_CUDA_MM=chain timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1
 grep -E "^(ok|FAIL|SKIP|TIMEOUT)|FAIL |passed|skipped:" "$OUT/tests.log" | tail -60
+# on a failure, the CUDA tests again with each newer path switched off (which change broke it)
+if grep -qE "^FAIL|^TIMEOUT" "$OUT/tests.log"; then
+  for v in BS_CUDA_ATT=old BS_CUDA_FUSE=0 BS_CUDA_ATT=old,BS_CUDA_FUSE=0; do
+    echo "-- isolate: $v"; env $(echo $v | tr , ' ') timeout 60 ./build-cuda/run_tests cuda 2>&1 | grep -E "^(ok|FAIL)|FAIL |passed" | tail -14
+  done
+fi
 echo "== bench"
 MODEL=/tmp/qwen3-8b-random
 t0=$(date +%s); ./build-cuda/blockspec make-random -c bench/configs/qwen3-8b.json --out $MODEL > "$OUT/make_random.log" 2>&1 || { cat "$OUT/make_random.log"; exit 1; }
@@ -36,12 +42,13 @@ for d in qwen3-8b-dflash-b16 qwen3-8b-dspark-b7; do
 done
 echo "make-random in $(( $(date +%s) - t0 )) s"
 # Configurations to time, as environment assignments (the first also runs the drafters), e.g.
-# VARIANTS="BS_CUDA_MM=split BS_CUDA_MM=chain" (the GEMM's accumulator chains; split is the default).
+# VARIANTS="BS_CUDA_MM=split BS_CUDA_MM=chain" (the GEMM's accumulator chains; split is the default);
+# a comma joins several assignments of one configuration (BS_CUDA_ATT=old,BS_CUDA_FUSE=0).
 first=1
 for v in ${VARIANTS:-BS_CUDA_MM=split}; do
   echo "-- $v"
   D=""; [ $first = 1 ] && D="--drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7"
-  env $v timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 $D \
+  env $(echo $v | tr , ' ') timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 $D \
       > "$OUT/bench_$(echo $v | tr -c 'A-Za-z0-9\n' _).log" 2>&1
   grep -E "^\|" "$OUT/bench_$(echo $v | tr -c 'A-Za-z0-9\n' _).log"
   first=0
@@ -52,6 +59,10 @@ if [ -z "${SKIP_PROFILE:-}" ]; then
   BS_CUDA_PROFILE=1 timeout 60 ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 16 --block 16 > "$OUT/profile.log" 2>&1
   sed -n '/BS_CUDA_PROFILE/,$p' "$OUT/profile.log"
 fi
+echo "== summary"
+for f in "$OUT"/bench_*.log; do
+  echo "-- $(basename $f .log)"; grep -E "^(decode_graph|forward_rows|drafter|roofline|copy_bw)" "$f"
+done
 [ -n "${SKIP_CPU_TESTS:-}" ] && exit 0
 echo "== CPU tests on this host"
 # the CPU tests on this host (AVX-512 CPU) from the same build (BS_NO_CUDA_TESTS: the GPU ones ran above)
