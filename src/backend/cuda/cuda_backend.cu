@@ -729,7 +729,7 @@ __global__ void attention_combine_kernel(float *out, const float *part, int nrow
 //   runs as (kv heads x 32 splits x row groups) blocks instead of one block walking all of them.
 // - The combine reads the splits' (m, l) with one lane per split and their accumulators as float4s.
 #define AT2_WARPS 8
-#define AT2_QPW 8
+#define AT2_QPW 2     // query vectors per warp: 16 per block, so a 16-row GQA-4 block runs as 4 row groups
 #define AT2_QV (AT2_WARPS * AT2_QPW)
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *g, int src_bytes) {
@@ -895,18 +895,27 @@ __global__ void attention2_combine_kernel(float *out, att2_args A) {
     float o[NV4][4];
 #pragma unroll
     for (int v = 0; v < NV4; v++) o[v][0] = o[v][1] = o[v][2] = o[v][3] = 0.f;
-#pragma unroll 4
-    for (int s = 0; s < ns; s++) {
-        const float fs = __shfl_sync(0xffffffffu, f, s);
-        if (fs == 0.f) continue;   // a split with no visible key of this row (or an underflowing one)
+    // 8 splits' loads in flight at a time (no branch between them); a split with f == 0 (no visible key
+    // of this row) holds finite partials, so its term adds exactly zero.
+    for (int s0 = 0; s0 < ns; s0 += 8) {
+        float4 p[8][NV4];
 #pragma unroll
-        for (int v = 0; v < NV4; v++) {
-            const int dd = 4 * (lane + 32 * v);
-            if (dd < hd) {
-                float4 p = __ldcg((const float4 *)(A.acc + ((size_t)s * R + wid) * hd + dd));
-                o[v][0] = fmaf(p.x, fs, o[v][0]); o[v][1] = fmaf(p.y, fs, o[v][1]);
-                o[v][2] = fmaf(p.z, fs, o[v][2]); o[v][3] = fmaf(p.w, fs, o[v][3]);
+        for (int u = 0; u < 8; u++)
+#pragma unroll
+            for (int v = 0; v < NV4; v++) {
+                const int dd = 4 * (lane + 32 * v);
+                p[u][v] = s0 + u < ns && dd < hd ? __ldcg((const float4 *)(A.acc + ((size_t)(s0 + u) * R + wid) * hd + dd))
+                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
             }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const float fs = __shfl_sync(0xffffffffu, f, (s0 + u) & 31);
+            if (s0 + u < ns)
+#pragma unroll
+                for (int v = 0; v < NV4; v++) {
+                    o[v][0] = fmaf(p[u][v].x, fs, o[v][0]); o[v][1] = fmaf(p[u][v].y, fs, o[v][1]);
+                    o[v][2] = fmaf(p[u][v].z, fs, o[v][2]); o[v][3] = fmaf(p[u][v].w, fs, o[v][3]);
+                }
         }
     }
     const float inv = L > 0.f ? 1.0f / L : 0.f;
