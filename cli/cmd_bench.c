@@ -19,6 +19,7 @@
 
 int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int prefill, const bs_roofline *rl);
 int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_roofline *rl);
+int bench_sampler(int vocab);
 // --device for --model / --round (cpu by default); timings sync the device before reading the clock.
 const char *bench_device = "cpu";
 
@@ -102,6 +103,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *dts = "bf16", *rows_s = NULL, *round = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        if (!strcmp(a, "--sampler")) return bench_sampler(151936);
         if (!strcmp(a, "--ops")) ops = 1;
         else if (!strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--device")) { if (!(bench_device = cli_value(argc, argv, &i))) return 2; }
@@ -115,6 +117,7 @@ int cmd_bench(int argc, char **argv) {
             printf("usage: blockspec bench --ops [--dtype bf16|f16|f32] [--rows 1,2,4,8,16,32] [--bw-mib 1024]\n"
                    "       blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024]\n"
                    "       blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512]\n"
+                   "       blockspec bench --sampler   (logits -> token at a 151936-token vocabulary)\n"
                    "--device cpu|cuda[:N] runs --model/--round there (the rooflines printed stay this CPU's;\n"
                    "GPU figures beside the GPU's copy bandwidth: build-cuda/backend_bench, docs/benchmarks.md).\n"
                    "Prints figures beside the rooflines (read GB/s, GFMA/s) measured first on all threads.\n"

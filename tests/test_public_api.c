@@ -24,6 +24,13 @@ TEST(public_api_generate) {
     CHECK(blockspec_generate(bs, prompt, 6, &p, b, 40, &nb, NULL, NULL, &st, err, sizeof err) == 0, "%s", err);
     CHECK(nb == 40 && st.rounds == 0);
     CHECK(memcmp(a, b, sizeof a) == 0, "speculative and plain greedy output differ");
+    // The handle's drafter is reused: a second request on another prompt must start from a clean context.
+    int32_t prompt2[] = { 7, 7, 300, 12 };
+    p.use_drafter = 1;
+    CHECK(blockspec_generate(bs, prompt2, 4, &p, a, 40, &na, NULL, NULL, &st, err, sizeof err) == 0, "%s", err);
+    p.use_drafter = 0;
+    CHECK(blockspec_generate(bs, prompt2, 4, &p, b, 40, &nb, NULL, NULL, &st, err, sizeof err) == 0, "%s", err);
+    CHECK(na == nb && memcmp(a, b, sizeof(int32_t) * na) == 0, "second speculative request differs from plain");
     int32_t bad[] = { 1, 999 };
     CHECK(blockspec_generate(bs, bad, 2, &p, b, 40, &nb, NULL, NULL, NULL, err, sizeof err) != 0 && strstr(err, "outside the vocabulary"), "%s", err);
     int32_t *ids; size_t n;

@@ -6,7 +6,9 @@
 #include "engine/engine.h"
 #include "spec/spec_loop.h"
 
-struct blockspec { bs_engine *eng; char *drafter_dir; };
+// One drafter is opened with the engine and reused: each generation rolls its context back to zero.
+// (So one handle runs one generation at a time; open several handles for concurrent requests.)
+struct blockspec { bs_engine *eng; bs_drafter *drafter; };
 
 static int fail(char *err, size_t len, const char *msg) { if (err && len) snprintf(err, len, "%s", msg); return -1; }
 
@@ -20,12 +22,10 @@ int blockspec_open(blockspec **out, const char *target_dir, const char *drafter_
     blockspec *bs = calloc(1, sizeof *bs);
     if (!bs) return fail(err, err_len, "out of memory");
     if (bs_engine_open(&bs->eng, target_dir, device ? device : "cpu", &e)) { free(bs); return fail(err, err_len, e.msg); }
-    if (drafter_dir) {
-        // Opened once here to validate it against the target; each generation opens its own timeline.
-        bs_drafter *d;
-        if (bs_drafter_open(&d, drafter_dir, bs->eng, 64, &e)) { blockspec_close(bs); return fail(err, err_len, e.msg); }
-        d->free(d);
-        bs->drafter_dir = strdup(drafter_dir);
+    // Context rows up to the model's limit: host buffers fill lazily, so only what is used costs memory.
+    if (drafter_dir && bs_drafter_open(&bs->drafter, drafter_dir, bs->eng, bs->eng->cfg.max_position, &e)) {
+        blockspec_close(bs);
+        return fail(err, err_len, e.msg);
     }
     *out = bs;
     return 0;
@@ -33,8 +33,8 @@ int blockspec_open(blockspec **out, const char *target_dir, const char *drafter_
 
 void blockspec_close(blockspec *bs) {
     if (!bs) return;
+    if (bs->drafter) bs->drafter->free(bs->drafter);
     bs_engine_close(bs->eng);
-    free(bs->drafter_dir);
     free(bs);
 }
 
@@ -46,16 +46,16 @@ int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, co
     bs_err e = {0};
     bs_sampling smp = { p->temperature, p->top_k, p->top_p, p->seed };
     bs_session s;
-    bs_drafter *d = NULL;
+    bs_drafter *d = p->use_drafter ? bs->drafter : NULL;
     int n = 0, rc = -1, want = p->n_new < (int)cap ? p->n_new : (int)cap;
     *n_out = 0;
     if (n_prompt > (size_t)INT32_MAX) return fail(err, err_len, "prompt too long");
     int n_ctx = p->n_ctx ? p->n_ctx : bs_request_ctx(&bs->eng->cfg, (int)n_prompt, want);
     if (bs_session_init(&s, bs->eng, n_ctx, &smp, &e)) return fail(err, err_len, e.msg);
-    if (bs->drafter_dir && p->use_drafter) {
+    if (d) {
         bs_spec_stats st = {0};
         bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos };
-        if (bs_drafter_open(&d, bs->drafter_dir, bs->eng, s.kv.max_ctx, &e) ||
+        if (d->rollback(d, 0, &e) ||
             bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
         if (stats) *stats = (blockspec_stats){ st.n_prompt, st.n_generated, st.rounds, bs_spec_tau(&st), st.t_prefill, st.t_total - st.t_prefill };
         bs_spec_stats_free(&st);
@@ -66,7 +66,6 @@ int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, co
     *n_out = (size_t)n;
     rc = 0;
 out:
-    if (d) d->free(d);
     bs_session_free(&s);
     return rc ? fail(err, err_len, e.msg) : 0;
 }
