@@ -49,6 +49,11 @@ struct bs_backend {
 
     // y[n][W.rows] = x[n][W.cols] . W^T   (accumulate != 0: y += instead of =)
     void (*matmul)(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int accumulate);
+    // Several matmuls sharing x: y[i][n][W[i]->rows] = x[n][cols] . W[i]^T for i < m (+= when accumulate),
+    // e.g. q/k/v or gate/up in one call; no y[i] may alias x. Optional (NULL: bs_matmul_multi loops over
+    // matmul); a backend may run it as one launch / one thread dispatch. Results equal m matmul calls.
+    void (*matmul_multi)(bs_backend *be, int m, float *const *y, const float *x, int n, const bs_mat *const *W,
+                         int accumulate);
     // y[n][dim] = x / sqrt(mean(x^2) + eps) * w   (fp32 statistics; y may alias x)
     void (*rmsnorm)(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps);
     // In place on x[n][n_heads*hd]: optional per-head RMSNorm with weight norm_w [hd] (NULL: none),
@@ -78,6 +83,13 @@ struct bs_backend {
 
     void (*destroy)(bs_backend *be);
 };
+
+// matmul_multi where the backend has it, else one matmul per matrix.
+static inline void bs_matmul_multi(bs_backend *be, int m, float *const *y, const float *x, int n,
+                                   const bs_mat *const *W, int accumulate) {
+    if (be->matmul_multi) { be->matmul_multi(be, m, y, x, n, W, accumulate); return; }
+    for (int i = 0; i < m; i++) be->matmul(be, y[i], x, n, W[i], accumulate);
+}
 
 // The CPU backend: `reference` selects the plain scalar ops (the exact, simple path the fast
 // kernels and other backends are tested against); otherwise the fastest kernels this CPU supports.

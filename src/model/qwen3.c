@@ -108,16 +108,21 @@ static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int 
         bs_qwen3_layer *L = &m->layers[l];
         float *kc = kv->k[l] + (size_t)pos0 * kd, *vc = kv->v[l] + (size_t)pos0 * kd;
         be->rmsnorm(be, m->xn, m->x, n, H, &L->attn_norm, c->rms_eps);
-        be->matmul(be, m->q, m->xn, n, &L->wq, 0);
-        be->matmul(be, kc, m->xn, n, &L->wk, 0);     // new K/V rows go straight into the cache
-        be->matmul(be, vc, m->xn, n, &L->wv, 0);
+        {   // q, k, v in one call; new K/V rows go straight into the cache
+            float *ys[3] = { m->q, kc, vc };
+            const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
+            bs_matmul_multi(be, 3, ys, m->xn, n, ws, 0);
+        }
         be->head_norm_rope(be, m->q, n, nH, hd, &L->q_norm, c->rms_eps, pos0, c->rope_theta);
         be->head_norm_rope(be, kc, n, nKV, hd, &L->k_norm, c->rms_eps, pos0, c->rope_theta);
         be->attention(be, m->att, m->q, kv->k[l], kv->v[l], n, nH, nKV, hd, pos0 + n, pos0, 1, 0);
         be->matmul(be, m->x, m->att, n, &L->wo, 1);  // residual add fused into the projection
         be->rmsnorm(be, m->xn, m->x, n, H, &L->mlp_norm, c->rms_eps);
-        be->matmul(be, m->gate, m->xn, n, &L->w_gate, 0);
-        be->matmul(be, m->up, m->xn, n, &L->w_up, 0);
+        {
+            float *ys[2] = { m->gate, m->up };
+            const bs_mat *ws[2] = { &L->w_gate, &L->w_up };
+            bs_matmul_multi(be, 2, ys, m->xn, n, ws, 0);
+        }
         be->swiglu(be, m->gate, m->gate, m->up, (size_t)n * c->intermediate_size);
         be->matmul(be, m->x, m->gate, n, &L->w_down, 1);
         if (l + 1 < c->n_layers) emit_taps(m, out, l + 1, m->x, row0, n);
