@@ -241,7 +241,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
     // cache of ctx tokens, then n-row forwards (logits for every row, as verification needs), best of 5
     if (bs_kv_rollback(&kv, 0, &err) || (ctx > 0 && bs_qwen3_forward(&e->target, &kv, ids, ctx, &last, &err))) goto out;
     printf("%-6s %10s %10s %9s %9s %8s %7s   (after a %d-token cache)\n", "rows", "time_ms", "tok/s", "GB/s", "GFMA/s", "bound", "roof%", ctx);
-    double cross = 0;
+    double cross = 0, best_t[64] = {0};
     for (int ri = 0; ri < n_rows; ri++) {
         int n = rows[ri];
         bs_fwd_out all = { .logits = logits, .logits_all = 1 };
@@ -253,6 +253,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
             double dt1 = bs_now() - t1;
             if (dt1 < best) best = dt1;
         }
+        if (ri < 64) best_t[ri] = best;
         double kvbytes = (double)c->n_layers * (ctx + n) * kvd * 2 * 4;
         double fma = n * mm_elems + (double)c->n_layers * n * c->n_heads * c->head_dim * 2.0 * (ctx + n);
         double tr = bench_roofline_time(rl, wbytes + kvbytes, fma, dt, &cb);
@@ -289,6 +290,26 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
     for (int i = 0; i < 32; i++) if (bs_qwen3_forward(&e->target, &kv, &ids[i], 1, &last, &err)) goto out;
     double td = (bs_now() - t2) / 32;
     printf("decode: %.1f tok/s (%.2f ms/token, 32 tokens after a %d-token cache)\n", 1 / td, td * 1e3, ctx);
+    {   // The roofline again, now that the forwards ran: on a shared machine either measurement may have been
+        // taken in a contended moment, so the figures below use the best of both (the stricter roofline).
+        bs_roofline r2, rb = *rl;
+        if (!bs_roofline_measure(&r2, 0)) {
+            if (r2.read_gbs > rb.read_gbs) rb.read_gbs = r2.read_gbs;
+            if (r2.fma_raw_g > rb.fma_raw_g) rb.fma_raw_g = r2.fma_raw_g;
+            if (r2.fma_bf16_g > rb.fma_bf16_g) rb.fma_bf16_g = r2.fma_bf16_g;
+            printf("roofline re-measured after the forwards: read %.1f GB/s, %.1f raw, %.1f bf16 GFMA/s; best of both: %.1f GB/s, %.1f bf16 GFMA/s\n",
+                   r2.read_gbs, r2.fma_raw_g, r2.fma_bf16_g, rb.read_gbs, rb.fma_bf16_g);
+            printf("roof%% against the best of both:");
+            for (int ri = 0; ri < n_rows && ri < 64; ri++) {
+                int n = rows[ri];
+                double kvbytes = (double)c->n_layers * (ctx + n) * kvd * 2 * 4;
+                double fma = n * mm_elems + (double)c->n_layers * n * c->n_heads * c->head_dim * 2.0 * (ctx + n);
+                printf(" %d rows %.0f%%;", n, 100 * bench_roofline_time(&rb, wbytes + kvbytes, fma, dt, &cb) / best_t[ri]);
+            }
+            double kv1 = (double)c->n_layers * (ctx + 1) * kvd * 2 * 4;
+            printf(" decode %.0f%%\n", 100 * bench_roofline_time(&rb, wbytes + kv1, mm_elems, dt, &cb) / td);
+        }
+    }
     rc = 0;
 out:
     if (rc) fprintf(stderr, "bench: %s\n", err.msg);

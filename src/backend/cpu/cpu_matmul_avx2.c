@@ -48,6 +48,9 @@ AI_AVX2 void store1(int dt, float s, const void *W, size_t wrow, int64_t K, int6
 // Accumulators are named variables (arrays of __m256 are not reliably kept in registers by GCC); R, C and
 // PF are compile-time constants after inlining, so unused accumulators and branches disappear.
 // kf = K rounded down to 16.
+#ifndef PFD
+#define PFD 2
+#endif
 #define ZERO4(i) __m256 a##i##0 = _mm256_setzero_ps(), a##i##1 = a##i##0, a##i##2 = a##i##0, a##i##3 = a##i##0
 #define FMA2(acc, xp) acc = _mm256_fmadd_ps(we, _mm256_loadu_ps(xp), acc); acc = _mm256_fmadd_ps(wo, _mm256_loadu_ps((xp) + 8), acc)
 #define ST(a, i, j) store1(dt, bs_hsum8(a), W, w##i, K, kf, x##j, y + (size_t)j * O + i, acc)
@@ -57,7 +60,7 @@ AI_AVX2 void block(const int dt, const int R, const int C, const int PF, const v
     const size_t esz = dt == BS_F32 ? 4 : 2;
     size_t w0 = (size_t)o * K, w1 = w0 + K, w2 = w1 + K, w3 = w2 + K;
     const float *x0 = x, *x1 = x + K, *x2 = x + 2 * K, *x3 = x + 3 * K;
-    const char *pf = (const char *)W + (w0 + (size_t)R * K) * esz;   // the next block's first row
+    const char *pf = (const char *)W + (w0 + (size_t)PFD * R * K) * esz;   // PFD blocks ahead
     for (int64_t k = 0; k < kf; k += 16) {
         __m256 we, wo;
         if (PF && !(k & 31))
@@ -102,14 +105,14 @@ AI_AVX2 void run_dt(const int dt, const bs_mat *W, int64_t o0, int64_t o1, const
     if (nr <= 3) {   // memory-bound: 4 weight rows x all rows
         int64_t o = o0;
         for (; o + 4 <= o1; o += 4) {
-            int pf = o + 8 <= o1;
+            int pf = o + 4 * (PFD + 1) <= o1;
             block_rc(dt, 4, nr, pf, W->data, o, K, kf, xt, yt + o, O, acc);
         }
         for (; o < o1; o++) block_rc(dt, 1, nr, 0, W->data, o, K, kf, xt, yt + o, O, acc);
         return;
     }
     for (int64_t o = o0; o < o1;) {
-        int R = o1 - o >= 3 ? 3 : 1, pf = o + 2 * R <= o1;
+        int R = o1 - o >= 3 ? 3 : 1, pf = o + (PFD + 1) * R <= o1;
         for (int r = 0; r < nr;) {
             int rn = group_rows(nr - r);
             if (R == 3) block_rc(dt, 3, rn, pf && r == 0, W->data, o, K, kf, xt + (size_t)r * K, yt + (size_t)r * O + o, O, acc);
