@@ -127,8 +127,6 @@ TGT_AVX2 static float softmax_avx2(float *r, int len) {
 TGT_AVX2 static void accum_avx2(float *o, const float *p, size_t ps, int poff, int G, const float *v, size_t vs, int lo, int hi,
                                 int hd, int first, int pf) {
     int hd8 = hd / 8 * 8;
-    if (pf)
-        for (int j = lo; j < hi; j++) prefetch_row(v + (size_t)(j + JB) * vs, hd);   // the next chunk's rows
     for (int g = 0; g < G; g++) {
         float *og = o + (size_t)g * hd;
         const float *pg = p + (size_t)g * ps - poff;
@@ -137,8 +135,10 @@ TGT_AVX2 static void accum_avx2(float *o, const float *p, size_t ps, int poff, i
             __m256 a[8];
             for (int i = 0; i < 8; i++) a[i] = first || i >= w ? _mm256_setzero_ps() : _mm256_loadu_ps(og + d0 + 8 * i);
             if (w == 8) {
+                int pfr = pf && g == 0 && d0 == 0;   // first pass: fetch rows PD ahead, one row per row consumed
                 for (int j = lo; j < hi; j++) {
                     const float *vj = v + (size_t)j * vs + d0;
+                    if (pfr) prefetch_row(v + (size_t)(j + PD) * vs, hd);
                     __m256 pj = _mm256_set1_ps(pg[j]);
                     for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * i), a[i]);
                 }
@@ -216,7 +216,7 @@ static void attn_task(void *p, int t, int nt) {
             int a = c0 > lo[r] ? c0 : lo[r], b = c0 + JB < hi[r] ? c0 + JB : hi[r];
             if (a >= b) continue;
             float *o = j->out + ((size_t)(i0 + r) * j->n_heads + (size_t)kh * G) * hd;
-            j->accum(o, sc + (size_t)r * G * L, L, jlo, G, vb, kvs, a, b, hd, a == lo[r], pf && b + JB <= jhi);
+            j->accum(o, sc + (size_t)r * G * L, L, jlo, G, vb, kvs, a, b, hd, a == lo[r], pf && b + PD <= jhi);
             pf = 0;
         }
     }
