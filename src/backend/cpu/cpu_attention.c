@@ -70,8 +70,34 @@ AI_AVX2 void prefetch_row(const float *r, int hd) {
 
 TGT_AVX2 static void score_avx2(float *s, size_t ss, int soff, const float *q, int G, const float *k, size_t ks, int lo, int hi,
                                 int hd, float scale, int pf) {
-    int hd8 = hd / 8 * 8;
-    for (int j = lo; j < hi; j++) {
+    int hd8 = hd / 8 * 8, j = lo;
+    // Two keys x two heads per pass where hd is a multiple of 16 (each q load feeds two FMAs, each k load
+    // two): every (head, key) dot product keeps exactly the arithmetic of the one-key loop below (the same
+    // a/b chains over the same d order, the same horizontal sum), so pairing keys changes no result.
+    if (hd % 16 == 0 && G % 2 == 0)
+        for (; j + 2 <= hi; j += 2) {
+            const float *kj = k + (size_t)j * ks, *kk = kj + ks;
+            if (pf) { prefetch_row(kj + PD * ks, hd); prefetch_row(kk + PD * ks, hd); }
+            for (int g = 0; g < G; g += 2) {
+                const float *q0 = q + (size_t)g * hd, *q1 = q0 + hd;
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, e0 = a0, e1 = a0;
+                for (int d = 0; d < hd; d += 16) {
+                    __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q0 + d + 8);
+                    __m256 y0 = _mm256_loadu_ps(q1 + d), y1 = _mm256_loadu_ps(q1 + d + 8);
+                    __m256 k0 = _mm256_loadu_ps(kj + d), k1 = _mm256_loadu_ps(kj + d + 8);
+                    a0 = _mm256_fmadd_ps(x0, k0, a0); b0 = _mm256_fmadd_ps(x1, k1, b0);
+                    a1 = _mm256_fmadd_ps(y0, k0, a1); b1 = _mm256_fmadd_ps(y1, k1, b1);
+                    k0 = _mm256_loadu_ps(kk + d); k1 = _mm256_loadu_ps(kk + d + 8);
+                    c0 = _mm256_fmadd_ps(x0, k0, c0); e0 = _mm256_fmadd_ps(x1, k1, e0);
+                    c1 = _mm256_fmadd_ps(y0, k0, c1); e1 = _mm256_fmadd_ps(y1, k1, e1);
+                }
+                s[(size_t)g * ss + j - soff] = bs_hsum8(_mm256_add_ps(a0, b0)) * scale;
+                s[(size_t)(g + 1) * ss + j - soff] = bs_hsum8(_mm256_add_ps(a1, b1)) * scale;
+                s[(size_t)g * ss + j + 1 - soff] = bs_hsum8(_mm256_add_ps(c0, e0)) * scale;
+                s[(size_t)(g + 1) * ss + j + 1 - soff] = bs_hsum8(_mm256_add_ps(c1, e1)) * scale;
+            }
+        }
+    for (; j < hi; j++) {
         const float *kj = k + (size_t)j * ks;
         if (pf) prefetch_row(kj + PD * ks, hd);
         int g = 0;
@@ -165,8 +191,21 @@ typedef struct {
     score_fn score; softmax_fn softmax; accum_fn accum;
 } attn_job;
 
-static __thread float *scratch;
-static __thread size_t scratch_cap;
+static __thread float *scratch, *chunk;
+static __thread size_t scratch_cap, chunk_cap;
+
+static float *chunk_buf(int hd) {
+    size_t need = (size_t)JB * hd;
+    if (need > chunk_cap) {
+        free(chunk);
+        if (posix_memalign((void **)&chunk, 64, sizeof(float) * need)) abort();
+        chunk_cap = need;
+    }
+    return chunk;
+}
+static void _mm_prefetch_rows(const float *r, int hd) {
+    for (int d = 0; d < hd; d += 16) __builtin_prefetch(r + d);
+}
 
 // Task t: kv head t % n_kv, query rows [QB * (t / n_kv), +QB).
 static void attn_task(void *p, int t, int nt) {
@@ -195,29 +234,46 @@ static void attn_task(void *p, int t, int nt) {
     const float *kb = j->k + (size_t)kh * hd, *vb = j->v + (size_t)kh * hd;
     float scale = 1.0f / sqrtf((float)hd);
     float *sc = scratch, *inv = scratch + (size_t)nr * G * L;
-    // scores, key chunk by key chunk; the first query that reads a chunk prefetches ahead
-    for (int c0 = jlo; c0 < jhi; c0 += JB) {
-        int pf = 1;
-        for (int r = 0; r < nr; r++) {
-            int a = c0 > lo[r] ? c0 : lo[r], b = c0 + JB < hi[r] ? c0 + JB : hi[r];
-            if (a >= b) continue;
-            const float *qg = j->q + ((size_t)(i0 + r) * j->n_heads + (size_t)kh * G) * hd;
-            j->score(sc + (size_t)r * G * L, L, jlo, qg, G, kb, kvs, a, b, hd, scale, pf && b + PD <= jhi);
-            pf = 0;
+    // Key chunk by key chunk. With several query rows the chunk's K (then V) rows of this head are first
+    // copied into a contiguous L1 buffer (one pass over 32 pages, prefetching the next chunk), so the
+    // queries' passes do not miss the L1 TLB on every 4 KiB-strided row. With one query row the rows are
+    // read in place (prefetched ahead). Same values either way, so the same results.
+    float *kv_buf = chunk_buf(hd);
+    for (int pass = 0; pass < 2; pass++) {   // 0: scores, 1: o = sum_j p_j v_j
+        const float *src = pass ? vb : kb;
+        if (pass) {
+            for (int r = 0; r < nr; r++)
+                for (int g = 0; g < G && hi[r] > lo[r]; g++)
+                    inv[r * G + g] = j->softmax(sc + ((size_t)r * G + g) * L + lo[r] - jlo, hi[r] - lo[r]);
         }
-    }
-    for (int r = 0; r < nr; r++)
-        for (int g = 0; g < G && hi[r] > lo[r]; g++)
-            inv[r * G + g] = j->softmax(sc + ((size_t)r * G + g) * L + lo[r] - jlo, hi[r] - lo[r]);
-    // o = sum_j p_j v_j, key chunk by key chunk (each chunk of V read into L1 once for all queries)
-    for (int c0 = jlo; c0 < jhi; c0 += JB) {
-        int pf = 1;
-        for (int r = 0; r < nr; r++) {
-            int a = c0 > lo[r] ? c0 : lo[r], b = c0 + JB < hi[r] ? c0 + JB : hi[r];
-            if (a >= b) continue;
-            float *o = j->out + ((size_t)(i0 + r) * j->n_heads + (size_t)kh * G) * hd;
-            j->accum(o, sc + (size_t)r * G * L, L, jlo, G, vb, kvs, a, b, hd, a == lo[r], pf && b + PD <= jhi);
-            pf = 0;
+        for (int c0 = jlo; c0 < jhi; c0 += JB) {
+            int c1 = c0 + JB < jhi ? c0 + JB : jhi, copy = nr > 1;
+            const float *base = src;
+            size_t stride = kvs;
+            int off = 0;   // rows are indexed j - off in base
+            if (copy) {
+                for (int jj = c0; jj < c1; jj++) {
+                    const float *row = src + (size_t)jj * kvs;
+                    if (jj + JB < jhi) _mm_prefetch_rows(row + JB * kvs, hd);
+                    memcpy(kv_buf + (size_t)(jj - c0) * hd, row, sizeof(float) * hd);
+                }
+                base = kv_buf; stride = hd; off = c0;
+            }
+            int pf = !copy;
+            for (int r = 0; r < nr; r++) {
+                int a = c0 > lo[r] ? c0 : lo[r], b = c1 < hi[r] ? c1 : hi[r];
+                if (a >= b) continue;
+                if (!pass) {
+                    const float *qg = j->q + ((size_t)(i0 + r) * j->n_heads + (size_t)kh * G) * hd;
+                    j->score(sc + (size_t)r * G * L, L, jlo - off, qg, G, base, stride, a - off, b - off, hd, scale,
+                             pf && b + PD <= jhi);
+                } else {
+                    float *o = j->out + ((size_t)(i0 + r) * j->n_heads + (size_t)kh * G) * hd;
+                    j->accum(o, sc + (size_t)r * G * L, L, jlo - off, G, base, stride, a - off, b - off, hd, a == lo[r],
+                             pf && b + PD <= jhi);
+                }
+                pf = 0;
+            }
         }
     }
     for (int r = 0; r < nr; r++) {
