@@ -4,6 +4,9 @@
 // of many SHORT trials (a few ms each, well under a scheduler slice): a trial that got preempted is slow
 // and simply loses. Each trial is one bs_parallel_for over all threads, timed by wall clock. Total time
 // is ~1 s (plus the first touch of the bandwidth buffer); see the trial counts in bs_roofline_measure.
+// What this cannot fix: another process holding a core for seconds (then every trial runs on one core and
+// the peaks come out halved: seen as 51 instead of ~100 GFMA/s raw on the 2-core test machine). So the
+// bench measures again after its forwards and also reports roof% against the best of both measurements.
 //
 // (a) Read bandwidth: each thread streams its slice of a window of the buffer with 32-byte vmovdqu loads,
 //     4 independent chains, touching every byte (the same loads the AVX2 matmul issues for weights).
