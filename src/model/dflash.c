@@ -274,13 +274,18 @@ static int dflash_add_context(bs_drafter *d, const float *feat, int n, bs_err *e
         int rows = n - r0 < CTX_CHUNK ? n - r0 : CTX_CHUNK, pos = d->n_ctx + r0;
         be->matmul(be, m->ctx, feat + (size_t)r0 * fw, rows, &m->fc, 0);
         be->rmsnorm(be, m->ctx, m->ctx, rows, m->H, &m->hidden_norm, c->rms_eps);
-        for (int l = 0; l < c->n_layers; l++) {
-            bs_qwen3_layer *L = &m->layers[l];
-            float *k = m->kc[l] + (size_t)pos * m->kd, *v = m->vc[l] + (size_t)pos * m->kd;
-            be->matmul(be, k, m->ctx, rows, &L->wk, 0);
-            be->head_norm_rope(be, k, rows, c->n_kv_heads, c->head_dim, &L->k_norm, c->rms_eps, pos, m->rope_theta);
-            be->matmul(be, v, m->ctx, rows, &L->wv, 0);
+        // Every layer's K and V projections read the same rows: one call per 8 layers.
+        for (int l0 = 0; l0 < c->n_layers; l0 += 8) {
+            float *ys[16]; const bs_mat *ws[16]; int nm = 0;
+            for (int l = l0; l < c->n_layers && l < l0 + 8; l++) {
+                ys[nm] = m->kc[l] + (size_t)pos * m->kd; ws[nm++] = &m->layers[l].wk;
+                ys[nm] = m->vc[l] + (size_t)pos * m->kd; ws[nm++] = &m->layers[l].wv;
+            }
+            bs_matmul_multi(be, nm, ys, m->ctx, rows, ws, 0);
         }
+        for (int l = 0; l < c->n_layers; l++)
+            be->head_norm_rope(be, m->kc[l] + (size_t)pos * m->kd, rows, c->n_kv_heads, c->head_dim, &m->layers[l].k_norm,
+                               c->rms_eps, pos, m->rope_theta);
     }
     d->n_ctx += n;
     return 0;
@@ -306,9 +311,11 @@ static void backbone(dflash *m, int32_t anchor, int32_t *ids) {
         bs_qwen3_layer *L = &m->layers[l];
         float *kb = m->kc[l] + (size_t)n_ctx * m->kd, *vb = m->vc[l] + (size_t)n_ctx * m->kd;   // transient rows
         be->rmsnorm(be, m->xn, m->x, B, H, &L->attn_norm, c->rms_eps);
-        be->matmul(be, m->q, m->xn, B, &L->wq, 0);
-        be->matmul(be, kb, m->xn, B, &L->wk, 0);
-        be->matmul(be, vb, m->xn, B, &L->wv, 0);
+        {
+            float *ys[3] = { m->q, kb, vb };
+            const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
+            bs_matmul_multi(be, 3, ys, m->xn, B, ws, 0);
+        }
         be->head_norm_rope(be, m->q, B, c->n_heads, c->head_dim, &L->q_norm, c->rms_eps, n_ctx, m->rope_theta);
         be->head_norm_rope(be, kb, B, c->n_kv_heads, c->head_dim, &L->k_norm, c->rms_eps, n_ctx, m->rope_theta);
         // Non-causal over [context ; block]; a sliding layer sees the last W context rows plus the whole block.
@@ -316,8 +323,11 @@ static void backbone(dflash *m, int32_t anchor, int32_t *ids) {
         be->attention(be, m->att, m->q, m->kc[l], m->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);
         be->matmul(be, m->x, m->att, B, &L->wo, 1);
         be->rmsnorm(be, m->xn, m->x, B, H, &L->mlp_norm, c->rms_eps);
-        be->matmul(be, m->gate, m->xn, B, &L->w_gate, 0);
-        be->matmul(be, m->up, m->xn, B, &L->w_up, 0);
+        {
+            float *ys[2] = { m->gate, m->up };
+            const bs_mat *ws[2] = { &L->w_gate, &L->w_up };
+            bs_matmul_multi(be, 2, ys, m->xn, B, ws, 0);
+        }
         be->swiglu(be, m->gate, m->gate, m->up, (size_t)B * m->I);
         be->matmul(be, m->x, m->gate, B, &L->w_down, 1);
     }

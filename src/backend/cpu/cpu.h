@@ -35,6 +35,9 @@ typedef struct bs_mm_kernel {
 extern const bs_mm_kernel bs_mm_scalar[3], bs_mm_avx2[3], bs_mm_avx512[3], bs_mm_avx512bf16[3];
 // Threaded matmul with the given kernels (indexed by bs_dtype).
 void bs_cpu_matmul_with(const bs_mm_kernel *k, float *y, const float *x, int n, const bs_mat *W, int acc);
+// m matmuls sharing x in one dispatch: y[i] = x . W[i]^T (+= when acc), x laid out once.
+void bs_cpu_matmul_multi_with(const bs_mm_kernel *k, int m, float *const *y, const float *x, int n,
+                              const bs_mat *const *W, int acc);
 // x rows permuted within each block of `chunk` floats: evens first, then odds (matches bf16 even/odd widening).
 void bs_mm_prep_evenodd(float *xp, const float *x, int n, int K, int chunk);
 

@@ -12,6 +12,10 @@ static void fast_matmul(bs_backend *be, float *y, const float *x, int n, const b
     bs_cpu_matmul_with(be->impl, y, x, n, W, acc);
 }
 
+static void fast_matmul_multi(bs_backend *be, int m, float *const *y, const float *x, int n, const bs_mat *const *W, int acc) {
+    bs_cpu_matmul_multi_with(be->impl, m, y, x, n, W, acc);
+}
+
 // ---- scalar path: the reference math, split over the pool where there is enough work ----
 typedef struct { float *y; const float *x; int dim; const bs_mat *w; float eps; } rms_job;
 static void rms_task(void *p, int t, int nt) {
@@ -48,6 +52,7 @@ int bs_cpu_install_path(bs_backend *be, bs_cpu_path p) {
     static const bs_mm_kernel *mm[BS_CPU_N_PATHS] = { bs_mm_scalar, bs_mm_avx2, bs_mm_avx512, bs_mm_avx512bf16 };
     be->impl = (void *)mm[p];
     be->matmul = fast_matmul;
+    be->matmul_multi = fast_matmul_multi;
     if (p == BS_CPU_SCALAR) bs_cpu_install_ops_scalar(be);
     else bs_cpu_install_ops_avx2(be);
     return 0;

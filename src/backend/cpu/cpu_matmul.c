@@ -62,26 +62,46 @@ const bs_mm_kernel bs_mm_scalar[3] = {
 };
 
 // ---- threaded driver ----
+// One call computes m matmuls that share x (q/k/v, gate/up: one dispatch instead of several, x laid out
+// once). The work is cut into tasks, each (matrix, weight-row range, activation-row chunk); weight-row
+// ranges are multiples of 12 rows (the AVX2 kernels' 3- and 4-row blocks divide them) and every matrix
+// gets a number of ranges proportional to its rows, ~8 tasks per thread in all, claimed dynamically
+// (threads that lose time slices to other processes simply claim fewer). K is never split, so each output
+// is computed by one kernel call with one accumulation order whatever the split.
+typedef struct { int mat, r0, r1; int64_t o0, o1; } mm_task_t;
 typedef struct {
-    const bs_mm_kernel *k; const bs_mat *W; const void *xp; float *y; int n, acc;
-    int rows_per_chunk, n_chunks; int64_t o_per_task; int o_tasks;
+    const bs_mm_kernel *k; const bs_mat *const *W; const void *xp; float *const *y; int acc;
+    const mm_task_t *tasks;
 } mm_job;
 
 static void mm_task(void *p, int t, int nt) {
     mm_job *j = p;
-    int c = t % j->n_chunks, ot = t / j->n_chunks;
-    int r0 = c * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk > j->n ? j->n : r0 + j->rows_per_chunk;
-    int64_t o0 = ot * j->o_per_task, o1 = o0 + j->o_per_task > j->W->rows ? j->W->rows : o0 + j->o_per_task;
-    if (o0 < o1) j->k->run(j->W, o0, o1, j->xp, r0, r1, j->y, j->acc);
+    const mm_task_t *q = &j->tasks[t];
+    j->k->run(j->W[q->mat], q->o0, q->o1, j->xp, q->r0, q->r1, j->y[q->mat], j->acc);
 }
 
 static __thread void *xp_buf;
 static __thread size_t xp_cap;
+static __thread mm_task_t *task_buf;
+static __thread size_t task_cap;
 
-void bs_cpu_matmul_with(const bs_mm_kernel *kt, float *y, const float *x, int n, const bs_mat *W, int acc) {
-    if (n <= 0 || W->rows <= 0) return;
-    const bs_mm_kernel *k = &kt[W->dtype];
-    int64_t K = W->cols, O = W->rows;
+#define O_UNIT 12
+#define MM_MAX_MULTI 16
+
+void bs_cpu_matmul_multi_with(const bs_mm_kernel *kt, int m, float *const *y, const float *x, int n,
+                              const bs_mat *const *W, int acc) {
+    if (n <= 0 || m <= 0) return;
+    // Shared x layout needs one dtype (one kernel) and one K; otherwise run the matrices one by one.
+    int same = m <= MM_MAX_MULTI;
+    for (int i = 1; i < m && same; i++) same = W[i]->dtype == W[0]->dtype && W[i]->cols == W[0]->cols;
+    if (!same) {
+        for (int i = 0; i < m; i++) bs_cpu_matmul_multi_with(kt, 1, &y[i], x, n, &W[i], acc);
+        return;
+    }
+    const bs_mm_kernel *k = &kt[W[0]->dtype];
+    int64_t K = W[0]->cols, Osum = 0;
+    for (int i = 0; i < m; i++) Osum += W[i]->rows;
+    if (Osum <= 0) return;
     const void *xp = x;
     if (k->prep) {
         size_t need = (size_t)n * K * k->xp_elem + 64;
@@ -93,28 +113,50 @@ void bs_cpu_matmul_with(const bs_mm_kernel *kt, float *y, const float *x, int n,
         k->prep(xp_buf, x, n, (int)K);
         xp = xp_buf;
     }
-    mm_job j = { .k = k, .W = W, .xp = xp, .y = y, .n = n, .acc = acc };
     // Row tiles: all rows at once up to 32; beyond, as many rows as keep ~384 KiB of x in L2 (multiple of 12
-    // so the 3- and 4-row kernel groups divide it).
-    if (n <= 32) j.rows_per_chunk = n;
-    else {
+    // so the kernels' activation-row groups divide it).
+    int rows_per_chunk = n;
+    if (n > 32) {
         int64_t rc = (384 << 10) / (K * 4);
         rc = rc / 12 * 12;
         if (rc < 12) rc = 12;
         if (rc > n) rc = n;
-        j.rows_per_chunk = (int)rc;
+        rows_per_chunk = (int)rc;
     }
-    j.n_chunks = (n + j.rows_per_chunk - 1) / j.rows_per_chunk;
+    int n_chunks = (n + rows_per_chunk - 1) / rows_per_chunk;
     int nth = bs_pool_size();
-    double work = (double)n * O * K;
-    int64_t oblocks = (O + 3) / 4;
+    double work = (double)n * Osum * K;
     int want = work < 65536 ? 1 : nth * 8;               // tiny problems: one task, no dispatch
-    int o_tasks = (want + j.n_chunks - 1) / j.n_chunks;
-    if (o_tasks > oblocks) o_tasks = (int)oblocks;
-    if (o_tasks < 1) o_tasks = 1;
-    j.o_per_task = (oblocks + o_tasks - 1) / o_tasks * 4;
-    j.o_tasks = (int)((O + j.o_per_task - 1) / j.o_per_task);
-    int nt = j.n_chunks * j.o_tasks;
-    if (nt == 1) mm_task(&j, 0, 1);
-    else bs_parallel_for(nt, mm_task, &j);
+    int o_want = (want + n_chunks - 1) / n_chunks;
+    // per matrix: o-ranges proportional to its rows
+    int64_t per[MM_MAX_MULTI];
+    size_t n_tasks = 0;
+    for (int i = 0; i < m; i++) {
+        int64_t units = (W[i]->rows + O_UNIT - 1) / O_UNIT;
+        int64_t ot = (int64_t)((double)o_want * W[i]->rows / Osum + 0.5);
+        if (ot < 1) ot = 1;
+        if (ot > units) ot = units;
+        per[i] = units ? (units + ot - 1) / ot * O_UNIT : O_UNIT;
+        n_tasks += (size_t)((W[i]->rows + per[i] - 1) / per[i]) * n_chunks;
+    }
+    if (n_tasks > task_cap) {
+        free(task_buf);
+        task_cap = n_tasks * 2;
+        if (!(task_buf = malloc(sizeof(mm_task_t) * task_cap))) abort();
+    }
+    size_t t = 0;
+    for (int i = 0; i < m; i++)
+        for (int64_t o0 = 0; o0 < W[i]->rows; o0 += per[i])
+            for (int c = 0; c < n_chunks; c++) {
+                mm_task_t *q = &task_buf[t++];
+                q->mat = i; q->o0 = o0; q->o1 = o0 + per[i] < W[i]->rows ? o0 + per[i] : W[i]->rows;
+                q->r0 = c * rows_per_chunk; q->r1 = q->r0 + rows_per_chunk < n ? q->r0 + rows_per_chunk : n;
+            }
+    mm_job j = { .k = k, .W = W, .xp = xp, .y = y, .acc = acc, .tasks = task_buf };
+    if (t == 1) mm_task(&j, 0, 1);
+    else bs_parallel_for((int)t, mm_task, &j);
+}
+
+void bs_cpu_matmul_with(const bs_mm_kernel *kt, float *y, const float *x, int n, const bs_mat *W, int acc) {
+    bs_cpu_matmul_multi_with(kt, 1, &y, x, n, &W, acc);
 }

@@ -38,6 +38,10 @@ static void ref_matmul(bs_backend *be, float *y, const float *x, int n, const bs
     free(w);
 }
 
+static void ref_matmul_multi(bs_backend *be, int m, float *const *y, const float *x, int n, const bs_mat *const *W, int acc) {
+    for (int i = 0; i < m; i++) ref_matmul(be, y[i], x, n, W[i], acc);
+}
+
 void bs_cpu_rmsnorm_row(float *y, const float *x, int dim, const bs_mat *w, float eps) {
     float ss = 0;
     for (int i = 0; i < dim; i++) ss += x[i] * x[i];
@@ -138,7 +142,7 @@ void bs_cpu_fill_reference(bs_backend *be) {
     be->alloc = cpu_alloc; be->free = cpu_free;
     be->upload = cpu_memcpy; be->download = cpu_memcpy; be->copy = cpu_memcpy;
     be->sync = cpu_sync; be->weight = cpu_weight;
-    be->matmul = ref_matmul; be->rmsnorm = ref_rmsnorm; be->head_norm_rope = ref_head_norm_rope;
+    be->matmul = ref_matmul; be->matmul_multi = ref_matmul_multi; be->rmsnorm = ref_rmsnorm; be->head_norm_rope = ref_head_norm_rope;
     be->attention = ref_attention; be->swiglu = ref_swiglu; be->add = ref_add; be->embed = ref_embed;
     be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->store_rows = cpu_store_rows; be->destroy = cpu_destroy;
 }
