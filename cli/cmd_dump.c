@@ -131,6 +131,7 @@ int cmd_dump(int argc, char **argv) {
     bs_st_writer *w = bs_st_writer_new();
     float *pre_logits = NULL, *pre_taps = NULL, *pre_hs = NULL, *step_logits = NULL, *blk_logits = NULL, *blk_taps = NULL, *blk_hs = NULL;
     int32_t *greedy = NULL;
+    float *d_logits = NULL, *d_taps = NULL;   // backend buffers
     drafter_dump dd = {0};
     int rc = 1;
     if (bs_engine_open(&e, model, device, &err) || bs_session_init(&s, e, 0, NULL, &err)) goto out;
@@ -140,8 +141,8 @@ int cmd_dump(int argc, char **argv) {
     int taps[1024];
     for (int t = 0; t < NT && t < 1024; t++) taps[t] = t;
     size_t rows_max = n_prompt > n_block ? n_prompt : n_block;
-    float *d_logits = be->alloc(be, sizeof(float) * rows_max * V, &err), *d_taps = be->alloc(be, sizeof(float) * rows_max * NT * H, &err);
-    if (!d_logits || !d_taps) goto out;
+    if (!(d_logits = be->alloc(be, sizeof(float) * rows_max * V, &err)) ||
+        !(d_taps = be->alloc(be, sizeof(float) * rows_max * NT * H, &err))) goto out;
     pre_logits = malloc(sizeof(float) * n_prompt * V); pre_taps = malloc(sizeof(float) * n_prompt * NT * H);
     bs_fwd_out fo = { .logits = d_logits, .logits_all = 1, .taps = taps, .n_taps = NT, .tap_out = d_taps };
     if (bs_qwen3_forward(&e->target, &s.kv, prompt, n_prompt, &fo, &err)) goto out;
@@ -180,7 +181,6 @@ int cmd_dump(int argc, char **argv) {
     }
     if (drafter && dump_drafter(e, &s, drafter, prompt, n_prompt, pre_logits, pre_taps, w, &dd, &err)) goto out;
     if (drafter && n_greedy > 0 && dump_spec_run(e, drafter, prompt, n_prompt, n_greedy, w, &dd, &err)) goto out;
-    be->free(be, d_logits); be->free(be, d_taps);
     if (bs_st_writer_write(w, out_path, &err)) goto out;
     rc = 0;
 out:
@@ -189,6 +189,8 @@ out:
     free(pre_logits); free(pre_taps); free(pre_hs); free(step_logits); free(greedy); free(blk_logits); free(blk_taps); free(blk_hs);
     free(prompt); free(block);
     drafter_dump_free(&dd);
+    if (d_logits) e->be->free(e->be, d_logits);
+    if (d_taps) e->be->free(e->be, d_taps);
     if (e) { if (s.eng) bs_session_free(&s); bs_engine_close(e); }
     return rc;
 }
