@@ -12,3 +12,6 @@ double fx_max_abs_diff(const float *a, const float *b, long n);
 int fx_compare_all(const bs_checkpoint *expected, const bs_checkpoint *got, double tol, char *msg, size_t cap);
 // "1,2,3" for a --prompt-ids style flag (into buf).
 void fx_join_ids(const int32_t *ids, long n, char *buf, size_t cap);
+// The target fixture (shared/fixtures/target*) through the library on a device ("cpu", "cuda", ...):
+// prefill logits and hidden states, greedy steps, a verify block; defined in test_target_fixture.c.
+void fx_check_target_fixture(int *failed_, const char *device);

@@ -402,69 +402,11 @@ TEST(cuda_forward_random_model_vs_cpu) {
 }
 
 // The shared fixtures (transformers' vectors) on the GPU, with the CPU tests' tolerance.
-#define TOL 1e-3
+// shared/fixtures target (transformers' vectors) on the GPU: the CPU tests' own check, on "cuda".
 TEST(cuda_target_fixture) {
     NEED_CUDA(be0);
-    char dir[1024], file[1024];
-    bs_err err = {0};
-    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
-    snprintf(file, sizeof file, "%s/target.expect.safetensors", bs_fixtures_dir());
-    bs_engine *e; bs_checkpoint *x;
-    CHECK(bs_engine_open(&e, dir, "cuda", &err) == 0, "%s", err.msg);
-    CHECK(bs_checkpoint_open(&x, file, &err) == 0, "%s", err.msg);
-    bs_backend *be = e->be;
-    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, NT = e->cfg.n_layers + 1;
-    long P, G, B;
-    const int32_t *prompt = fx_tensor(x, "prompt_ids", "I32", -1, &P);
-    const int32_t *greedy = fx_tensor(x, "greedy_ids", "I32", -1, &G);
-    const int32_t *block = fx_tensor(x, "block_ids", "I32", -1, &B);
-    CHECK(prompt && greedy && block, "reference ids missing");
-    const float *pre_logits = fx_tensor(x, "prefill_logits", "F32", P * V, NULL);
-    const float *pre_hs = fx_tensor(x, "prefill_hidden_states", "F32", NT * P * H, NULL);
-    const float *step_logits = fx_tensor(x, "greedy_step_logits", "F32", G * V, NULL);
-    const float *blk_logits = fx_tensor(x, "block_logits", "F32", B * V, NULL);
-    const float *blk_hs = fx_tensor(x, "block_hidden_states", "F32", NT * B * H, NULL);
-    CHECK(pre_logits && pre_hs && step_logits && blk_logits && blk_hs, "reference tensors missing");
-    bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 0, be, &err) == 0, "%s", err.msg);
-    int taps[64]; for (int t = 0; t < NT; t++) taps[t] = t;
-    float *dl = up(be, NULL, (size_t)P * V), *dt = up(be, NULL, (size_t)P * NT * H);
-    bs_fwd_out fo = { .logits = dl, .logits_all = 1, .taps = taps, .n_taps = NT, .tap_out = dt };
-    CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, &err) == 0, "%s", err.msg);
-    float *logits = down(be, dl, (size_t)P * V), *tap = down(be, dt, (size_t)P * NT * H);
-    CHECK(fx_max_abs_diff(logits, pre_logits, P * V) < TOL, "prefill logits differ by %g", fx_max_abs_diff(logits, pre_logits, P * V));
-    for (int t = 0; t < NT; t++)
-        for (int r = 0; r < P; r++) {
-            double d = fx_max_abs_diff(tap + ((size_t)r * NT + t) * H, pre_hs + ((size_t)t * P + r) * H, H);
-            CHECK(d < TOL, "hidden_states[%d] row %d differs by %g", t, r, d);
-        }
-    int32_t tok = bs_argmax(logits + (P - 1) * V, V);
-    bs_fwd_out one = { .logits = dl };
-    for (int i = 0; i < G; i++) {
-        if (i > 0) {
-            CHECK(bs_qwen3_forward(&e->target, &kv, &tok, 1, &one, &err) == 0, "%s", err.msg);
-            float *l = down(be, dl, V);
-            double d = fx_max_abs_diff(l, step_logits + (size_t)i * V, V);
-            int32_t t2; be->argmax(be, &t2, dl, 1, V);
-            tok = bs_argmax(l, V);
-            free(l);
-            CHECK(d < TOL, "greedy step %d logits differ by %g", i, d);
-            CHECK(t2 == tok, "device argmax %d != host argmax %d", t2, tok);
-        }
-        CHECK(tok == greedy[i], "greedy token %d: got %d, expected %d", i, tok, greedy[i]);
-    }
-    CHECK(bs_kv_rollback(&kv, (int)P, &err) == 0, "%s", err.msg);
-    CHECK(bs_qwen3_forward(&e->target, &kv, block, (int)B, &fo, &err) == 0, "%s", err.msg);
-    free(logits); free(tap);
-    logits = down(be, dl, (size_t)B * V); tap = down(be, dt, (size_t)B * NT * H);
-    CHECK(fx_max_abs_diff(logits, blk_logits, B * V) < TOL, "block logits differ by %g", fx_max_abs_diff(logits, blk_logits, B * V));
-    for (int t = 0; t < NT; t++)
-        for (int r = 0; r < B; r++) {
-            double d = fx_max_abs_diff(tap + ((size_t)r * NT + t) * H, blk_hs + ((size_t)t * B + r) * H, H);
-            CHECK(d < TOL, "block hidden_states[%d] row %d differs by %g", t, r, d);
-        }
-    free(logits); free(tap); be->free(be, dl); be->free(be, dt);
-    bs_kv_free(&kv); bs_checkpoint_close(x); bs_engine_close(e);
+    (void)be0;
+    fx_check_target_fixture(failed_, "cuda");
 }
 
 // Greedy speculative decoding == plain greedy decoding on the GPU. Plain greedy runs one row per

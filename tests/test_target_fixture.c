@@ -20,10 +20,13 @@ static int open_fixture(const char *dev, bs_engine **e, bs_checkpoint **exp, int
     return 0;
 }
 
-static void check_target(int *failed_, const char *dev) {
+// The fixture through the library on any backend: outputs live in backend buffers and are downloaded,
+// and the backend's argmax must agree with the host's on every greedy step.
+void fx_check_target_fixture(int *failed_, const char *dev) {
     bs_engine *e; bs_checkpoint *x;
     if (open_fixture(dev, &e, &x, failed_)) return;
     bs_err err = {0};
+    bs_backend *be = e->be;
     int V = e->cfg.vocab_size, H = e->cfg.hidden_size, NT = e->cfg.n_layers + 1;
     long P, G, B;
     const int32_t *prompt = fx_tensor(x, "prompt_ids", "I32", -1, &P);
@@ -38,12 +41,17 @@ static void check_target(int *failed_, const char *dev) {
     CHECK(pre_logits && pre_hs && step_logits && blk_logits && blk_hs, "reference tensors missing or misshaped");
 
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 0, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, &e->cfg, 0, be, &err) == 0, "%s", err.msg);
     int taps[64];
     for (int t = 0; t < NT; t++) taps[t] = t;
-    float *logits = malloc(sizeof(float) * P * V), *tap = malloc(sizeof(float) * P * NT * H);
-    bs_fwd_out fo = { .logits = logits, .logits_all = 1, .taps = taps, .n_taps = NT, .tap_out = tap };
+    long R = P > B ? P : B;
+    float *logits = malloc(sizeof(float) * R * V), *tap = malloc(sizeof(float) * R * NT * H);
+    float *dl = be->alloc(be, sizeof(float) * R * V, &err), *dt = be->alloc(be, sizeof(float) * R * NT * H, &err);
+    CHECK(dl && dt, "%s", err.msg);
+    bs_fwd_out fo = { .logits = dl, .logits_all = 1, .taps = taps, .n_taps = NT, .tap_out = dt };
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, &err) == 0, "%s", err.msg);
+    be->download(be, logits, dl, sizeof(float) * P * V);
+    be->download(be, tap, dt, sizeof(float) * P * NT * H);
     CHECK(fx_max_abs_diff(logits, pre_logits, P * V) < TOL, "prefill logits differ by %g", fx_max_abs_diff(logits, pre_logits, P * V));
     for (int t = 0; t < NT; t++)
         for (int r = 0; r < P; r++) {
@@ -51,20 +59,25 @@ static void check_target(int *failed_, const char *dev) {
             CHECK(d < TOL, "hidden_states[%d] row %d differs by %g", t, r, d);
         }
     // Greedy continuation, one token at a time.
-    int32_t tok = bs_argmax(logits + (P - 1) * V, V);
-    bs_fwd_out one = { .logits = logits };
+    int32_t tok = bs_argmax(logits + (P - 1) * V, V), dev_tok;
+    bs_fwd_out one = { .logits = dl };
     for (int i = 0; i < G; i++) {
         if (i > 0) {
             CHECK(bs_qwen3_forward(&e->target, &kv, &tok, 1, &one, &err) == 0, "%s", err.msg);
+            be->download(be, logits, dl, sizeof(float) * V);
             double d = fx_max_abs_diff(logits, step_logits + (size_t)i * V, V);
             CHECK(d < TOL, "greedy step %d logits differ by %g", i, d);
             tok = bs_argmax(logits, V);
+            be->argmax(be, &dev_tok, dl, 1, V);
+            CHECK(dev_tok == tok, "backend argmax %d != host argmax %d", dev_tok, tok);
         }
         CHECK(tok == greedy[i], "greedy token %d: got %d, expected %d", i, tok, greedy[i]);
     }
     // A verify block after the prompt's cache: roll back the greedy rows first.
     CHECK(bs_kv_rollback(&kv, (int)P, &err) == 0, "%s", err.msg);
     CHECK(bs_qwen3_forward(&e->target, &kv, block, (int)B, &fo, &err) == 0, "%s", err.msg);
+    be->download(be, logits, dl, sizeof(float) * B * V);
+    be->download(be, tap, dt, sizeof(float) * B * NT * H);
     CHECK(fx_max_abs_diff(logits, blk_logits, B * V) < TOL, "block logits differ by %g", fx_max_abs_diff(logits, blk_logits, B * V));
     for (int t = 0; t < NT; t++)
         for (int r = 0; r < B; r++) {
@@ -72,13 +85,14 @@ static void check_target(int *failed_, const char *dev) {
             CHECK(d < TOL, "block hidden_states[%d] row %d differs by %g", t, r, d);
         }
     free(logits); free(tap);
+    be->free(be, dl); be->free(be, dt);
     bs_kv_free(&kv);
     bs_checkpoint_close(x);
     bs_engine_close(e);
 }
 
-TEST(target_fixture_cpu_reference) { check_target(failed_, "cpu-ref"); }
-TEST(target_fixture_cpu) { check_target(failed_, "cpu"); }
+TEST(target_fixture_cpu_reference) { fx_check_target_fixture(failed_, "cpu-ref"); }
+TEST(target_fixture_cpu) { fx_check_target_fixture(failed_, "cpu"); }
 
 // Roll back 5 rows, recompute them: logits must be identical to the first computation.
 TEST(target_kv_rollback_recompute) {

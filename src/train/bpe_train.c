@@ -115,6 +115,27 @@ static int add_token(trainer *T, const char *s, size_t len, int32_t *id) {
     return bs_tok_map_put(&T->tok_ids, s, len, *id);
 }
 
+// Counts one occurrence of the piece p[0..n) as a word of byte symbols (byte b is provisionally id b).
+static int count_piece(trainer *T, bs_tok_map *words, const unsigned char *p, size_t n, bs_err *err) {
+    int32_t wi = bs_tok_map_get(words, (const char *)p, n);
+    if (wi < 0) {
+        if (T->n_w == T->cap_w) {
+            size_t c = T->cap_w ? T->cap_w * 2 : 4096;
+            void *q = realloc(T->w, c * sizeof *T->w);
+            if (!q) return bs_fail(err, "out of memory");
+            T->w = q; T->cap_w = c;
+        }
+        word *w = &T->w[T->n_w];
+        w->sym = malloc(n * sizeof *w->sym); w->n = (int32_t)n; w->freq = 0;
+        if (!w->sym) return bs_fail(err, "out of memory");
+        for (size_t i = 0; i < n; i++) w->sym[i] = p[i];
+        wi = (int32_t)T->n_w++;
+        if (bs_tok_map_put(words, (const char *)p, n, wi)) return bs_fail(err, "out of memory");
+    }
+    T->w[wi].freq++;
+    return 0;
+}
+
 // Word counting: NFC, then the Split regex; each distinct piece is a word of byte symbols.
 static int count_segment(trainer *T, bs_tok_map *words, const char *text, size_t len, regex_t *re, OnigRegion *rg, bs_err *err) {
     bs_tokenizer nfc = { 0 };
@@ -126,50 +147,20 @@ static int count_segment(trainer *T, bs_tok_map *words, const char *text, size_t
     const UChar *str = (const UChar *)(norm ? norm : s), *end = str + nl;
     const UChar *at = str;
     int rc = 0;
-    while (at < end) {
+    while (at < end && !rc) {
         int r = onig_search(re, str, end, at, end, rg, ONIG_OPTION_NONE);
         if (r == ONIG_MISMATCH) break;
         size_t ms = rg->beg[0], me = rg->end[0];
         if (me == ms) { at++; continue; }   // the regex never matches empty; be safe anyway
         // Gaps between matches are pieces too (Split Isolated).
         size_t gs = (size_t)(at - str);
-        for (int part = 0; part < 2; part++) {
-            size_t a = part ? ms : gs, b = part ? me : ms;
-            if (b <= a) continue;
-            int32_t wi = bs_tok_map_get(words, (const char *)str + a, b - a);
-            if (wi < 0) {
-                if (T->n_w == T->cap_w) { size_t c = T->cap_w ? T->cap_w * 2 : 4096; void *q = realloc(T->w, c * sizeof *T->w);
-                    if (!q) { rc = bs_fail(err, "out of memory"); goto out; } T->w = q; T->cap_w = c; }
-                word *w = &T->w[T->n_w];
-                w->sym = malloc((b - a) * sizeof *w->sym); w->n = (int32_t)(b - a); w->freq = 0;
-                if (!w->sym) { rc = bs_fail(err, "out of memory"); goto out; }
-                for (size_t i = a; i < b; i++) w->sym[i - a] = str[i];   // byte b is provisionally id b
-                wi = (int32_t)T->n_w++;
-                if (bs_tok_map_put(words, (const char *)str + a, b - a, wi)) { rc = bs_fail(err, "out of memory"); goto out; }
-            }
-            T->w[wi].freq++;
-        }
+        if (ms > gs) rc = count_piece(T, words, str + gs, ms - gs, err);
+        if (!rc) rc = count_piece(T, words, str + ms, me - ms, err);
         at = str + me;
     }
-    if (at < end) {
-        // trailing gap
-        size_t a = (size_t)(at - str), b = nl;
-        int32_t wi = bs_tok_map_get(words, (const char *)str + a, b - a);
-        if (wi < 0) {
-            if (T->n_w == T->cap_w) { size_t c = T->cap_w ? T->cap_w * 2 : 4096; void *q = realloc(T->w, c * sizeof *T->w);
-                if (!q) { rc = bs_fail(err, "out of memory"); goto out; } T->w = q; T->cap_w = c; }
-            word *w = &T->w[T->n_w];
-            w->sym = malloc((b - a) * sizeof *w->sym); w->n = (int32_t)(b - a); w->freq = 0;
-            if (!w->sym) { rc = bs_fail(err, "out of memory"); goto out; }
-            for (size_t i = a; i < b; i++) w->sym[i - a] = str[i];
-            wi = (int32_t)T->n_w++;
-            if (bs_tok_map_put(words, (const char *)str + a, b - a, wi)) { rc = bs_fail(err, "out of memory"); goto out; }
-        }
-        T->w[wi].freq++;
-    }
-out:
+    if (!rc && at < end) rc = count_piece(T, words, at, (size_t)(end - at), err);   // trailing gap
     free(norm); free(clean);
-    return rc;
+    return rc ? -1 : 0;
 }
 
 // Special tokens in the corpus are cut out first, as the tokenizer does when encoding: they must
