@@ -138,3 +138,29 @@ TEST(spec_drafters_sampling_lossless) {
         }
     bs_engine_close(e);
 }
+
+// DSpark's confidence cut (--confidence-threshold): fewer drafts are verified, the output is unchanged.
+TEST(spec_confidence_threshold_lossless) {
+    char t[1024], d[1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, t, "cpu", &err) == 0, "%s", err.msg);
+    int32_t prompt[] = { 11, 22, 33, 44, 55 }, out[3][48];
+    int n[3];
+    long drafted[3];
+    float thr[3] = { 0.0f, 0.5f, 1.0f };
+    for (int i = 0; i < 3; i++) {
+        bs_session s; bs_drafter *dr; bs_spec_stats st;
+        CHECK(bs_session_init(&s, e, 128, NULL, &err) == 0 && bs_drafter_open(&dr, d, e, 128, &err) == 0, "%s", err.msg);
+        bs_spec_opts o = { .draft_max = 7, .confidence_threshold = thr[i], .stop_at_eos = 0 };
+        CHECK(bs_generate_spec(&s, dr, prompt, 5, 48, &o, out[i], &n[i], NULL, NULL, &st, &err) == 0, "%s", err.msg);
+        drafted[i] = st.drafted;
+        bs_spec_stats_free(&st); dr->free(dr); bs_session_free(&s);
+    }
+    CHECK(n[0] == 48 && n[1] == 48 && n[2] == 48);
+    CHECK(!memcmp(out[0], out[1], sizeof out[0]) && !memcmp(out[0], out[2], sizeof out[0]), "the confidence cut changed the output");
+    CHECK(drafted[2] < drafted[0], "a threshold of 1 must cut drafts (verified %ld vs %ld)", drafted[2], drafted[0]);
+    CHECK(drafted[1] <= drafted[0] && drafted[2] <= drafted[1]);
+    bs_engine_close(e);
+}

@@ -236,3 +236,52 @@ TEST(spec_sampling_lossless_distribution) {
     }
     bs_engine_close(e);
 }
+
+// End of sequence inside a block: when an accepted draft (or the bonus token) is an EOS, generation
+// stops right after it, exactly where plain decoding stops.
+TEST(spec_eos_inside_accepted_block) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, dir, "cpu", &err) == 0, "%s", err.msg);
+    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, L = e->cfg.n_layers, P = 6, N = 40;
+    int32_t seq[64], plain[64], spec[64];
+    for (int i = 0; i < P; i++) seq[i] = (int32_t)(i * 37 % V);
+    bs_session s;
+    CHECK(bs_session_init(&s, e, 128, NULL, &err) == 0, "%s", err.msg);
+    int n_plain, n_spec;
+    CHECK(bs_generate_plain(&s, seq, P, N, 0, seq + P, &n_plain, NULL, NULL, &err) == 0, "%s", err.msg);
+    int cases = 0;
+    for (int k = 3; k < 20; k += 5) {
+        // Make the k-th generated token an end-of-sequence token (if it did not occur earlier).
+        int32_t eos = seq[P + k];
+        int earlier = 0;
+        for (int i = 0; i < k; i++) earlier |= seq[P + i] == eos;
+        if (earlier) continue;
+        cases++;
+        e->cfg.n_eos = 1; e->cfg.eos_ids[0] = eos;
+        bs_kv_rollback(&s.kv, 0, &err);
+        CHECK(bs_generate_plain(&s, seq, P, N, 1, plain, &n_plain, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(n_plain == k + 1 && plain[k] == eos, "plain decoding should stop at the EOS (%d tokens)", n_plain);
+        forced f = { .script = seq, .script_len = P + N, .corrupt = 0, .vocab = V, .taps = { 1, L }, .be = e->be, .F = 2 * H };
+        float *ref = malloc(sizeof(float) * (P + N) * f.F);
+        f.tmp = malloc(sizeof(float) * (P + N) * f.F);
+        bs_fwd_out fo = { .taps = f.taps, .n_taps = 2, .tap_out = ref };
+        bs_kv_rollback(&s.kv, 0, &err);
+        CHECK(bs_qwen3_forward(&e->target, &s.kv, seq, P + N, &fo, &err) == 0, "%s", err.msg);
+        f.ref_feat = ref;
+        bs_kv_rollback(&s.kv, 0, &err);
+        bs_drafter d = { .name = "forced", .max_drafts = 7, .n_taps = 2, .taps = f.taps, .impl = &f,
+                         .add_context = forced_add, .rollback = forced_rollback, .propose = forced_propose };
+        bs_spec_opts o = { .draft_max = 7, .stop_at_eos = 1 };
+        bs_spec_stats st;
+        CHECK(bs_generate_spec(&s, &d, seq, P, N, &o, spec, &n_spec, NULL, NULL, &st, &err) == 0, "%s", err.msg);
+        CHECK(n_spec == n_plain && memcmp(spec, plain, sizeof(int32_t) * n_plain) == 0, "EOS at %d: speculative output (%d tokens) differs from plain (%d)", k, n_spec, n_plain);
+        CHECK(st.accepted > 0, "the EOS case should go through accepted drafts");
+        bs_spec_stats_free(&st);
+        free(ref); free(f.tmp);
+    }
+    CHECK(cases >= 2, "only %d EOS placements were usable", cases);
+    bs_session_free(&s);
+    bs_engine_close(e);
+}
