@@ -67,9 +67,20 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential libcjson-dev libonig-dev libutf8proc-dev; fi
 	@if [ -f tests/node/package.json ] && command -v npm >/dev/null; then npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; fi
 
-# The whole check: the suite, the suite under sanitizers, and (where nvcc exists) a CUDA compile.
-test-all: test asan
+# The baseline x86-64 build (no AVX2 assumed at compile time) with the scalar kernels forced: the
+# fallback a CPU without AVX2 gets, held to the fixtures and to greedy losslessness.
+portable-check:
+	$(MAKE) PORTABLE=1 BUILD=build-portable build-portable/run_tests build-portable/blockspec
+	BS_CPU_KERNELS=scalar BS_BIN=build-portable/blockspec ./build-portable/run_tests fixture
+	BS_CPU_KERNELS=scalar BS_BIN=build-portable/blockspec ./build-portable/run_tests spec_greedy
+
+# The whole check: the suite, the suite under sanitizers, the portable build, and (where nvcc exists) a
+# CUDA compile. The full suite's "N passed, N failed" line is printed last.
+test-all:
+	$(MAKE) portable-check
+	$(MAKE) asan
 	@if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then $(MAKE) cuda-compile; else echo "CUDA compile skipped: no nvcc on this machine"; fi
+	$(MAKE) test
 
 # libFuzzer on the parsers (clang): `make fuzz FUZZ_SECONDS=60`.
 FUZZ_SECONDS ?= 30
@@ -84,5 +95,5 @@ fuzz:
 cuda-compile: cuda
 
 clean: ; rm -rf build build-asan build-cuda build-portable build-fuzz
-.PHONY: all test asan cuda clean deps test-all cuda-compile fuzz bench-tools
+.PHONY: all test asan cuda clean deps test-all cuda-compile fuzz portable-check bench-tools
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

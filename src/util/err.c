@@ -18,7 +18,8 @@ int bs_wrap(bs_err *e, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, e->msg, sizeof old);
-    snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+    int n = snprintf(e->msg, sizeof e->msg, "%s: ", prefix);
+    if (n >= 0 && (size_t)n < sizeof e->msg) snprintf(e->msg + n, sizeof e->msg - (size_t)n, "%s", old);
     return -1;
 }
 
