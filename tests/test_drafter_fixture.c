@@ -98,6 +98,17 @@ static void check_drafter(int *failed_, const char *dev, const char *which) {
     bs_engine_close(e);
 }
 
+// The same on the GPU (skipped, with the reason, where no CUDA device is usable).
+TEST(drafter_fixture_cuda) {
+    bs_err err = {0};
+    bs_backend *be = bs_backend_cuda(0, &err);
+    if (!be) { char why[600]; snprintf(why, sizeof why, "no CUDA backend: %s", err.msg); SKIP(why); }
+    be->destroy(be);
+    check_drafter(failed_, "cuda", "dflash");
+    if (*failed_) return;
+    check_drafter(failed_, "cuda", "dspark");
+}
+
 TEST(drafter_fixture_dflash_cpu_reference) { check_drafter(failed_, "cpu-ref", "dflash"); }
 TEST(drafter_fixture_dflash_cpu) { check_drafter(failed_, "cpu", "dflash"); }
 TEST(drafter_fixture_dspark_cpu_reference) { check_drafter(failed_, "cpu-ref", "dspark"); }

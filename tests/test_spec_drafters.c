@@ -8,9 +8,9 @@
 #include "test_util_models.h"
 #include "spec/spec_loop.h"
 
-static void greedy_random_prompts(int *failed_, const char *target, const char *drafter, int trials) {
+static void greedy_random_prompts(int *failed_, const char *dev, const char *target, const char *drafter, int trials) {
     bs_engine *e; bs_err err = {0};
-    CHECK(bs_engine_open(&e, target, "cpu", &err) == 0, "%s", err.msg);
+    CHECK(bs_engine_open(&e, target, dev, &err) == 0, "%s", err.msg);
     int V = e->cfg.vocab_size;
     bs_rng rng; bs_rng_seed(&rng, 99);
     for (int t = 0; t < trials; t++) {
@@ -34,14 +34,24 @@ static void greedy_random_prompts(int *failed_, const char *target, const char *
     bs_engine_close(e);
 }
 
-TEST(spec_drafters_greedy_lossless_fixtures) {
+static void greedy_fixture_drafters(int *failed_, const char *dev) {
     char t[1024], d1[1024], d2[1024];
     snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
     snprintf(d1, sizeof d1, "%s/dflash", bs_fixtures_dir());
     snprintf(d2, sizeof d2, "%s/dspark", bs_fixtures_dir());
-    greedy_random_prompts(failed_, t, d1, 12);
+    greedy_random_prompts(failed_, dev, t, d1, 12);
     if (*failed_) return;
-    greedy_random_prompts(failed_, t, d2, 12);
+    greedy_random_prompts(failed_, dev, t, d2, 12);
+}
+
+TEST(spec_drafters_greedy_lossless_fixtures) { greedy_fixture_drafters(failed_, "cpu"); }
+
+TEST(spec_drafters_greedy_lossless_cuda) {
+    bs_err err = {0};
+    bs_backend *be = bs_backend_cuda(0, &err);
+    if (!be) { char why[600]; snprintf(why, sizeof why, "no CUDA backend: %s", err.msg); SKIP(why); }
+    be->destroy(be);
+    greedy_fixture_drafters(failed_, "cuda");
 }
 
 // Writes a random drafter for a target dir; arch "zlab" or "dspark".
