@@ -48,15 +48,17 @@ static int forced_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sam
     return 0;
 }
 
-static void greedy_case(int *failed_, bs_engine *e, int block, int corrupt, uint64_t seed) {
+// prompt_len 0: a random short prompt; otherwise that many tokens (long prompts prefill in chunks).
+static void greedy_case(int *failed_, bs_engine *e, int block, int corrupt, uint64_t seed, int prompt_len) {
     bs_err err = {0};
     bs_rng rng; bs_rng_seed(&rng, seed);
     int V = e->cfg.vocab_size, H = e->cfg.hidden_size, L = e->cfg.n_layers;
     int P = 2 + (int)(bs_rng_u64(&rng) % 20), N = 5 + (int)(bs_rng_u64(&rng) % 50);
+    if (prompt_len) P = prompt_len;
     int32_t *seq = malloc(sizeof(int32_t) * (P + N)), *spec = malloc(sizeof(int32_t) * N);
     for (int i = 0; i < P; i++) seq[i] = (int32_t)(bs_rng_u64(&rng) % V);
     bs_session s;
-    CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0, "%s", err.msg);
+    CHECK(bs_session_init(&s, e, P + N + 80, NULL, &err) == 0, "%s", err.msg);
     int n_plain;
     CHECK(bs_generate_plain(&s, seq, P, N, 0, seq + P, &n_plain, NULL, NULL, &err) == 0, "%s", err.msg);
     CHECK(n_plain == N);
@@ -94,7 +96,7 @@ static void greedy_suite_on(int *failed_, const char *dir, const char *device) {
     for (int b = 0; b < 4; b++)
         for (int c = 0; c < 4; c++)
             for (uint64_t seed = 1; seed <= 3; seed++) {
-                greedy_case(failed_, e, blocks[b], corrupts[c], seed * 100 + b * 10 + c);
+                greedy_case(failed_, e, blocks[b], corrupts[c], seed * 100 + b * 10 + c, 0);
                 if (*failed_) { bs_engine_close(e); return; }
             }
     bs_engine_close(e);
@@ -121,6 +123,18 @@ TEST(spec_greedy_lossless_fixture_target) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
     greedy_suite(failed_, dir);
+}
+
+// A prompt longer than one prefill chunk (256 rows) and than one forward chunk (64 rows): the drafter's
+// context must still receive every prompt row's taps, in order.
+TEST(spec_greedy_lossless_long_prompt) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, dir, "cpu", &err) == 0, "%s", err.msg);
+    greedy_case(failed_, e, 7, 3, 77, 300);
+    if (!*failed_) greedy_case(failed_, e, 16, 0, 78, 257);
+    bs_engine_close(e);
 }
 
 TEST(spec_greedy_lossless_tied_sharded_target) {
