@@ -114,8 +114,12 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
             a = bs_accept_sampled(p, dr.q, ids + 1, n, V, &s->rng, s->scratch, &next);
         }
         st->t_target += bs_now() - t0;
-        // Keep the anchor's and the accepted drafts' K/V; the next token has none yet.
-        if (bs_kv_rollback(&s->kv, s0 + a + 1, err) || d->add_context(d, feat, a + 1, err)) goto out;
+        // Keep the anchor's and the accepted drafts' K/V; the next token has none yet. Their taps
+        // become drafter context (drafter time).
+        if (bs_kv_rollback(&s->kv, s0 + a + 1, err)) goto out;
+        t0 = bs_now();
+        if (d->add_context(d, feat, a + 1, err)) goto out;
+        st->t_draft += bs_now() - t0;
         record_round(st, n, a);
         for (int k = 0; k < a; k++) emit(&em, ids[1 + k]);
         emit(&em, next);

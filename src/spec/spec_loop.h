@@ -16,7 +16,8 @@ typedef struct bs_spec_stats {
     long drafted, accepted;                 // over all rounds (drafts verified / accepted)
     long pos_tried[BS_MAX_DRAFT];           // rounds that verified a draft at position k+1
     long pos_accepted[BS_MAX_DRAFT];        // ... and accepted it
-    double t_prefill, t_target, t_draft, t_total;   // seconds; the rest of t_total is accept/sample/bookkeeping
+    double t_prefill, t_target, t_draft, t_total;   // seconds: t_target = verify forwards + acceptance,
+                                                    // t_draft = proposals + context growth, the rest bookkeeping
     int *acceptance_lengths;                // per round: accepted + 1 (the emitted bonus/correction), malloc'd
     int n_lengths, cap_lengths;
 } bs_spec_stats;
