@@ -40,36 +40,31 @@ static void drafter_dump_free(drafter_dump *dd) {
 // The greedy speculative run, recorded the way z-lab's dflash_generate records it: rounds continue
 // while at most n tokens are out (one round more than needed to reach n), the output is cut to n and
 // every round's acceptance length (accepted + 1) is kept.
-static int dump_spec_run(bs_engine *e, const char *dir, const int32_t *prompt, int n_prompt, long n,
+static int dump_spec_run(bs_engine *e, bs_drafter *d, const int32_t *prompt, int n_prompt, long n,
                          bs_st_writer *w, drafter_dump *dd, bs_err *err) {
     bs_session s;
-    bs_drafter *d = NULL;
     int rc = -1, n_out = 0;
     if (bs_session_init(&s, e, 0, NULL, err)) return -1;
     dd->spec_out = malloc(sizeof(int32_t) * (n + 1));
-    bs_spec_opts o = { .stop_at_eos = 1 };
-    if (!dd->spec_out || bs_dflash_open(&d, dir, &e->target, s.kv.max_ctx, err)) goto out;
-    o.draft_max = d->max_drafts;   // the whole block, as the reference verifies it
-    if (bs_generate_spec(&s, d, prompt, n_prompt, (int)n + 1, &o, dd->spec_out, &n_out, NULL, NULL, &dd->st, err)) goto out;
+    bs_spec_opts o = { .draft_max = d->max_drafts, .stop_at_eos = 1 };   // the whole block, as the reference verifies it
+    if (!dd->spec_out) { bs_fail(err, "out of memory"); goto out; }
+    if (d->rollback(d, 0, err) || bs_generate_spec(&s, d, prompt, n_prompt, (int)n + 1, &o, dd->spec_out, &n_out, NULL, NULL, &dd->st, err)) goto out;
     int64_t shp[1] = { n_out < n ? n_out : n };
     bs_st_writer_add(w, "spec_output_ids", "I32", 1, shp, dd->spec_out, err);
     shp[0] = dd->st.n_lengths;
     bs_st_writer_add(w, "acceptance_lengths", "I32", 1, shp, dd->st.acceptance_lengths, err);
     rc = 0;
 out:
-    if (d) d->free(d);
     bs_session_free(&s);
     return rc;
 }
 
 // Context features of the prompt (from the prefill's hidden states), then one drafting forward.
-static int dump_drafter(bs_engine *e, bs_session *s, const char *dir, const int32_t *prompt, int n_prompt, const float *pre_logits,
+static int dump_drafter(bs_engine *e, bs_drafter *d, const int32_t *prompt, int n_prompt, const float *pre_logits,
                         const float *pre_taps, bs_st_writer *w, drafter_dump *dd, bs_err *err) {
     bs_backend *be = e->be;
-    bs_drafter *d = NULL;
     float *dev = NULL;
     int rc = -1, V = e->cfg.vocab_size, H = e->cfg.hidden_size, NT = e->cfg.n_layers + 1;
-    if (bs_dflash_open(&d, dir, &e->target, s->kv.max_ctx, err)) return -1;
     const bs_drafter_config *c = bs_dflash_config(d);
     int m = d->n_taps, B = c->block_size, n = d->max_drafts, zl = c->arch == BS_DRAFTER_ZLAB;
     size_t fw = (size_t)m * H;
@@ -106,7 +101,6 @@ static int dump_drafter(bs_engine *e, bs_session *s, const char *dir, const int3
     rc = 0;
 out:
     if (dev) be->free(be, dev);
-    if (d) d->free(d);
     return rc;
 }
 
@@ -132,6 +126,7 @@ int cmd_dump(int argc, char **argv) {
     float *pre_logits = NULL, *pre_taps = NULL, *pre_hs = NULL, *step_logits = NULL, *blk_logits = NULL, *blk_taps = NULL, *blk_hs = NULL;
     int32_t *greedy = NULL;
     float *d_logits = NULL, *d_taps = NULL;   // backend buffers
+    bs_drafter *dft = NULL;
     drafter_dump dd = {0};
     int rc = 1;
     if (bs_engine_open(&e, model, device, &err) || bs_session_init(&s, e, 0, NULL, &err)) goto out;
@@ -179,8 +174,10 @@ int cmd_dump(int argc, char **argv) {
         shp[1] = V; bs_st_writer_add(w, "block_logits", "F32", 2, shp, blk_logits, &err);
         shp[0] = NT; shp[1] = n_block; shp[2] = H; bs_st_writer_add(w, "block_hidden_states", "F32", 3, shp, blk_hs, &err);
     }
-    if (drafter && dump_drafter(e, &s, drafter, prompt, n_prompt, pre_logits, pre_taps, w, &dd, &err)) goto out;
-    if (drafter && n_greedy > 0 && dump_spec_run(e, drafter, prompt, n_prompt, n_greedy, w, &dd, &err)) goto out;
+    // One drafter serves both the block dump and the speculative run (rolled back in between).
+    if (drafter && bs_dflash_open(&dft, drafter, &e->target, s.kv.max_ctx, &err)) goto out;
+    if (dft && dump_drafter(e, dft, prompt, n_prompt, pre_logits, pre_taps, w, &dd, &err)) goto out;
+    if (dft && n_greedy > 0 && dump_spec_run(e, dft, prompt, n_prompt, n_greedy, w, &dd, &err)) goto out;
     if (bs_st_writer_write(w, out_path, &err)) goto out;
     rc = 0;
 out:
@@ -189,6 +186,7 @@ out:
     free(pre_logits); free(pre_taps); free(pre_hs); free(step_logits); free(greedy); free(blk_logits); free(blk_taps); free(blk_hs);
     free(prompt); free(block);
     drafter_dump_free(&dd);
+    if (dft) dft->free(dft);
     if (d_logits) e->be->free(e->be, d_logits);
     if (d_taps) e->be->free(e->be, d_taps);
     if (e) { if (s.eng) bs_session_free(&s); bs_engine_close(e); }
