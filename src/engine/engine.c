@@ -23,9 +23,7 @@ int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, b
         else {
             // The tokenizer's end-of-sequence token (e.g. <|im_end|> for chat models) also stops generation.
             int32_t eos = bs_tokenizer_eos_id(e->tok);
-            int dup = 0;
-            for (int i = 0; i < e->cfg.n_eos; i++) dup |= e->cfg.eos_ids[i] == eos;
-            if (eos >= 0 && eos < e->cfg.vocab_size && !dup && e->cfg.n_eos < BS_MAX_EOS) e->cfg.eos_ids[e->cfg.n_eos++] = eos;
+            if (eos >= 0 && eos < e->cfg.vocab_size) bs_qwen3_config_add_eos(&e->cfg, eos);
         }
     }
     *out = e;

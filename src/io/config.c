@@ -4,14 +4,15 @@
 #include "io/config.h"
 #include "io/json.h"
 
+void bs_qwen3_config_add_eos(bs_qwen3_config *c, int id) {
+    for (int j = 0; j < c->n_eos; j++) if (c->eos_ids[j] == id) return;
+    if (c->n_eos < BS_MAX_EOS) c->eos_ids[c->n_eos++] = id;
+}
+
 static int add_eos(bs_qwen3_config *c, const cJSON *root, const char *file, bs_err *err) {
     int ids[BS_MAX_EOS], n = 0;
     if (bs_json_int_list(root, "eos_token_id", ids, BS_MAX_EOS, &n, file, err)) return -1;
-    for (int i = 0; i < n; i++) {
-        int dup = 0;
-        for (int j = 0; j < c->n_eos; j++) dup |= c->eos_ids[j] == ids[i];
-        if (!dup && c->n_eos < BS_MAX_EOS) c->eos_ids[c->n_eos++] = ids[i];
-    }
+    for (int i = 0; i < n; i++) bs_qwen3_config_add_eos(c, ids[i]);
     return 0;
 }
 

@@ -28,5 +28,7 @@ int bs_qwen3_config_parse(bs_qwen3_config *c, const cJSON *root, const char *fil
 // Loads dir/config.json, checks it describes a Qwen3 causal LM, and merges dir/generation_config.json's
 // eos ids when present.
 int bs_qwen3_config_load(bs_qwen3_config *c, const char *dir, bs_err *err);
+// Adds an end-of-sequence id unless it is already listed (at most BS_MAX_EOS are kept).
+void bs_qwen3_config_add_eos(bs_qwen3_config *c, int id);
 // Writes a config.json for a Qwen3 target of this shape (make-random, training).
 cJSON *bs_qwen3_config_to_json(const bs_qwen3_config *c);
