@@ -113,6 +113,21 @@ static inline void bs_matmul_multi(bs_backend *be, int m, float *const *y, const
     for (int i = 0; i < m; i++) be->matmul(be, y[i], x, n, W[i], accumulate);
 }
 
+// q/k norm + RoPE + storing the new K/V rows at pos0: the fused op where the backend has it, else the
+// four separate ops (the two must agree bit for bit; tests/test_cuda.c checks the CUDA one).
+static inline void bs_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
+                                         int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0,
+                                         float theta, float *kcache, float *vcache) {
+    if (be->qk_norm_rope_store) {
+        be->qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, theta, kcache, vcache);
+        return;
+    }
+    be->head_norm_rope(be, q, n, n_heads, hd, q_norm, eps, pos0, theta);
+    be->head_norm_rope(be, k, n, n_kv, hd, k_norm, eps, pos0, theta);
+    be->store_rows(be, kcache, pos0, k, n, n_kv * hd);
+    be->store_rows(be, vcache, pos0, v, n, n_kv * hd);
+}
+
 // The CPU backend: `reference` selects the plain scalar ops (the exact, simple path the fast
 // kernels and other backends are tested against); otherwise the fastest kernels this CPU supports.
 bs_backend *bs_backend_cpu(int reference);

@@ -117,7 +117,7 @@ static void emit_taps(bs_qwen3 *m, const bs_fwd_out *out, int index, const float
 static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, int row0, int is_last_chunk) {
     const bs_qwen3_config *c = &m->cfg;
     bs_backend *be = m->be;
-    int H = c->hidden_size, hd = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads, kd = kv->kv_dim;
+    int H = c->hidden_size, hd = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads;
     int pos0 = kv->n_past;
     be->embed(be, m->x, &m->embed, ids, n);
     emit_taps(m, out, 0, m->x, row0, n);
@@ -128,15 +128,8 @@ static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int 
         const bs_mat *wqkv[3] = { &L->wq, &L->wk, &L->wv };
         bs_matmul_multi(be, 3, qkv, m->xn, n, wqkv, 0);
         // New K/V rows into the cache at their positions (a position argument: replayable).
-        if (be->qk_norm_rope_store) {
-            be->qk_norm_rope_store(be, m->q, m->kx, m->vx, n, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps, pos0,
-                                   c->rope_theta, kv->k[l], kv->v[l]);
-        } else {
-            be->head_norm_rope(be, m->q, n, nH, hd, &L->q_norm, c->rms_eps, pos0, c->rope_theta);
-            be->head_norm_rope(be, m->kx, n, nKV, hd, &L->k_norm, c->rms_eps, pos0, c->rope_theta);
-            be->store_rows(be, kv->k[l], pos0, m->kx, n, kd);
-            be->store_rows(be, kv->v[l], pos0, m->vx, n, kd);
-        }
+        bs_qk_norm_rope_store(be, m->q, m->kx, m->vx, n, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps, pos0,
+                              c->rope_theta, kv->k[l], kv->v[l]);
         be->attention(be, m->att, m->q, kv->k[l], kv->v[l], n, nH, nKV, hd, pos0 + n, pos0, 1, 0);
         be->matmul(be, m->x, m->att, n, &L->wo, 1);  // residual add fused into the projection
         be->rmsnorm(be, m->xn, m->x, n, H, &L->mlp_norm, c->rms_eps);
