@@ -60,7 +60,7 @@ int bs_session_init(bs_session *s, bs_engine *e, int max_ctx, const bs_sampling 
     bs_rng_seed(&s->rng, s->sampling.seed);
     int V = e->cfg.vocab_size;
     if (bs_kv_init(&s->kv, &e->cfg, max_ctx, e->be, err)) return -1;
-    s->logits = e->be->alloc(e->be, sizeof(float) * V * 64, err);
+    s->logits = e->be->alloc(e->be, sizeof(float) * V, err);
     s->logits_host = malloc(sizeof(float) * V);
     s->probs = malloc(sizeof(float) * V);
     s->scratch = malloc(sizeof(float) * 2 * V);

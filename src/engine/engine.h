@@ -33,7 +33,7 @@ typedef struct bs_session {
     bs_kv_cache kv;
     bs_rng rng;
     bs_sampling sampling;
-    float *logits;            // backend [max_rows][V]
+    float *logits;            // backend [V]: the last row of the latest forward
     float *logits_host;       // host copy of one row [V]
     float *probs, *scratch;   // host [V], [2V]
     bs_gen_stats stats;
