@@ -49,7 +49,7 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ)) $(L
 $(BUILD)/backend_bench: $(BUILD)/bench/backend_bench.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 bench-tools: $(BUILD)/backend_bench
 $(BUILD)/%.o: %.c ; @mkdir -p $(dir $@) && $(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
-$(BUILD)/%.o: %.cu ; @mkdir -p $(dir $@) && $(NVCC) $(NVFLAGS) -c -o $@ $<
+$(BUILD)/%.o: %.cu ; @mkdir -p $(dir $@) && $(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
 # The tests find the reference vectors in ../shared/fixtures (override with BS_FIXTURES=dir).
 test: $(BUILD)/run_tests $(BUILD)/blockspec

@@ -1,0 +1,401 @@
+#include "backend/cuda/cuda_internal.cuh"
+
+// ---------------------------------------------------------------------------------------------
+// Attention (flash-decoding): block (kv head, split s) walks key chunks s, s+S, ... for every query
+// vector (query row x head of the group), online softmax in fp32; partials are combined in split
+// order by a second kernel. Key ranges are per query row, so results do not depend on n_q.
+
+struct att_args {
+    const float *q, *k, *v;
+    float *part;             // [S][n_q * n_heads][hd + 2]  (m, l, acc[hd])
+    int n_q, n_heads, n_kv, hd, causal, window;
+    posarg n_keys, q_pos0;
+    float scale;
+};
+
+__device__ __forceinline__ void key_range(const att_args &a, int i, int nk, int qp0, int &lo, int &hi) {
+    hi = a.causal ? qp0 + i + 1 : nk;
+    if (hi > nk) hi = nk;
+    lo = a.window > 0 && hi - a.window > 0 ? hi - a.window : 0;
+}
+
+__global__ void __launch_bounds__(128) attention_kernel(att_args a) {
+    extern __shared__ float sm[];
+    const int kh = blockIdx.x, s = blockIdx.y, hd = a.hd, hdp = hd + 4;
+    const int G = a.n_heads / a.n_kv, nqv = a.n_q * G;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *Ks = sm, *Vs = Ks + ATT_CHUNK * hdp, *Qs = Vs + ATT_CHUNK * hdp, *Acc = Qs + ATT_QV * hd;
+    float *Mx = Acc + ATT_QV * hd, *Ls = Mx + ATT_QV;
+    const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
+    const int kvd = a.n_kv * hd;
+    // the union of key ranges of all rows, to skip chunks nobody needs
+    int ulo, uhi, t0, t1;
+    key_range(a, 0, nk, qp0, ulo, t0);
+    key_range(a, a.n_q - 1, nk, qp0, t1, uhi);
+    if (t0 > uhi) uhi = t0;
+    if (s * ATT_CHUNK >= uhi) return;   // no key of this split is visible to any row: nothing written, the combine skips it
+    for (int qv0 = 0; qv0 < nqv; qv0 += ATT_QV) {
+        int nv = min(ATT_QV, nqv - qv0);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < nv * hd; idx += blockDim.x) {
+            int qv = qv0 + idx / hd, d = idx % hd, i = qv / G, h = kh * G + qv % G;
+            Qs[idx] = a.q[((size_t)i * a.n_heads + h) * hd + d];
+            Acc[idx] = 0.f;
+        }
+        for (int idx = threadIdx.x; idx < nv; idx += blockDim.x) { Mx[idx] = -INFINITY; Ls[idx] = 0.f; }
+        for (int c0 = s * ATT_CHUNK; c0 < uhi; c0 += ATT_SPLITS * ATT_CHUNK) {
+            if (c0 + ATT_CHUNK <= ulo) continue;
+            __syncthreads();
+            int nkeys = min(ATT_CHUNK, nk - c0);
+            for (int idx = threadIdx.x; idx < ATT_CHUNK * (hd / 4); idx += blockDim.x) {
+                int j = idx / (hd / 4), d4 = idx % (hd / 4);
+                float4 kk = make_float4(0, 0, 0, 0), vv = kk;
+                if (j < nkeys) {
+                    kk = *(const float4 *)(a.k + (size_t)(c0 + j) * kvd + kh * hd + d4 * 4);
+                    vv = *(const float4 *)(a.v + (size_t)(c0 + j) * kvd + kh * hd + d4 * 4);
+                }
+                *(float4 *)(Ks + j * hdp + d4 * 4) = kk;
+                *(float4 *)(Vs + j * hdp + d4 * 4) = vv;
+            }
+            __syncthreads();
+            for (int qv = warp; qv < nv; qv += 4) {
+                int i = (qv0 + qv) / G, lo, hi;
+                key_range(a, i, nk, qp0, lo, hi);
+                int j = c0 + lane;
+                if (c0 >= hi || c0 + ATT_CHUNK <= lo) continue;
+                float sc = -INFINITY;
+                if (j >= lo && j < hi) {
+                    const float *qq = Qs + qv * hd, *kr = Ks + lane * hdp;
+                    float dot = 0.f;
+                    for (int d = 0; d < hd; d += 4) {
+                        float4 k4 = *(const float4 *)(kr + d), q4 = *(const float4 *)(qq + d);
+                        dot += q4.x * k4.x; dot += q4.y * k4.y; dot += q4.z * k4.z; dot += q4.w * k4.w;
+                    }
+                    sc = dot * a.scale;
+                }
+                float mx = sc;
+                for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+                float mold = Mx[qv], mnew = fmaxf(mold, mx);
+                float p = sc == -INFINITY ? 0.f : expf(sc - mnew);
+                float ps = p;
+                for (int off = 16; off; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+                float alpha = mold == -INFINITY ? 0.f : expf(mold - mnew);
+                float *ac = Acc + qv * hd;
+                for (int d0 = 0; d0 < hd; d0 += 32) {   // every lane takes part in the shuffles
+                    int d = d0 + lane;
+                    float o = d < hd ? ac[d] * alpha : 0.f;
+                    for (int jj = 0; jj < ATT_CHUNK; jj++) {
+                        float pj = __shfl_sync(0xffffffffu, p, jj);
+                        if (d < hd) o += pj * Vs[jj * hdp + d];
+                    }
+                    if (d < hd) ac[d] = o;
+                }
+                __syncwarp();
+                if (lane == 0) { Mx[qv] = mnew; Ls[qv] = Ls[qv] * alpha + ps; }
+                __syncwarp();
+            }
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < nv * (hd + 2); idx += blockDim.x) {
+            int qv = idx / (hd + 2), e = idx % (hd + 2);
+            int gq = qv0 + qv, i = gq / G, h = kh * G + gq % G;
+            float val = e == 0 ? Mx[qv] : e == 1 ? Ls[qv] : Acc[qv * hd + e - 2];
+            a.part[((size_t)s * a.n_q * a.n_heads + (size_t)i * a.n_heads + h) * (hd + 2) + e] = val;
+        }
+    }
+}
+
+// One warp per (query row, head): combine, in split order, the splits that hold keys below the row's hi.
+__global__ void attention_combine_kernel(float *out, const float *part, int nrows, int hd, att_args a) {
+    int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (wid >= nrows) return;
+    int lo, hi;
+    key_range(a, wid / a.n_heads, pv(a.n_keys), pv(a.q_pos0), lo, hi);
+    int ns = (hi + ATT_CHUNK - 1) / ATT_CHUNK;
+    if (ns > ATT_SPLITS) ns = ATT_SPLITS;
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++) M = fmaxf(M, part[((size_t)s * nrows + wid) * (hd + 2)]);
+    float L = 0.f, o[ATT_MAX_HD / 32];
+#pragma unroll
+    for (int u = 0; u < ATT_MAX_HD / 32; u++) o[u] = 0.f;
+    for (int s = 0; s < ns; s++) {
+        const float *p = part + ((size_t)s * nrows + wid) * (hd + 2);
+        float m = p[0];
+        if (m == -INFINITY) continue;
+        float f = expf(m - M);
+        L += p[1] * f;
+#pragma unroll
+        for (int u = 0; u < ATT_MAX_HD / 32; u++) { int d = lane + 32 * u; if (d < hd) o[u] += p[2 + d] * f; }
+    }
+    float inv = L > 0.f ? 1.0f / L : 0.f;
+#pragma unroll
+    for (int u = 0; u < ATT_MAX_HD / 32; u++) { int d = lane + 32 * u; if (d < hd) out[(size_t)wid * hd + d] = o[u] * inv; }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention v2 (default; BS_CUDA_ATT=old selects the kernel above). Same key partition as v1 (32-key
+// chunks, split s = chunks s, s + ATT_SPLITS, ...; online softmax per split in chunk order, combine in
+// split order), so a query's result still depends only on its own key range. Changes:
+// - 8 warps; each warp owns up to AT2_QPW query vectors (query row x head of the GQA group) with their
+//   accumulators in registers; all of them share each K/V chunk in shared memory.
+// - K/V chunks arrive with cp.async (every 16-byte load of a chunk in flight at once), double-buffered
+//   so the next chunk streams in while this one is used; Q too.
+// - Query rows are split over gridDim.z (AT2_QV query vectors per block), so a 16-row block of 32 heads
+//   runs as (kv heads x 32 splits x row groups) blocks instead of one block walking all of them.
+// - The combine reads the splits' (m, l) with one lane per split and their accumulators as float4s.
+#define AT2_WARPS 8
+#define AT2_QPW 2     // query vectors per warp: 16 per block, so a 16-row GQA-4 block runs as 4 row groups
+#define AT2_QV (AT2_WARPS * AT2_QPW)
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *g, int src_bytes) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+struct att2_args {
+    att_args a;
+    float *ml;     // [S][n_q * n_heads][2]  (running max, sum)
+    float *acc;    // [S][n_q * n_heads][hd]
+    int rows_per_z;
+};
+
+template <int NV4>   // float4 slots per lane of a head vector: ceil(hd / 128)
+__global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A) {
+    const att_args &a = A.a;
+    extern __shared__ __align__(16) float sm[];
+    const int kh = blockIdx.x, s = blockIdx.y, hd = a.hd, hdp = hd + 4, hd4 = hd / 4;
+    const int G = a.n_heads / a.n_kv;
+    const int r0 = blockIdx.z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
+    if (nr <= 0) return;
+    const int nqv = nr * G, R = a.n_q * a.n_heads;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *Kb = sm, *Vb = Kb + 2 * ATT_CHUNK * hdp, *Qs = Vb + 2 * ATT_CHUNK * hdp;
+    const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
+    const int kvd = a.n_kv * hd;
+    int ulo, uhi, t0, t1;
+    key_range(a, r0, nk, qp0, ulo, t0);
+    key_range(a, r0 + nr - 1, nk, qp0, t1, uhi);
+    if (t0 > uhi) uhi = t0;
+    if (s * ATT_CHUNK >= uhi) return;   // no key of this split is visible to these rows: the combine skips it
+    const int STEP = ATT_SPLITS * ATT_CHUNK;
+    int need = ulo - ATT_CHUNK - s * ATT_CHUNK;
+    const int tfirst = need < 0 ? 0 : need / STEP + 1;               // first chunk with keys >= ulo
+    const int tend = (uhi - s * ATT_CHUNK + STEP - 1) / STEP;         // chunks below uhi
+    for (int qv0 = 0; qv0 < nqv; qv0 += AT2_QV) {
+        const int nv = min(AT2_QV, nqv - qv0);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < nv * hd4; idx += blockDim.x) {
+            int qv = idx / hd4, d4 = idx - qv * hd4, gq = qv0 + qv, i = r0 + gq / G, h = kh * G + gq % G;
+            cp_async16(Qs + qv * hd + d4 * 4, a.q + ((size_t)i * a.n_heads + h) * hd + d4 * 4, 16);
+        }
+        cp_async_commit();
+        auto load = [&](int t, int b) {
+            int c0 = s * ATT_CHUNK + t * STEP, nkeys = min(ATT_CHUNK, nk - c0);
+            for (int idx = threadIdx.x; idx < ATT_CHUNK * hd4; idx += blockDim.x) {
+                int j = idx / hd4, d4 = idx - j * hd4;
+                bool ok = j < nkeys;
+                size_t off = (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * hd + d4 * 4;
+                cp_async16(Kb + (b * ATT_CHUNK + j) * hdp + d4 * 4, a.k + off, ok ? 16 : 0);
+                cp_async16(Vb + (b * ATT_CHUNK + j) * hdp + d4 * 4, a.v + off, ok ? 16 : 0);
+            }
+            cp_async_commit();
+        };
+        float acc[AT2_QPW][NV4][4], mx[AT2_QPW], ls[AT2_QPW];
+#pragma unroll
+        for (int u = 0; u < AT2_QPW; u++) {
+            mx[u] = -INFINITY; ls[u] = 0.f;
+#pragma unroll
+            for (int v = 0; v < NV4; v++) acc[u][v][0] = acc[u][v][1] = acc[u][v][2] = acc[u][v][3] = 0.f;
+        }
+        if (tfirst < tend) load(tfirst, 0);
+        for (int t = tfirst, it = 0; t < tend; t++, it++) {
+            const int b = it & 1;
+            if (t + 1 < tend) { load(t + 1, b ^ 1); cp_async_wait<1>(); } else cp_async_wait<0>();
+            __syncthreads();
+            const float *Kc = Kb + b * ATT_CHUNK * hdp, *Vc = Vb + b * ATT_CHUNK * hdp;
+            const int c0 = s * ATT_CHUNK + t * STEP;
+#pragma unroll
+            for (int u = 0; u < AT2_QPW; u++) {
+                const int qv = warp + AT2_WARPS * u;
+                if (qv >= nv) continue;                 // warp-uniform
+                int i = r0 + (qv0 + qv) / G, lo, hi;
+                key_range(a, i, nk, qp0, lo, hi);
+                if (c0 >= hi || c0 + ATT_CHUNK <= lo) continue;
+                const int j = c0 + lane;
+                float sc = -INFINITY;
+                if (j >= lo && j < hi) {
+                    const float *qq = Qs + qv * hd, *kr = Kc + lane * hdp;
+                    float d0 = 0.f, d1 = 0.f;
+                    for (int d = 0; d < hd; d += 8) {
+                        float4 k4 = *(const float4 *)(kr + d), q4 = *(const float4 *)(qq + d);
+                        d0 = fmaf(q4.x, k4.x, d0); d0 = fmaf(q4.y, k4.y, d0); d0 = fmaf(q4.z, k4.z, d0); d0 = fmaf(q4.w, k4.w, d0);
+                        if (d + 4 < hd) {
+                            float4 k5 = *(const float4 *)(kr + d + 4), q5 = *(const float4 *)(qq + d + 4);
+                            d1 = fmaf(q5.x, k5.x, d1); d1 = fmaf(q5.y, k5.y, d1); d1 = fmaf(q5.z, k5.z, d1); d1 = fmaf(q5.w, k5.w, d1);
+                        }
+                    }
+                    sc = (d0 + d1) * a.scale;
+                }
+                float m = sc;
+                for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+                const float mold = mx[u], mnew = fmaxf(mold, m);
+                const float p = sc == -INFINITY ? 0.f : expf(sc - mnew);
+                float ps = p;
+                for (int off = 16; off; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+                const float alpha = mold == -INFINITY ? 0.f : expf(mold - mnew);
+                float o[NV4][4];
+#pragma unroll
+                for (int v = 0; v < NV4; v++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) o[v][e] = acc[u][v][e] * alpha;
+#pragma unroll 8
+                for (int jj = 0; jj < ATT_CHUNK; jj++) {
+                    const float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+                    for (int v = 0; v < NV4; v++) {
+                        const int dd = 4 * (lane + 32 * v);
+                        if (dd < hd) {
+                            float4 vv = *(const float4 *)(Vc + jj * hdp + dd);
+                            o[v][0] = fmaf(pj, vv.x, o[v][0]); o[v][1] = fmaf(pj, vv.y, o[v][1]);
+                            o[v][2] = fmaf(pj, vv.z, o[v][2]); o[v][3] = fmaf(pj, vv.w, o[v][3]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int v = 0; v < NV4; v++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[u][v][e] = o[v][e];
+                mx[u] = mnew; ls[u] = ls[u] * alpha + ps;
+            }
+            __syncthreads();   // buffer b is refilled by the next iteration's prefetch
+        }
+        cp_async_wait<0>();
+        // partials of this split
+#pragma unroll
+        for (int u = 0; u < AT2_QPW; u++) {
+            const int qv = warp + AT2_WARPS * u;
+            if (qv >= nv) continue;
+            const int gq = qv0 + qv, i = r0 + gq / G, h = kh * G + gq % G;
+            const size_t row = (size_t)s * R + (size_t)i * a.n_heads + h;
+            if (lane == 0) { A.ml[row * 2] = mx[u]; A.ml[row * 2 + 1] = ls[u]; }
+#pragma unroll
+            for (int v = 0; v < NV4; v++) {
+                const int dd = 4 * (lane + 32 * v);
+                if (dd < hd) *(float4 *)(A.acc + row * hd + dd) = make_float4(acc[u][v][0], acc[u][v][1], acc[u][v][2], acc[u][v][3]);
+            }
+        }
+    }
+}
+
+// One warp per (query row, head): lane s holds split s's (m, l); accumulators merged in split order.
+template <int NV4>
+__global__ void attention2_combine_kernel(float *out, att2_args A) {
+    const att_args &a = A.a;
+    const int R = a.n_q * a.n_heads, hd = a.hd;
+    const int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (wid >= R) return;
+    int lo, hi;
+    key_range(a, wid / a.n_heads, pv(a.n_keys), pv(a.q_pos0), lo, hi);
+    int ns = (hi + ATT_CHUNK - 1) / ATT_CHUNK;
+    if (ns > ATT_SPLITS) ns = ATT_SPLITS;
+    float m = -INFINITY, l = 0.f;
+    if (lane < ns) { m = A.ml[((size_t)lane * R + wid) * 2]; l = A.ml[((size_t)lane * R + wid) * 2 + 1]; }
+    float M = m;
+    for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    const float f = m == -INFINITY ? 0.f : expf(m - M);
+    float L = l * f;
+    for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+    float o[NV4][4];
+#pragma unroll
+    for (int v = 0; v < NV4; v++) o[v][0] = o[v][1] = o[v][2] = o[v][3] = 0.f;
+    // 8 splits' loads in flight at a time (no branch between them); a split with f == 0 (no visible key
+    // of this row) holds finite partials, so its term adds exactly zero.
+    for (int s0 = 0; s0 < ns; s0 += 8) {
+        float4 p[8][NV4];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+#pragma unroll
+            for (int v = 0; v < NV4; v++) {
+                const int dd = 4 * (lane + 32 * v);
+                p[u][v] = s0 + u < ns && dd < hd ? __ldcg((const float4 *)(A.acc + ((size_t)(s0 + u) * R + wid) * hd + dd))
+                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const float fs = __shfl_sync(0xffffffffu, f, (s0 + u) & 31);
+            if (s0 + u < ns)
+#pragma unroll
+                for (int v = 0; v < NV4; v++) {
+                    o[v][0] = fmaf(p[u][v].x, fs, o[v][0]); o[v][1] = fmaf(p[u][v].y, fs, o[v][1]);
+                    o[v][2] = fmaf(p[u][v].z, fs, o[v][2]); o[v][3] = fmaf(p[u][v].w, fs, o[v][3]);
+                }
+        }
+    }
+    const float inv = L > 0.f ? 1.0f / L : 0.f;
+#pragma unroll
+    for (int v = 0; v < NV4; v++) {
+        const int dd = 4 * (lane + 32 * v);
+        if (dd < hd) *(float4 *)(out + (size_t)wid * hd + dd) = make_float4(o[v][0] * inv, o[v][1] * inv, o[v][2] * inv, o[v][3] * inv);
+    }
+}
+
+static int att_variant(void) {
+    static int v = -1;
+    if (v < 0) { const char *e = getenv("BS_CUDA_ATT"); v = e && !strcmp(e, "old") ? 0 : 1; }
+    return v;
+}
+
+template <int NV4>
+static void attention2_launch(cuda_impl *c, float *out, const att_args &a0) {
+    static size_t smem_set = 48 * 1024;
+    const int hd = a0.hd;
+    size_t smem = sizeof(float) * (4 * ATT_CHUNK * (hd + 4) + (size_t)AT2_QV * hd);
+    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention2_kernel<NV4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
+    att2_args A;
+    A.a = a0;
+    const int G = a0.n_heads / a0.n_kv;
+    A.rows_per_z = G >= AT2_QV ? 1 : AT2_QV / G;
+    const size_t R = (size_t)a0.n_q * a0.n_heads;
+    A.ml = c->att_ws;
+    A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
+    dim3 grid(a0.n_kv, ATT_SPLITS, (a0.n_q + A.rows_per_z - 1) / A.rows_per_z);
+    attention2_kernel<NV4><<<grid, AT2_WARPS * 32, smem, c->st>>>(A);
+    LAUNCHED("attention");
+    attention2_combine_kernel<NV4><<<(unsigned)((R + 3) / 4), 128, 0, c->st>>>(out, A);
+    LAUNCHED("attention combine");
+}
+
+void cu_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int n_heads,
+                         int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
+    cuda_impl *c = CI(be);
+    if (n_q <= 0) return;
+    if (hd > ATT_MAX_HD || hd % 4 || n_heads % n_kv) {
+        fprintf(stderr, "blockspec: CUDA attention: head_dim %d / heads %d/%d unsupported\n", hd, n_heads, n_kv); exit(1);
+    }
+    size_t smem = sizeof(float) * (2 * ATT_CHUNK * (hd + 4) + 2 * ATT_QV * hd + 2 * ATT_QV);
+    static size_t smem_set = 48 * 1024;
+    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
+    const int RB = 64;   // query rows per launch
+    ensure_ws(c, &c->att_ws, &c->att_ws_bytes, sizeof(float) * (ATT_SPLITS * (size_t)(n_q < RB ? n_q : RB) * n_heads * (hd + 2) + 4));
+    const bool v2 = att_variant() && ((uintptr_t)q & 15) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0 && ((uintptr_t)out & 15) == 0;
+    for (int r = 0; r < n_q; r += RB) {
+        int nq = n_q - r < RB ? n_q - r : RB;
+        att_args a;
+        a.q = q + (size_t)r * n_heads * hd; a.k = k; a.v = v; a.part = c->att_ws;
+        a.n_q = nq; a.n_heads = n_heads; a.n_kv = n_kv; a.hd = hd; a.causal = causal; a.window = window;
+        a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
+        if (v2) {
+            if (hd <= 128) attention2_launch<1>(c, out + (size_t)r * n_heads * hd, a);
+            else attention2_launch<2>(c, out + (size_t)r * n_heads * hd, a);
+            continue;
+        }
+        attention_kernel<<<dim3(n_kv, ATT_SPLITS), 128, smem, c->st>>>(a);
+        LAUNCHED("attention");
+        int rows = nq * n_heads;
+        attention_combine_kernel<<<(rows + 3) / 4, 128, 0, c->st>>>(out + (size_t)r * n_heads * hd, c->att_ws, rows, hd, a);
+        LAUNCHED("attention combine");
+    }
+}
+

@@ -1,0 +1,89 @@
+// Shared internals of the CUDA backend (one translation unit per job: cuda_backend.cu = device,
+// memory, weights, graphs and the op table; cuda_gemm.cu, cuda_attention.cu, cuda_norm_rope.cu,
+// cuda_elementwise.cu = the ops; cuda_profile.cu = BS_CUDA_PROFILE).
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include <math.h>
+
+extern "C" {
+#include "backend/backend.h"
+}
+
+#define MAX_STEP_IDS 64
+#define ATT_SPLITS 32        // fixed number of key splits (batch invariance: never depends on n_keys)
+#define ATT_CHUNK 32         // keys per chunk; split s handles chunks s, s + ATT_SPLITS, ...
+#define ATT_QV 32            // query vectors per pass held in shared memory
+#define ATT_MAX_HD 256
+
+struct step_state { int pos; int ids[MAX_STEP_IDS]; };
+
+// A position argument: value = rel + (*base when base != NULL).
+struct posarg { int rel; const int *base; };
+__device__ __forceinline__ int pv(posarg p) { return p.rel + (p.base ? *p.base : 0); }
+
+struct cuda_impl {
+    int dev, sms;
+    cudaStream_t st;
+    step_state *d_state;
+    int capturing, cap_base;
+    float *ws; size_t ws_bytes;          // matmul split-K partials
+    unsigned *counters; int n_counters;  // matmul split-K arrival counters (kept at zero between uses)
+    float *att_ws; size_t att_ws_bytes;  // attention partials
+    int32_t *d_argmax, *h_argmax;
+    void **weights; int n_weights, cap_weights;
+    char name[320];
+};
+
+static inline cuda_impl *CI(bs_backend *be) { return (cuda_impl *)be->impl; }
+
+static inline void fatal(const char *what, cudaError_t e) {
+    fprintf(stderr, "blockspec: CUDA error in %s: %s (%s)\n", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    exit(1);
+}
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) fatal(#call, e_); } while (0)
+#define LAUNCHED(what) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) fatal(what, e_); } while (0)
+
+static inline posarg P(cuda_impl *c, int v) {
+    posarg p;
+    if (c->capturing) { p.rel = v - c->cap_base; p.base = &c->d_state->pos; }
+    else { p.rel = v; p.base = NULL; }
+    return p;
+}
+
+__device__ __forceinline__ float ld_elem(const void *d, int dt, size_t i) {
+    if (dt == BS_F32) return ((const float *)d)[i];
+    if (dt == BS_BF16) return __bfloat162float(((const __nv_bfloat16 *)d)[i]);
+    return __half2float(((const __half *)d)[i]);
+}
+
+// Grows a workspace outside of recording (recording cannot allocate).
+void ensure_ws(cuda_impl *c, float **p, size_t *have, size_t need);
+
+// The ops (each defined in the file of its job).
+void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc);
+void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x, int n, const bs_mat *const *W, int accumulate);
+void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps);
+void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, float theta);
+void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
+                           const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
+                           float *kcache, float *vcache);
+void cu_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int n_heads,
+                  int n_kv, int hd, int n_keys, int q_pos0, int causal, int window);
+void cu_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n);
+void cu_add(bs_backend *be, float *y, const float *x, size_t n);
+void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n);
+void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width);
+void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
+void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
+
+// BS_CUDA_PROFILE (cuda_profile.cu)
+void prof_install(bs_backend *be);
+void prof_report(void);
+bool prof_active(void);
+

@@ -1,0 +1,164 @@
+// RMSNorm over rows, per-head RMSNorm + RoPE, and the fused attention-input step.
+#include "backend/cuda/cuda_internal.cuh"
+
+// ---------------------------------------------------------------------------------------------
+// Row ops
+
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[w] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int i = 0; i < nw; i++) s += sh[i];
+    return s;
+}
+
+__global__ void rmsnorm_kernel(float *y, const float *x, int dim, const void *w, int dt, float eps) {
+    __shared__ float sh[32];
+    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *yr = y + (size_t)blockIdx.x * dim;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss, sh);
+    float inv = 1.0f / sqrtf(ss / dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * (w ? ld_elem(w, dt, i) : 1.0f);
+}
+
+// dim % 4 == 0, dim <= 256 * 4 * RN_MAX, 16-byte aligned rows: the row stays in registers (one read of x and w,
+// all loads in flight at once), one block reduction.
+#define RN_MAX 8
+__global__ void __launch_bounds__(256) rmsnorm_vec_kernel(float *y, const float *x, int dim, const void *w, int dt, float eps) {
+    __shared__ float sh[32];
+    const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * dim);
+    float4 *yr = (float4 *)(y + (size_t)blockIdx.x * dim);
+    const int d4 = dim / 4;
+    float4 v[RN_MAX], wv[RN_MAX];
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < RN_MAX; u++) {
+        int i = threadIdx.x + 256 * u;
+        v[u] = make_float4(0.f, 0.f, 0.f, 0.f); wv[u] = make_float4(1.f, 1.f, 1.f, 1.f);
+        if (i < d4) {
+            v[u] = xr[i];
+            if (w && dt == BS_BF16) {
+                uint2 b = ((const uint2 *)w)[i];
+                float2 lo = __bfloat1622float2(*(__nv_bfloat162 *)&b.x), hi = __bfloat1622float2(*(__nv_bfloat162 *)&b.y);
+                wv[u] = make_float4(lo.x, lo.y, hi.x, hi.y);
+            } else if (w) {
+                wv[u] = make_float4(ld_elem(w, dt, 4 * i), ld_elem(w, dt, 4 * i + 1), ld_elem(w, dt, 4 * i + 2), ld_elem(w, dt, 4 * i + 3));
+            }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < RN_MAX; u++) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+    ss = block_sum(ss, sh);
+    const float inv = 1.0f / sqrtf(ss / dim + eps);
+#pragma unroll
+    for (int u = 0; u < RN_MAX; u++) {
+        int i = threadIdx.x + 256 * u;
+        if (i < d4) yr[i] = make_float4(v[u].x * inv * wv[u].x, v[u].y * inv * wv[u].y, v[u].z * inv * wv[u].z, v[u].w * inv * wv[u].w);
+    }
+}
+
+void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) {
+    if (n <= 0) return;
+    if (dim % 4 == 0 && dim <= 256 * 4 * RN_MAX && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0 &&
+        (!w || w->dtype != BS_BF16 || ((uintptr_t)w->data & 7) == 0)) {
+        rmsnorm_vec_kernel<<<n, 256, 0, CI(be)->st>>>(y, x, dim, w ? w->data : NULL, w ? w->dtype : 0, eps);
+        LAUNCHED("rmsnorm");
+        return;
+    }
+    rmsnorm_kernel<<<n, dim >= 1024 ? 512 : 128, 0, CI(be)->st>>>(y, x, dim, w ? w->data : NULL, w ? w->dtype : 0, eps);
+    LAUNCHED("rmsnorm");
+}
+
+// One warp per (row, head): optional per-head RMSNorm, then rotate-half RoPE; the result goes back to v
+// and, when v2 != NULL, to v2 too (the fused K path writes the rotated key into the cache as well).
+__device__ __forceinline__ void head_norm_rope_warp(float *v, float *v2, int hd, const void *nw, int dt, float eps, int pos,
+                                                    float theta, int lane) {
+    int half = hd / 2;
+    float a[4], b[4];   // hd <= 256
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int i = lane + 32 * u;
+        a[u] = i < half ? v[i] : 0.f; b[u] = i < half ? v[i + half] : 0.f;
+        ss += a[u] * a[u] + b[u] * b[u];
+    }
+    if (nw) {
+        for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        float inv = 1.0f / sqrtf(ss / hd + eps);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int i = lane + 32 * u;
+            if (i < half) { a[u] = a[u] * inv * ld_elem(nw, dt, i); b[u] = b[u] * inv * ld_elem(nw, dt, i + half); }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int i = lane + 32 * u;
+        if (i < half) {
+            // theta < 0: base |theta|, inv_freq rounded to bf16 (bs_rope_inv_freq)
+            float inv_freq = 1.0f / powf(fabsf(theta), (float)(2 * i) / (float)hd);
+            if (theta < 0) inv_freq = __bfloat162float(__float2bfloat16_rn(inv_freq));
+            float ang = (float)pos * inv_freq, cs = cosf(ang), sn = sinf(ang);
+            float r0 = a[u] * cs - b[u] * sn, r1 = b[u] * cs + a[u] * sn;
+            v[i] = r0; v[i + half] = r1;
+            if (v2) { v2[i] = r0; v2[i + half] = r1; }
+        }
+    }
+}
+
+__global__ void head_norm_rope_kernel(float *x, int n, int n_heads, int hd, const void *nw, int dt, float eps,
+                                      posarg pos0, float theta) {
+    int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (wid >= n * n_heads) return;
+    int r = wid / n_heads;
+    head_norm_rope_warp(x + (size_t)wid * hd, NULL, hd, nw, dt, eps, pv(pos0) + r, theta, lane);
+}
+
+// The attention-input step of a layer in one launch: warps [0, n*nq) norm+rope the q heads in place,
+// [n*nq, n*(nq+nkv)) the k heads (in place and into kcache row pos0 + r), the rest copy v rows into vcache.
+__global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, int n, int nq, int nkv, int hd,
+                                          const void *qw, int qdt, const void *kw, int kdt, float eps, posarg pos0,
+                                          float theta, float *kc, float *vc) {
+    int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const int nqw = n * nq, nkw = n * nkv;
+    const int p0 = pv(pos0);
+    if (wid < nqw) {
+        head_norm_rope_warp(q + (size_t)wid * hd, NULL, hd, qw, qdt, eps, p0 + wid / nq, theta, lane);
+    } else if (wid < nqw + nkw) {
+        int w = wid - nqw, r = w / nkv;
+        head_norm_rope_warp(k + (size_t)w * hd, kc + (size_t)p0 * nkv * hd + (size_t)w * hd, hd, kw, kdt, eps, p0 + r, theta, lane);
+    } else if (wid < nqw + 2 * nkw) {
+        int w = wid - nqw - nkw;
+        const float *src = v + (size_t)w * hd;
+        float *dst = vc + (size_t)p0 * nkv * hd + (size_t)w * hd;
+        for (int i = lane; i < hd; i += 32) dst[i] = src[i];
+    }
+}
+
+void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
+                                  const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
+                                  float *kcache, float *vcache) {
+    cuda_impl *c = CI(be);
+    if (n <= 0) return;
+    if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
+    int warps = n * (n_heads + 2 * n_kv);
+    qk_norm_rope_store_kernel<<<(warps + 7) / 8, 256, 0, c->st>>>(q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
+        q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), theta, kcache, vcache);
+    LAUNCHED("qk_norm_rope_store");
+}
+
+void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, float theta) {
+    cuda_impl *c = CI(be);
+    if (n <= 0) return;
+    if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
+    int warps = n * n_heads;
+    head_norm_rope_kernel<<<(warps + 7) / 8, 256, 0, c->st>>>(x, n, n_heads, hd, norm_w ? norm_w->data : NULL,
+                                                             norm_w ? norm_w->dtype : 0, eps, P(c, pos0), theta);
+    LAUNCHED("head_norm_rope");
+}
+

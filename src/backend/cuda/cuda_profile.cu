@@ -1,0 +1,92 @@
+#include "backend/cuda/cuda_internal.cuh"
+
+// ---------------------------------------------------------------------------------------------
+// BS_CUDA_PROFILE=1: every op is bracketed by CUDA events and its device time summed per (op, rows);
+// the table is printed to stderr when the backend is destroyed. Recording (graphs) is off then, so
+// the figures are per-op device times of plain launches.
+
+#define PROF_PAIRS 4096
+#define PROF_KEYS 64
+struct prof_state {
+    bs_backend inner;                       // the real ops
+    cudaEvent_t ev[PROF_PAIRS][2]; int key[PROF_PAIRS]; int n;
+    char names[PROF_KEYS][48]; double ms[PROF_KEYS]; long calls[PROF_KEYS]; int n_keys;
+};
+static prof_state *g_prof;
+bool prof_active(void) { return g_prof != NULL; }
+
+static void prof_flush(void) {
+    prof_state *p = g_prof;
+    if (!p || !p->n) return;
+    cudaEventSynchronize(p->ev[p->n - 1][1]);
+    for (int i = 0; i < p->n; i++) {
+        float ms = 0; cudaEventElapsedTime(&ms, p->ev[i][0], p->ev[i][1]);
+        p->ms[p->key[i]] += ms; p->calls[p->key[i]]++;
+    }
+    p->n = 0;
+}
+static int prof_begin(bs_backend *be, const char *op, long rows) {
+    prof_state *p = g_prof;
+    char name[48];
+    snprintf(name, sizeof name, "%s n=%ld", op, rows);
+    int k = 0;
+    while (k < p->n_keys && strcmp(p->names[k], name)) k++;
+    if (k == p->n_keys) { if (k == PROF_KEYS) k = PROF_KEYS - 1; else { snprintf(p->names[k], 48, "%s", name); p->n_keys++; } }
+    if (p->n == PROF_PAIRS) prof_flush();
+    int i = p->n++;
+    p->key[i] = k;
+    cudaEventRecord(p->ev[i][0], CI(be)->st);
+    return i;
+}
+static void prof_end(bs_backend *be, int i) { cudaEventRecord(g_prof->ev[i][1], CI(be)->st); }
+#define PROF(op, rows, call) do { int i_ = prof_begin(be, op, rows); call; prof_end(be, i_); } while (0)
+static void pf_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
+    char nm[32]; snprintf(nm, sizeof nm, "matmul %lldx%lld", (long long)W->rows, (long long)W->cols);
+    PROF(nm, n, g_prof->inner.matmul(be, y, x, n, W, acc));
+}
+static void pf_matmul_multi(bs_backend *be, int count, float *const *y, const float *x, int n, const bs_mat *const *W, int accumulate) {
+    char nm[32]; snprintf(nm, sizeof nm, "matmul_multi x%d %lld", count, (long long)W[0]->rows);
+    PROF(nm, n, g_prof->inner.matmul_multi(be, count, y, x, n, W, accumulate));
+}
+static void pf_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) { PROF("rmsnorm", n, g_prof->inner.rmsnorm(be, y, x, n, dim, w, eps)); }
+static void pf_hnr(bs_backend *be, float *x, int n, int nh, int hd, const bs_mat *w, float eps, int pos0, float theta) {
+    PROF("head_norm_rope", n, g_prof->inner.head_norm_rope(be, x, n, nh, hd, w, eps, pos0, theta));
+}
+static void pf_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int nh, int nkv, int hd,
+                         int n_keys, int q_pos0, int causal, int window) {
+    PROF(causal ? "attention causal" : "attention bidir", n_q, g_prof->inner.attention(be, out, q, k, v, n_q, nh, nkv, hd, n_keys, q_pos0, causal, window));
+}
+static void pf_qkrs(bs_backend *be, float *q, float *k, const float *v, int n, int nh, int nkv, int hd, const bs_mat *qw,
+                    const bs_mat *kw, float eps, int pos0, float theta, float *kc, float *vc) {
+    PROF("qk_norm_rope_store", n, g_prof->inner.qk_norm_rope_store(be, q, k, v, n, nh, nkv, hd, qw, kw, eps, pos0, theta, kc, vc));
+}
+static void pf_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n) { PROF("swiglu", (long)n, g_prof->inner.swiglu(be, h, g, u, n)); }
+static void pf_add(bs_backend *be, float *y, const float *x, size_t n) { PROF("add", (long)n, g_prof->inner.add(be, y, x, n)); }
+static void pf_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) { PROF("embed", n, g_prof->inner.embed(be, out, t, ids, n)); }
+static void pf_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width) {
+    PROF("copy_rows", n, g_prof->inner.copy_rows(be, dst, ds, src, ss, n, width));
+}
+static void pf_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width) { PROF("store_rows", n, g_prof->inner.store_rows(be, dst, row0, src, n, width)); }
+static void pf_argmax(bs_backend *be, int32_t *out, const float *l, int n, int vocab) { PROF("argmax (+sync)", n, g_prof->inner.argmax(be, out, l, n, vocab)); }
+
+void prof_install(bs_backend *be) {
+    prof_state *p = (prof_state *)calloc(1, sizeof *p);
+    for (int i = 0; i < PROF_PAIRS; i++) { cudaEventCreate(&p->ev[i][0]); cudaEventCreate(&p->ev[i][1]); }
+    p->inner = *be;
+    g_prof = p;
+    be->matmul = pf_matmul; be->matmul_multi = pf_matmul_multi; be->rmsnorm = pf_rmsnorm; be->head_norm_rope = pf_hnr;
+    be->attention = pf_attention; be->swiglu = pf_swiglu; be->add = pf_add; be->embed = pf_embed; be->copy_rows = pf_copy_rows;
+    be->store_rows = pf_store_rows; be->argmax = pf_argmax;
+    if (be->qk_norm_rope_store) be->qk_norm_rope_store = pf_qkrs;
+    be->record_begin = NULL; be->record_end = NULL; be->replay = NULL; be->record_free = NULL;
+}
+void prof_report(void) {
+    prof_state *p = g_prof;
+    if (!p) return;
+    prof_flush();
+    fprintf(stderr, "\nBS_CUDA_PROFILE: device time per op (ms total, calls, us per call)\n");
+    for (int k = 0; k < p->n_keys; k++)
+        fprintf(stderr, "  %-40s %10.3f %8ld %10.2f\n", p->names[k], p->ms[k], p->calls[k], p->calls[k] ? 1e3 * p->ms[k] / p->calls[k] : 0.0);
+    g_prof = NULL;
+    free(p);
+}
