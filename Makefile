@@ -13,7 +13,7 @@ else
 ARCH    ?= -march=x86-64-v3
 endif
 CFLAGS  ?= $(OPT) $(ARCH) -g
-CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -fno-strict-aliasing -Wno-format-zero-length \
+CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers -fno-strict-aliasing -Wno-format-zero-length \
            -Iinclude -Isrc -I. -D_GNU_SOURCE
 LDLIBS  += -lcjson -lonig -lutf8proc -lpthread -lm
 # For machines where the Debian libraries live elsewhere (e.g. unpacked .debs on the GPU machine).

@@ -16,10 +16,14 @@
 #include "util/err.h"
 
 // A 2-D weight view: rows x cols elements of dtype, row-major (a vector is rows = 1).
+// `layout` is the backend's private storage order of a weight it uploaded: 0 = row-major (every
+// host view, every CPU weight); the CUDA backend stores large BF16 matrices in the tiles its GEMM
+// streams (docs/cuda.md). Model code copies views whole and never looks inside.
 typedef struct bs_mat {
     const void *data;   // backend pointer to rows*cols elements
     bs_dtype dtype;
     int64_t rows, cols;
+    int layout;
 } bs_mat;
 
 typedef struct bs_backend bs_backend;
@@ -91,6 +95,12 @@ struct bs_backend {
                                const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
                                float *kcache, float *vcache);
 
+    // Optional (NULL: swiglu into gate, then matmul): the MLP's down projection with its activation
+    // fused in, y[n][W.rows] (+)= (silu(gate) * up) . W^T, equal to swiglu(gate, gate, up) followed by
+    // matmul(y, gate, W). Returns 0 when done; nonzero when this backend cannot fuse this case (the
+    // caller then runs the two ops, see bs_swiglu_matmul). gate and up are not modified.
+    int (*swiglu_matmul)(bs_backend *be, float *y, const float *gate, const float *up, int n, const bs_mat *W, int accumulate);
+
     // Optional recording of a sequence of ops for cheap replay (CUDA graphs); NULL where unsupported.
     // record_begin(be, pos_base) starts recording: nothing executes until a replay. While recording,
     // the *position arguments* of ops (head_norm_rope pos0; attention n_keys and q_pos0; store_rows row0)
@@ -115,6 +125,13 @@ static inline void bs_matmul_multi(bs_backend *be, int m, float *const *y, const
 
 // q/k norm + RoPE + storing the new K/V rows at pos0: the fused op where the backend has it, else the
 // four separate ops (the two must agree bit for bit; tests/test_cuda.c checks the CUDA one).
+// y (+)= (silu(gate) * up) . W^T; without a fused op, gate is overwritten with the activation.
+static inline void bs_swiglu_matmul(bs_backend *be, float *y, float *gate, const float *up, int n, const bs_mat *W, int accumulate) {
+    if (be->swiglu_matmul && be->swiglu_matmul(be, y, gate, up, n, W, accumulate) == 0) return;
+    be->swiglu(be, gate, gate, up, (size_t)n * W->cols);
+    be->matmul(be, y, gate, n, W, accumulate);
+}
+
 static inline void bs_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
                                          int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0,
                                          float theta, float *kcache, float *vcache) {

@@ -256,7 +256,7 @@ int bs_checkpoint_mat(const bs_checkpoint *ck, const char *name, int64_t rows, i
     int ok = rows ? (t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols) : (t->n_dims == 1 && t->shape[0] == cols);
     if (!ok) return bs_fail(err, "%s: tensor '%s' has shape %s, expected %s from config.json", t->file, name, t->n_dims ? have : "[]", want);
     if (!t->dtype_ok) return bs_fail(err, "%s: tensor '%s' has dtype %s; blockspec reads BF16, F16 or F32 weights", t->file, name, t->dtype_name);
-    out->data = t->data; out->dtype = t->dtype; out->rows = rows ? rows : 1; out->cols = cols;
+    *out = (bs_mat){ .data = t->data, .dtype = t->dtype, .rows = rows ? rows : 1, .cols = cols, .layout = 0 };
     return 0;
 }
 

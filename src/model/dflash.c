@@ -328,8 +328,7 @@ static void backbone(dflash *m, int32_t anchor, int32_t *ids) {
             const bs_mat *ws[2] = { &L->w_gate, &L->w_up };
             bs_matmul_multi(be, 2, ys, m->xn, B, ws, 0);
         }
-        be->swiglu(be, m->gate, m->gate, m->up, (size_t)B * m->I);
-        be->matmul(be, m->x, m->gate, B, &L->w_down, 1);
+        bs_swiglu_matmul(be, m->x, m->gate, m->up, B, &L->w_down, 1);
     }
     be->rmsnorm(be, m->h, m->x, B, H, &m->norm, c->rms_eps);
 }

@@ -136,8 +136,7 @@ static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int 
         float *gu[2] = { m->gate, m->up };
         const bs_mat *wgu[2] = { &L->w_gate, &L->w_up };
         bs_matmul_multi(be, 2, gu, m->xn, n, wgu, 0);
-        be->swiglu(be, m->gate, m->gate, m->up, (size_t)n * c->intermediate_size);
-        be->matmul(be, m->x, m->gate, n, &L->w_down, 1);
+        bs_swiglu_matmul(be, m->x, m->gate, m->up, n, &L->w_down, 1);
         if (l + 1 < c->n_layers) emit_taps(m, out, l + 1, m->x, row0, n);
     }
     kv->n_past += n;

@@ -19,18 +19,19 @@ make cuda -j16 "${X[@]}" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log";
 echo "built in $(( $(date +%s) - t0 )) s"
 echo "== tests"; export BS_FIXTURES="$FIX" BS_BIN=build-cuda/blockspec
 # one process per GPU test, each under a time limit, so a hang is attributed and cannot eat the lease
-for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_op_rmsnorm_rope_elementwise cuda_op_attention cuda_record_replay \
-         cuda_forward_random_model_vs_cpu cuda_target_fixture cuda_greedy_spec_equals_plain spec_greedy_lossless_cuda; do
+for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_swiglu_matmul cuda_op_rmsnorm_rope_elementwise cuda_op_attention cuda_record_replay \
+         cuda_forward_random_model_vs_cpu cuda_target_fixture cuda_greedy_spec_equals_plain spec_greedy_lossless_cuda \
+         drafter_fixture_cuda spec_drafters_greedy_lossless_cuda; do
   timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; rc=$?
   [ $rc = 124 ] && echo "TIMEOUT $t" >> "$OUT/tests.log"
 done
-# again with the other GEMM accumulation variant
-echo "(BS_CUDA_MM=chain)" >> "$OUT/tests.log"
-BS_CUDA_MM=chain timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1
+# again with the row-major GEMM for every weight (BS_CUDA_MM=old: no tiled weights)
+echo "(BS_CUDA_MM=old)" >> "$OUT/tests.log"
+BS_CUDA_MM=old timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1
 grep -E "^(ok|FAIL|SKIP|TIMEOUT)|FAIL |passed|skipped:" "$OUT/tests.log" | tail -60
 # on a failure, the CUDA tests again with each newer path switched off (which change broke it)
 if grep -qE "^FAIL|^TIMEOUT" "$OUT/tests.log"; then
-  for v in BS_CUDA_ATT=old BS_CUDA_FUSE=0 BS_CUDA_ATT=old,BS_CUDA_FUSE=0; do
+  for v in BS_CUDA_MM=old BS_CUDA_ATT=old BS_CUDA_FUSE=0; do
     echo "-- isolate: $v"; env $(echo $v | tr , ' ') timeout 60 ./build-cuda/run_tests cuda 2>&1 | grep -E "^(ok|FAIL)|FAIL |passed" | tail -14
   done
 fi

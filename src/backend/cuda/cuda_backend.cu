@@ -48,7 +48,8 @@ static void cu_sync(bs_backend *be) { CK(cudaStreamSynchronize(CI(be)->st)); }
 
 static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
     cuda_impl *c = CI(be);
-    size_t bytes = (size_t)host->rows * host->cols * bs_dtype_size(host->dtype);
+    const bool tiled = mm_tiled_eligible(host);
+    size_t bytes = tiled ? mm_tiled_bytes(host) : (size_t)host->rows * host->cols * bs_dtype_size(host->dtype);
     void *d = NULL;
     cudaError_t e = cudaMalloc(&d, bytes ? bytes : 16);
     if (e != cudaSuccess) {
@@ -58,21 +59,25 @@ static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *er
                        (long long)host->rows, (long long)host->cols, bs_dtype_name(host->dtype), bytes / 1048576.0,
                        fr / 1073741824.0, tot / 1073741824.0, c->name);
     }
-    // Staged through pinned memory in pieces: pageable (mmapped) sources copy much slower.
-    static const size_t PIECE = 64 << 20;
-    static void *pin[2]; static cudaEvent_t ev[2];
-    if (!pin[0]) {
-        for (int i = 0; i < 2; i++) { CK(cudaMallocHost(&pin[i], PIECE)); CK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming)); }
+    if (tiled) {
+        if (mm_tiled_upload(c, d, host, err)) { cudaFree(d); return -1; }
+    } else {
+        // Staged through pinned memory in pieces: pageable (mmapped) sources copy much slower.
+        static const size_t PIECE = 64 << 20;
+        static void *pin[2]; static cudaEvent_t ev[2];
+        if (!pin[0]) {
+            for (int i = 0; i < 2; i++) { CK(cudaMallocHost(&pin[i], PIECE)); CK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming)); }
+        }
+        for (size_t off = 0, k = 0; off < bytes; off += PIECE, k++) {
+            size_t n = bytes - off < PIECE ? bytes - off : PIECE;
+            int b = k & 1;
+            CK(cudaEventSynchronize(ev[b]));
+            memcpy(pin[b], (const char *)host->data + off, n);
+            CK(cudaMemcpyAsync((char *)d + off, pin[b], n, cudaMemcpyHostToDevice, c->st));
+            CK(cudaEventRecord(ev[b], c->st));
+        }
+        CK(cudaStreamSynchronize(c->st));
     }
-    for (size_t off = 0, k = 0; off < bytes; off += PIECE, k++) {
-        size_t n = bytes - off < PIECE ? bytes - off : PIECE;
-        int b = k & 1;
-        CK(cudaEventSynchronize(ev[b]));
-        memcpy(pin[b], (const char *)host->data + off, n);
-        CK(cudaMemcpyAsync((char *)d + off, pin[b], n, cudaMemcpyHostToDevice, c->st));
-        CK(cudaEventRecord(ev[b], c->st));
-    }
-    CK(cudaStreamSynchronize(c->st));
     if (c->n_weights == c->cap_weights) {
         c->cap_weights = c->cap_weights ? 2 * c->cap_weights : 256;
         c->weights = (void **)realloc(c->weights, sizeof(void *) * c->cap_weights);
@@ -80,8 +85,18 @@ static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *er
     c->weights[c->n_weights++] = d;
     *dst = *host;
     dst->data = d;
+    dst->layout = tiled ? BS_CUDA_TILED : 0;
     return 0;
 }
+
+// BS_CUDA_PDL: 0 = off, 1 = every kernel, gemm = only the tiled GEMM (default; see docs/cuda.md).
+static int pdl_mode(void) {
+    static int v = -1;
+    if (v < 0) { const char *e = getenv("BS_CUDA_PDL"); v = !e || !strcmp(e, "gemm") ? 2 : strcmp(e, "0") ? 1 : 0; }
+    return v;
+}
+bool pdl_enabled(void) { return pdl_mode() == 1; }
+bool pdl_gemm(void) { return pdl_mode() != 0; }
 
 void ensure_ws(cuda_impl *c, float **p, size_t *have, size_t need) {
     if (need <= *have) return;
@@ -144,7 +159,9 @@ static void cu_destroy(bs_backend *be) {
         cudaStreamSynchronize(c->st);
         for (int i = 0; i < c->n_weights; i++) cudaFree(c->weights[i]);
         free(c->weights);
-        cudaFree(c->ws); cudaFree(c->att_ws); cudaFree(c->counters); cudaFree(c->d_state); cudaFree(c->d_argmax);
+        cudaFree(c->stage); cudaFreeHost(c->pin[0]); cudaFreeHost(c->pin[1]); cudaFree(c->xal);
+        for (int i = 0; i < 2; i++) if (c->pin_ev[i]) cudaEventDestroy(c->pin_ev[i]);
+        cudaFree(c->ws); cudaFree(c->att_ws); cudaFree(c->counters); cudaFree(c->am_v); cudaFree(c->am_i); cudaFree(c->am_ctr); cudaFree(c->d_state); cudaFree(c->d_argmax);
         cudaFreeHost(c->h_argmax);
         cudaStreamDestroy(c->st);
         free(c);
@@ -175,6 +192,8 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
         (e = cudaMalloc(&c->d_argmax, sizeof(int32_t) * 64)) != cudaSuccess ||
         (e = cudaMallocHost(&c->h_argmax, sizeof(int32_t) * 64)) != cudaSuccess ||
         (e = cudaMalloc(&c->counters, sizeof(unsigned) * 8192)) != cudaSuccess ||
+        (e = cudaMalloc(&c->am_v, sizeof(float) * 64 * 32)) != cudaSuccess || (e = cudaMalloc(&c->am_i, sizeof(int) * 64 * 32)) != cudaSuccess ||
+        (e = cudaMalloc(&c->am_ctr, sizeof(unsigned) * 64)) != cudaSuccess || (e = cudaMemset(c->am_ctr, 0, sizeof(unsigned) * 64)) != cudaSuccess ||
         (e = cudaMemset(c->counters, 0, sizeof(unsigned) * 8192)) != cudaSuccess ||
         (e = cudaMemset(c->d_state, 0, sizeof(step_state))) != cudaSuccess) {
         cudaGetLastError();
@@ -197,7 +216,7 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     be->sync = cu_sync; be->weight = cu_weight;
     be->matmul = cu_matmul; be->rmsnorm = cu_rmsnorm; be->head_norm_rope = cu_head_norm_rope; be->attention = cu_attention;
     be->swiglu = cu_swiglu; be->add = cu_add; be->embed = cu_embed; be->copy_rows = cu_copy_rows; be->argmax = cu_argmax;
-    be->store_rows = cu_store_rows; be->matmul_multi = cu_matmul_multi;
+    be->store_rows = cu_store_rows; be->matmul_multi = cu_matmul_multi; be->swiglu_matmul = cu_swiglu_matmul;
     { const char *f = getenv("BS_CUDA_FUSE"); if (!(f && !strcmp(f, "0"))) be->qk_norm_rope_store = cu_qk_norm_rope_store; }
     be->record_begin = cu_record_begin; be->record_end = cu_record_end; be->replay = cu_replay; be->record_free = cu_record_free;
     be->destroy = cu_destroy;

@@ -4,29 +4,34 @@
 // Elementwise, embedding, copies, argmax
 
 __global__ void swiglu_kernel(float *h, const float *g, const float *u, size_t n) {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float x = g[i];
         h[i] = x / (1.0f + expf(-x)) * u[i];
     }
 }
 __global__ void add_kernel(float *y, const float *x, size_t n) {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] += x[i];
 }
 static int ew_blocks(size_t n) { size_t b = (n + 255) / 256; return b > 4096 ? 4096 : (int)(b ? b : 1); }
 void cu_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
     if (!n) return;
-    swiglu_kernel<<<ew_blocks(n), 256, 0, CI(be)->st>>>(h, g, u, n); LAUNCHED("swiglu");
+    launch_k(CI(be), "swiglu", swiglu_kernel, dim3(ew_blocks(n)), dim3(256), 0, h, g, u, n);
 }
 void cu_add(bs_backend *be, float *y, const float *x, size_t n) {
     if (!n) return;
-    add_kernel<<<ew_blocks(n), 256, 0, CI(be)->st>>>(y, x, n); LAUNCHED("add");
+    launch_k(CI(be), "add", add_kernel, dim3(ew_blocks(n)), dim3(256), 0, y, x, n);
 }
 
 struct ids_arg { int ids[MAX_STEP_IDS]; };
-__global__ void embed_kernel(float *out, const void *table, int dt, int cols, ids_arg ids, const step_state *st) {
+__global__ void embed_kernel(float *out, const void *table, int dt, int tiled, int cols, ids_arg ids, const step_state *st) {
+    pdl_enter();
     int r = blockIdx.x;
     int id = st ? st->ids[r] : ids.ids[r];
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) out[(size_t)r * cols + i] = ld_elem(table, dt, (size_t)id * cols + i);
+    for (int i = threadIdx.x; i < cols; i += blockDim.x)
+        out[(size_t)r * cols + i] = tiled ? __bfloat162float(((const __nv_bfloat16 *)table)[tt_index(id, i, cols)])
+                                          : ld_elem(table, dt, (size_t)id * cols + i);
 }
 void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) {
     cuda_impl *c = CI(be);
@@ -35,8 +40,8 @@ void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, i
         int nn = n - r < MAX_STEP_IDS ? n - r : MAX_STEP_IDS;
         ids_arg a;
         for (int i = 0; i < nn; i++) a.ids[i] = ids[r + i];
-        embed_kernel<<<nn, 256, 0, c->st>>>(out + (size_t)r * t->cols, t->data, t->dtype, (int)t->cols, a, c->capturing ? c->d_state : NULL);
-        LAUNCHED("embed");
+        launch_k(c, "embed", embed_kernel, dim3(nn), dim3(256), 0, out + (size_t)r * t->cols, t->data, (int)t->dtype, (int)(t->layout == BS_CUDA_TILED),
+                 (int)t->cols, a, (const step_state *)(c->capturing ? c->d_state : NULL));
     }
 }
 
@@ -46,45 +51,68 @@ void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_
 }
 
 __global__ void store_rows_kernel(float *dst, posarg row0, const float *src, int n, int width) {
+    pdl_enter();
     size_t total = (size_t)n * width, base = (size_t)pv(row0) * width;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) dst[base + i] = src[i];
 }
 void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
-    store_rows_kernel<<<ew_blocks((size_t)n * width), 256, 0, c->st>>>(dst, P(c, row0), src, n, width);
-    LAUNCHED("store_rows");
+    launch_k(c, "store_rows", store_rows_kernel, dim3(ew_blocks((size_t)n * width)), dim3(256), 0, dst, P(c, row0), src, n, width);
 }
 
-__global__ void argmax_kernel(int32_t *out, const float *logits, int vocab) {
-    const float *l = logits + (size_t)blockIdx.x * vocab;
+// Argmax of each row: AM_PARTS blocks per row scan slices with 4 independent loads in flight per
+// thread (a single block per row was latency-bound: ~50 us for Qwen3's 151,936 logits); the last
+// block of a row to finish merges the parts. The winner is the largest value, the first index on ties,
+// and a NaN only when everything is NaN, whatever the partition.
+#define AM_PARTS 32
+__device__ __forceinline__ bool am_better(float ov, int oi, float best, int bi, int vocab) {
+    return oi < vocab && (bi == vocab || ov > best || (ov == best && oi < bi) || (best != best && ov == ov));
+}
+__global__ void __launch_bounds__(256) argmax_kernel(int32_t *out, const float *logits, int vocab, float *pv, int *pi, unsigned *ctr) {
+    pdl_enter();
+    const int row = blockIdx.y, part = blockIdx.x;
+    const float *l = logits + (size_t)row * vocab;
+    const int len = (vocab + AM_PARTS - 1) / AM_PARTS, lo = part * len, hi = min(vocab, lo + len);
     float best = -INFINITY; int bi = vocab;   // vocab = "none yet"
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) { float v = l[i]; if (v > best || bi == vocab) { best = v; bi = i; } }
-    // (a NaN never wins, as in the CPU's `>` scan, unless everything is NaN)
+    for (int i0 = lo + threadIdx.x; i0 < hi; i0 += 4 * blockDim.x) {
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) { int i = i0 + u * blockDim.x; v[u] = i < hi ? l[i] : 0.f; }
+#pragma unroll
+        for (int u = 0; u < 4; u++) { int i = i0 + u * blockDim.x; if (i < hi && am_better(v[u], i, best, bi, vocab)) { best = v[u]; bi = i; } }
+    }
     for (int off = 16; off; off >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, best, off); int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-        if (oi < vocab && (bi == vocab || ov > best || (ov == best && oi < bi) || (best != best && ov == ov))) { best = ov; bi = oi; }
+        if (am_better(ov, oi, best, bi, vocab)) { best = ov; bi = oi; }
     }
-    __shared__ float sv[32]; __shared__ int si[32];
+    __shared__ float sv[8]; __shared__ int si[8]; __shared__ int s_last;
     if ((threadIdx.x & 31) == 0) { sv[threadIdx.x >> 5] = best; si[threadIdx.x >> 5] = bi; }
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++) {
-            float ov = sv[w]; int oi = si[w];
-            if (oi < vocab && (bi == vocab || ov > best || (ov == best && oi < bi) || (best != best && ov == ov))) { best = ov; bi = oi; }
-        }
-        out[blockIdx.x] = bi < vocab ? bi : 0;
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) if (am_better(sv[w], si[w], best, bi, vocab)) { best = sv[w]; bi = si[w]; }
+        pv[row * AM_PARTS + part] = best; pi[row * AM_PARTS + part] = bi;
+        __threadfence();
+        s_last = atomicAdd(&ctr[row], 1u) == AM_PARTS - 1;
     }
+    __syncthreads();
+    if (!s_last || threadIdx.x >= 32) return;
+    __threadfence();
+    best = __ldcg(&pv[row * AM_PARTS + threadIdx.x]); bi = __ldcg(&pi[row * AM_PARTS + threadIdx.x]);
+    for (int off = 16; off; off >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, off); int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (am_better(ov, oi, best, bi, vocab)) { best = ov; bi = oi; }
+    }
+    if (threadIdx.x == 0) { out[row] = bi < vocab ? bi : 0; ctr[row] = 0; }
 }
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab) {
     cuda_impl *c = CI(be);
     for (int r = 0; r < n; r += 64) {
         int nn = n - r < 64 ? n - r : 64;
-        argmax_kernel<<<nn, 1024, 0, c->st>>>(c->d_argmax, logits + (size_t)r * vocab, vocab);
-        LAUNCHED("argmax");
+        launch_k(c, "argmax", argmax_kernel, dim3(AM_PARTS, nn), dim3(256), 0, c->d_argmax, logits + (size_t)r * vocab, vocab,
+                 c->am_v, c->am_i, c->am_ctr);
         CK(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * nn, cudaMemcpyDeviceToHost, c->st));
         CK(cudaStreamSynchronize(c->st));
         memcpy(out_host + r, c->h_argmax, sizeof(int32_t) * nn);
     }
 }
-

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <stdint.h>
 #include <math.h>
+#include <utility>
 
 extern "C" {
 #include "backend/backend.h"
@@ -35,7 +36,11 @@ struct cuda_impl {
     float *ws; size_t ws_bytes;          // matmul split-K partials
     unsigned *counters; int n_counters;  // matmul split-K arrival counters (kept at zero between uses)
     float *att_ws; size_t att_ws_bytes;  // attention partials
+    float *xal; size_t xal_bytes;        // matmul: 16-byte aligned copy of unaligned activations
     int32_t *d_argmax, *h_argmax;
+    float *am_v; int *am_i; unsigned *am_ctr;   // argmax: per-part winners of 64 rows x 32 parts, row counters
+    void *pin[2]; cudaEvent_t pin_ev[2];  // weight upload: pinned double buffer
+    void *stage; size_t stage_bytes;      // weight upload: device staging for the tiled relayout
     void **weights; int n_weights, cap_weights;
     char name[320];
 };
@@ -60,6 +65,42 @@ __device__ __forceinline__ float ld_elem(const void *d, int dt, size_t i) {
     if (dt == BS_F32) return ((const float *)d)[i];
     if (dt == BS_BF16) return __bfloat162float(((const __nv_bfloat16 *)d)[i]);
     return __half2float(((const __half *)d)[i]);
+}
+
+// Tiled BF16 weights (cuda_gemm_tiled.cu): [M/128][K/64] tiles of 128 rows x 64 k, XOR-swizzled
+// 16-byte chunks, k permuted inside each 16-k group. layout = BS_CUDA_TILED in their bs_mat.
+#define BS_CUDA_TILED 1
+#include "backend/cuda/tiled_layout.h"
+bool mm_tiled_eligible(const bs_mat *host);
+size_t mm_tiled_bytes(const bs_mat *host);
+int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
+#define MM_MAX_JOBS 4
+void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
+                     const float *up = NULL);
+int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int accumulate);
+
+// Programmatic dependent launch (BS_CUDA_PDL=0 turns it off). Every kernel of a forward is launched
+// with launch_k, which lets it start while the kernel before it is still running: it first allows
+// its own successor to launch (pdl_trigger), then waits until its predecessor has completed and its
+// writes are visible (pdl_wait) before it reads or writes any activation. The time the GPU needs to
+// get a kernel's blocks onto the SMs thus overlaps the previous kernel, and the tiled GEMM streams its
+// first weight stages (which no kernel writes) before it waits.
+bool pdl_enabled(void);   // small kernels launched with PDL
+bool pdl_gemm(void);      // the tiled GEMM launched with PDL
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_enter() { pdl_trigger(); pdl_wait(); }
+
+template <typename... KArgs, typename... Args>
+static inline void launch_k(cuda_impl *c, const char *what, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = smem; cfg.stream = c->st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at; cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    if (e != cudaSuccess) fatal(what, e);
 }
 
 // Grows a workspace outside of recording (recording cannot allocate).

@@ -16,6 +16,7 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
 }
 
 __global__ void rmsnorm_kernel(float *y, const float *x, int dim, const void *w, int dt, float eps) {
+    pdl_enter();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
@@ -30,6 +31,7 @@ __global__ void rmsnorm_kernel(float *y, const float *x, int dim, const void *w,
 // all loads in flight at once), one block reduction.
 #define RN_MAX 8
 __global__ void __launch_bounds__(256) rmsnorm_vec_kernel(float *y, const float *x, int dim, const void *w, int dt, float eps) {
+    pdl_enter();
     __shared__ float sh[32];
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * dim);
     float4 *yr = (float4 *)(y + (size_t)blockIdx.x * dim);
@@ -62,16 +64,20 @@ __global__ void __launch_bounds__(256) rmsnorm_vec_kernel(float *y, const float 
     }
 }
 
+// Norm weights are vectors (rows = 1), which the backend never tiles; a tiled one here is a bug.
+static void require_row_major(const bs_mat *w, const char *op) {
+    if (w && w->layout) { fprintf(stderr, "blockspec: CUDA %s: a %lldx%lld weight in tiled layout (norm weights must be vectors)\n", op, (long long)w->rows, (long long)w->cols); exit(1); }
+}
+
 void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) {
     if (n <= 0) return;
+    require_row_major(w, "rmsnorm");
     if (dim % 4 == 0 && dim <= 256 * 4 * RN_MAX && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0 &&
         (!w || w->dtype != BS_BF16 || ((uintptr_t)w->data & 7) == 0)) {
-        rmsnorm_vec_kernel<<<n, 256, 0, CI(be)->st>>>(y, x, dim, w ? w->data : NULL, w ? w->dtype : 0, eps);
-        LAUNCHED("rmsnorm");
+        launch_k(CI(be), "rmsnorm", rmsnorm_vec_kernel, dim3(n), dim3(256), 0, y, x, dim, (const void *)(w ? w->data : NULL), (int)(w ? w->dtype : 0), eps);
         return;
     }
-    rmsnorm_kernel<<<n, dim >= 1024 ? 512 : 128, 0, CI(be)->st>>>(y, x, dim, w ? w->data : NULL, w ? w->dtype : 0, eps);
-    LAUNCHED("rmsnorm");
+    launch_k(CI(be), "rmsnorm", rmsnorm_kernel, dim3(n), dim3(dim >= 1024 ? 512 : 128), 0, y, x, dim, (const void *)(w ? w->data : NULL), (int)(w ? w->dtype : 0), eps);
 }
 
 // One warp per (row, head): optional per-head RMSNorm, then rotate-half RoPE; the result goes back to v
@@ -113,6 +119,7 @@ __device__ __forceinline__ void head_norm_rope_warp(float *v, float *v2, int hd,
 
 __global__ void head_norm_rope_kernel(float *x, int n, int n_heads, int hd, const void *nw, int dt, float eps,
                                       posarg pos0, float theta) {
+    pdl_enter();
     int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (wid >= n * n_heads) return;
     int r = wid / n_heads;
@@ -124,6 +131,7 @@ __global__ void head_norm_rope_kernel(float *x, int n, int n_heads, int hd, cons
 __global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, int n, int nq, int nkv, int hd,
                                           const void *qw, int qdt, const void *kw, int kdt, float eps, posarg pos0,
                                           float theta, float *kc, float *vc) {
+    pdl_enter();
     int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     const int nqw = n * nq, nkw = n * nkv;
     const int p0 = pv(pos0);
@@ -145,20 +153,20 @@ void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, i
                                   float *kcache, float *vcache) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
+    require_row_major(q_norm, "qk_norm_rope_store"); require_row_major(k_norm, "qk_norm_rope_store");
     if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
     int warps = n * (n_heads + 2 * n_kv);
-    qk_norm_rope_store_kernel<<<(warps + 7) / 8, 256, 0, c->st>>>(q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
+    launch_k(c, "qk_norm_rope_store", qk_norm_rope_store_kernel, dim3((warps + 7) / 8), dim3(256), 0, q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
         q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), theta, kcache, vcache);
-    LAUNCHED("qk_norm_rope_store");
 }
 
 void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, float theta) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
+    require_row_major(norm_w, "head_norm_rope");
     if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
     int warps = n * n_heads;
-    head_norm_rope_kernel<<<(warps + 7) / 8, 256, 0, c->st>>>(x, n, n_heads, hd, norm_w ? norm_w->data : NULL,
+    launch_k(c, "head_norm_rope", head_norm_rope_kernel, dim3((warps + 7) / 8), dim3(256), 0, x, n, n_heads, hd, norm_w ? norm_w->data : NULL,
                                                              norm_w ? norm_w->dtype : 0, eps, P(c, pos0), theta);
-    LAUNCHED("head_norm_rope");
 }
 

@@ -60,6 +60,12 @@ static void pf_qkrs(bs_backend *be, float *q, float *k, const float *v, int n, i
                     const bs_mat *kw, float eps, int pos0, float theta, float *kc, float *vc) {
     PROF("qk_norm_rope_store", n, g_prof->inner.qk_norm_rope_store(be, q, k, v, n, nh, nkv, hd, qw, kw, eps, pos0, theta, kc, vc));
 }
+static int pf_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int acc) {
+    int r;
+    char nm[40]; snprintf(nm, sizeof nm, "swiglu+matmul %lldx%lld", (long long)W->rows, (long long)W->cols);
+    PROF(nm, n, r = g_prof->inner.swiglu_matmul(be, y, g, u, n, W, acc));
+    return r;
+}
 static void pf_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n) { PROF("swiglu", (long)n, g_prof->inner.swiglu(be, h, g, u, n)); }
 static void pf_add(bs_backend *be, float *y, const float *x, size_t n) { PROF("add", (long)n, g_prof->inner.add(be, y, x, n)); }
 static void pf_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) { PROF("embed", n, g_prof->inner.embed(be, out, t, ids, n)); }
@@ -78,6 +84,7 @@ void prof_install(bs_backend *be) {
     be->attention = pf_attention; be->swiglu = pf_swiglu; be->add = pf_add; be->embed = pf_embed; be->copy_rows = pf_copy_rows;
     be->store_rows = pf_store_rows; be->argmax = pf_argmax;
     if (be->qk_norm_rope_store) be->qk_norm_rope_store = pf_qkrs;
+    if (be->swiglu_matmul) be->swiglu_matmul = pf_swiglu_matmul;
     be->record_begin = NULL; be->record_end = NULL; be->replay = NULL; be->record_free = NULL;
 }
 void prof_report(void) {

@@ -1,0 +1,378 @@
+// The weight-streaming GEMM for tiled BF16 weights: y[n][M] (+)= x[n][K] . W[M][K]^T, n <= 64.
+//
+// Why tiled: at batch 1 a forward is a stream of weights, so the GEMM must keep HBM busy from the
+// first byte to the last. At upload (mm_tiled_upload) a BF16 matrix with K % 64 == 0 is rewritten
+// into 16 KiB tiles of 128 rows x 64 k, tile-major ([M/128][K/64][128][64], rows padded with zeros),
+// each already in the order the kernel wants it in shared memory. A pipeline stage is then one
+// contiguous 16 KiB copy (perfectly coalesced cp.async), and no thread ever does address arithmetic
+// on a weight row.
+//
+// Inside a tile (row rr, k in [0, 64)): the 64 k are 4 groups of 16 (one mma k-step each), a group is
+// two 16-byte chunks, and chunks are XOR-swizzled by (rr & 7) so that ldmatrix reads 8 rows of the
+// same chunk without bank conflicts. Within a 16-k group the k are permuted: any permutation shared by
+// A and B leaves a dot product unchanged, and this one puts the four k a thread needs for its B
+// fragment (mma k = 2t, 2t+1, 2t+8, 2t+9) next to each other (physical k = 4t .. 4t+3), so the
+// thread reads its slice of x with one float4 load.
+//
+// Work split ("stream-K"): the (tile, 64-k stage) units of all jobs of a launch are cut into G equal
+// contiguous ranges, one per block (G = 2 x SMs, fixed per device). A block runs one cp.async
+// pipeline over its whole range, across tile boundaries, so it never drains between tiles. A tile cut
+// between blocks is summed from per-block partials by the last block to finish it, in block order.
+// Nothing here depends on n (the number of activation rows): every output element is summed in an
+// order fixed by the weight's shape and G, so a row's result is bit-identical whether it is computed
+// alone or in a 64-row call (batch invariance; see cuda_gemm.cu).
+//
+// Numerics as in cuda_gemm.cu: fp32 x is split into bf16 hi + bf16 lo, two MMAs (fp32 accumulate)
+// in separate accumulators summed at the end.
+#include "backend/cuda/cuda_internal.cuh"
+
+#define TT_STAGES 4                  // pipeline depth (16 KiB of weights each)
+#define TT_XSTRIDE 80                // floats per staged x row: 64 + 16 keeps the float4 fragment loads conflict-free
+#define TT_THREADS 128
+
+bool mm_tiled_eligible(const bs_mat *host) {
+    static int off = -1;
+    if (off < 0) { const char *e = getenv("BS_CUDA_MM"); off = e && !strcmp(e, "old"); }
+    return !off && host->dtype == BS_BF16 && host->rows >= 2 && host->cols % TT_K == 0 && host->cols <= (1 << 20);
+}
+size_t mm_tiled_bytes(const bs_mat *host) { return (size_t)((host->rows + TT_M - 1) / TT_M) * TT_M * host->cols * 2; }
+
+// dst (tiled, rows0 / 128 tiles in) <- src rows [rows0, rows0 + nrows) of a row-major [M][K] matrix.
+// One thread per 16-byte destination chunk.
+__global__ void tt_relayout_kernel(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int64_t rows0, int64_t nrows_pad, int64_t M, int64_t K) {
+    const int64_t chunks = nrows_pad * K / 8, kst = K / TT_K;
+    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < chunks; q += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r, k[8];
+        tt_chunk_source(q, K, &r, k);   // r counts from rows0
+        __align__(16) __nv_bfloat16 v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = rows0 + r < M ? src[r * K + k[e]] : __float2bfloat16(0.f);
+        *(uint4 *)(dst + (size_t)(rows0 / TT_M) * kst * TT_ELEMS + (size_t)q * 8) = *(uint4 *)v;
+    }
+}
+
+// Uploads a row-major host matrix into d (mm_tiled_bytes of device memory), staged through pinned
+// memory and a device buffer a whole number of 128-row tiles at a time.
+int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
+    const int64_t M = host->rows, K = host->cols, tile_bytes = (int64_t)TT_M * K * 2;
+    const int64_t PIECE = 64 << 20, per = PIECE / tile_bytes > 0 ? PIECE / tile_bytes : 1;
+    const size_t piece_bytes = (size_t)(per * tile_bytes);
+    if (c->stage_bytes < piece_bytes) {
+        CK(cudaStreamSynchronize(c->st));
+        cudaFree(c->stage); cudaFreeHost(c->pin[0]); cudaFreeHost(c->pin[1]);
+        c->stage = NULL; c->pin[0] = c->pin[1] = NULL; c->stage_bytes = 0;
+        if (cudaMalloc(&c->stage, piece_bytes) != cudaSuccess || cudaMallocHost(&c->pin[0], piece_bytes) != cudaSuccess ||
+            cudaMallocHost(&c->pin[1], piece_bytes) != cudaSuccess) {
+            cudaGetLastError();
+            return bs_fail(err, "out of memory for a %.1f MiB upload buffer on %s", piece_bytes / 1048576.0, c->name);
+        }
+        c->stage_bytes = piece_bytes;
+        if (!c->pin_ev[0]) for (int i = 0; i < 2; i++) CK(cudaEventCreateWithFlags(&c->pin_ev[i], cudaEventDisableTiming));
+    }
+    const int64_t tiles = (M + TT_M - 1) / TT_M;
+    for (int64_t t0 = 0, k = 0; t0 < tiles; t0 += per, k++) {
+        int64_t nt = tiles - t0 < per ? tiles - t0 : per;
+        int64_t r0 = t0 * TT_M, nr = M - r0 < nt * TT_M ? M - r0 : nt * TT_M;
+        int b = k & 1;
+        CK(cudaEventSynchronize(c->pin_ev[b]));
+        memcpy(c->pin[b], (const char *)host->data + (size_t)r0 * K * 2, (size_t)nr * K * 2);
+        CK(cudaMemcpyAsync(c->stage, c->pin[b], (size_t)nr * K * 2, cudaMemcpyHostToDevice, c->st));
+        CK(cudaEventRecord(c->pin_ev[b], c->st));
+        int64_t chunks = nt * TT_M * K / 8;
+        int blocks = (int)((chunks + 255) / 256 < 65535 ? (chunks + 255) / 256 : 65535);
+        tt_relayout_kernel<<<blocks, 256, 0, c->st>>>((__nv_bfloat16 *)d, (const __nv_bfloat16 *)c->stage, r0, nt * TT_M, M, K);
+        LAUNCHED("weight relayout");
+    }
+    CK(cudaStreamSynchronize(c->st));
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct tt_job { float *y; const __nv_bfloat16 *W; int M, acc, tile0; };
+struct tt_args {
+    tt_job j[MM_MAX_JOBS];
+    int count, n, K, kst, G;
+    int U;                    // units = tiles x kst (< 2^31: checked at launch)
+    const float *x;
+    const float *up;          // SwiGLU-fused down projection: the GEMM's input is silu(x) * up
+    float *ws;                // [G][2][n][128] partial sums of cut tiles
+    unsigned *counters;       // per tile, zero between launches
+};
+
+// First unit of block b (64-bit product: U * G can pass 2^31).
+__device__ __forceinline__ int tt_lo(int b, const tt_args &A) { return (int)((long long)b * A.U / A.G); }
+// The block whose range holds unit u.
+__device__ int tt_block_of(int u, const tt_args &A) {
+    int b = (int)((long long)u * A.G / A.U);
+    while (b + 1 < A.G && tt_lo(b + 1, A) <= u) b++;
+    while (b > 0 && tt_lo(b, A) > u) b--;
+    return b;
+}
+__device__ __forceinline__ int tt_job_of(int T, const tt_args &A) {
+    int ji = 0;
+#pragma unroll
+    for (int q = 1; q < MM_MAX_JOBS; q++) if (q < A.count && T >= A.j[q].tile0) ji = q;
+    return ji;
+}
+__device__ __forceinline__ void cp_async16(void *smem, const void *g) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s), "l"(g));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
+__device__ __forceinline__ void ldmatrix_x4(uint32_t *r, const void *smem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void tt_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void tt_split(float a, float b, uint32_t &hi, uint32_t &lo) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    float2 hf = __bfloat1622float2(h);
+    __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+    hi = *(uint32_t *)&h; lo = *(uint32_t *)&l;
+}
+
+template <int NT, bool SW>
+__global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
+    pdl_trigger();
+    extern __shared__ __align__(128) unsigned char tt_smem[];
+    __nv_bfloat16 *Ws = (__nv_bfloat16 *)tt_smem;
+    float *Xs = (float *)(tt_smem + TT_STAGES * TT_ELEMS * 2);
+    float *Us = Xs + TT_STAGES * 8 * NT * TT_XSTRIDE;   // SW: the up projection, staged like x
+    __shared__ int s_last;
+    const int b = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int lo = tt_lo(b, A), hi = tt_lo(b + 1, A);   // never empty: G <= U
+    const int kst = A.kst, n = A.n, K = A.K;
+
+    // The load cursor runs TT_STAGES - 1 units ahead of the compute cursor; both step (tile, stage)
+    // without divisions.
+    int lT = lo / kst, ls = lo - lT * kst, lslot = 0;
+    auto load_next = [&](bool with_w) {
+        if (with_w) {
+            const tt_job &J = A.j[tt_job_of(lT, A)];
+            const char *src = (const char *)(J.W + ((size_t)(lT - J.tile0) * kst + ls) * TT_ELEMS);
+            char *dst = (char *)(Ws + (size_t)lslot * TT_ELEMS);
+#pragma unroll
+            for (int i = 0; i < TT_ELEMS * 2 / 16 / TT_THREADS; i++) cp_async16(dst + 16 * (tid + i * TT_THREADS), src + 16 * (tid + i * TT_THREADS));
+        }
+        float *xd = Xs + (size_t)lslot * 8 * NT * TT_XSTRIDE, *ud = Us + (size_t)lslot * 8 * NT * TT_XSTRIDE;
+        const float *xs = A.x + (size_t)ls * TT_K, *us = A.up + (size_t)ls * TT_K;
+        for (int i = tid; i < n * 16; i += TT_THREADS) {
+            int r = i >> 4, q = i & 15;
+            cp_async16(xd + r * TT_XSTRIDE + 4 * q, xs + (size_t)r * K + 4 * q);
+            if (SW) cp_async16(ud + r * TT_XSTRIDE + 4 * q, us + (size_t)r * K + 4 * q);
+        }
+        if (++ls == kst) { ls = 0; lT++; }
+        lslot = (lslot + 1) & (TT_STAGES - 1);
+    };
+
+    float d[2][NT][4], dl[2][NT][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) d[i][j][q] = dl[i][j][q] = 0.f;
+
+    // Programmatic dependent launch: the weights do not depend on the previous kernel, so the first
+    // stages stream in while it finishes; x, y and the workspaces are touched only after the wait.
+    {
+        int wT = lT, wsx = ls;
+#pragma unroll
+        for (int i = 0; i < TT_STAGES - 1; i++) {
+            if (lo + i < hi) {
+                const tt_job &J = A.j[tt_job_of(wT, A)];
+                const char *src = (const char *)(J.W + ((size_t)(wT - J.tile0) * kst + wsx) * TT_ELEMS);
+                char *dst = (char *)(Ws + (size_t)i * TT_ELEMS);
+#pragma unroll
+                for (int q = 0; q < TT_ELEMS * 2 / 16 / TT_THREADS; q++) cp_async16(dst + 16 * (tid + q * TT_THREADS), src + 16 * (tid + q * TT_THREADS));
+                if (++wsx == kst) { wsx = 0; wT++; }
+            }
+        }
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < TT_STAGES - 1; i++) { if (lo + i < hi) load_next(false); cp_async_commit(); }
+
+    int T = lo / kst, s = lo - T * kst, slot = 0;
+    for (int u = lo; u < hi; u++) {
+        cp_async_wait<TT_STAGES - 2>();
+        __syncthreads();   // unit u visible to all; everyone is done with the slot refilled next
+        if (u + TT_STAGES - 1 < hi) load_next(true);
+        cp_async_commit();
+
+        const __nv_bfloat16 *Wsl = Ws + (size_t)slot * TT_ELEMS;
+        const float *Xsl = Xs + (size_t)slot * 8 * NT * TT_XSTRIDE;
+        if (SW) {
+            // x = silu(gate) * up, once per staged element (the same fp32 expression as swiglu_kernel, so
+            // the product equals the unfused one's), in place before the warps read it.
+            float *xw = Xs + (size_t)slot * 8 * NT * TT_XSTRIDE;
+            const float *uw = Us + (size_t)slot * 8 * NT * TT_XSTRIDE;
+            for (int i = tid; i < n * TT_K; i += TT_THREADS) {
+                const int at = (i >> 6) * TT_XSTRIDE + (i & 63);
+                const float gv = xw[at];
+                xw[at] = gv / (1.0f + expf(-gv)) * uw[at];
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int ks = 0; ks < TT_K / 16; ks++) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                int rr = warp * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
+                ldmatrix_x4(a[mt], Wsl + rr * TT_K + ((c ^ (rr & 7)) << 3));
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                float4 xv = *(const float4 *)(Xsl + (j * 8 + g) * TT_XSTRIDE + ks * 16 + 4 * t);
+                uint32_t h0, l0, h1, l1;
+                tt_split(xv.x, xv.y, h0, l0); tt_split(xv.z, xv.w, h1, l1);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) { tt_mma(d[mt][j], a[mt], h0, h1); tt_mma(dl[mt][j], a[mt], l0, l1); }
+            }
+        }
+        slot = (slot + 1) & (TT_STAGES - 1);
+        const int Tu = T;
+        if (++s == kst) { s = 0; T++; }
+        if (s != 0 && u != hi - 1) continue;
+
+        // ---- the block is done with tile Tu (or with its part of it)
+        const tt_job &J = A.j[tt_job_of(Tu, A)];
+        const int M = J.M, rbase = (Tu - J.tile0) * TT_M;
+        const int t_lo = Tu * kst, t_hi = t_lo + kst;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) { d[i][j][q] += dl[i][j][q]; dl[i][j][q] = 0.f; }
+        if (t_lo >= lo && t_hi <= hi) {
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        int row = rbase + warp * 32 + i * 16 + g + (q >= 2 ? 8 : 0), col = j * 8 + 2 * t + (q & 1);
+                        if (row < M && col < n) { float *o = J.y + (size_t)col * M + row; *o = J.acc ? *o + d[i][j][q] : d[i][j][q]; }
+                        d[i][j][q] = 0.f;
+                    }
+            continue;
+        }
+        // A cut tile: this block's partial goes to its slot 0, or slot 1 when its range began in an
+        // earlier tile (only the first block of a tile can start before it).
+        float *wp = A.ws + ((size_t)b * 2 + (lo >= t_lo ? 0 : 1)) * n * TT_M;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    int rr = warp * 32 + i * 16 + g + (q >= 2 ? 8 : 0), col = j * 8 + 2 * t + (q & 1);
+                    if (col < n) wp[(size_t)col * TT_M + rr] = d[i][j][q];
+                    d[i][j][q] = 0.f;
+                }
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            const int first = tt_block_of(t_lo, A), last = tt_block_of(t_hi - 1, A);
+            s_last = atomicAdd(&A.counters[Tu], 1u) == (unsigned)(last - first) ? first : -1;
+        }
+        __syncthreads();
+        const int first = s_last;
+        if (first >= 0) {
+            // Sum the partials in block order. Warp w takes columns w, w + 4, ...; lane l rows
+            // 4l .. 4l + 3 (float4). A column's partials are independent loads, issued 16 at a
+            // time; the additions stay in block order.
+            __threadfence();
+            const int last = tt_block_of(t_hi - 1, A), fs = tt_lo(first, A) < t_lo ? 1 : 0;
+            for (int col = warp; col < n; col += TT_THREADS / 32) {
+                float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                for (int b0 = first; b0 <= last; b0 += 16) {
+                    float4 p[16];
+#pragma unroll
+                    for (int e = 0; e < 16; e++) {
+                        int b2 = b0 + e;
+                        if (b2 <= last) p[e] = __ldcg((const float4 *)(A.ws + (((size_t)b2 * 2 + (b2 == first ? fs : 0)) * n + col) * TT_M) + lane);
+                    }
+#pragma unroll
+                    for (int e = 0; e < 16; e++)
+                        if (b0 + e <= last) { v.x += p[e].x; v.y += p[e].y; v.z += p[e].z; v.w += p[e].w; }
+                }
+                const float vv[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = rbase + 4 * lane + e;
+                    if (row < M) { float *o = J.y + (size_t)col * M + row; *o = J.acc ? *o + vv[e] : vv[e]; }
+                }
+            }
+            if (tid == 0) A.counters[Tu] = 0;
+        }
+    }
+}
+
+static int tt_blocks_per_sm(void) {
+    static int v = 0;
+    if (!v) { const char *e = getenv("BS_CUDA_MM_BLOCKS"); v = e && atoi(e) > 0 ? atoi(e) : 2; }
+    return v;
+}
+
+template <int NT, bool SW>
+static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
+    static bool attr = false;
+    const size_t smem = (size_t)TT_STAGES * TT_ELEMS * 2 + (size_t)TT_STAGES * 8 * NT * TT_XSTRIDE * 4 * (SW ? 2 : 1);
+    if (!attr) { CK(cudaFuncSetAttribute(tt_kernel<NT, SW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); attr = true; }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(A.G); cfg.blockDim = dim3(TT_THREADS); cfg.dynamicSmemBytes = smem; cfg.stream = c->st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at; cfg.numAttrs = pdl_gemm() ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, tt_kernel<NT, SW>, A));
+}
+
+// y[i] (+)= x . W[i]^T for `count` tiled weights of the same K, one launch per 64 rows; with up != NULL
+// (one weight) the input is silu(x) * up instead of x.
+void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
+                     const float *up) {
+    tt_args A; memset(&A, 0, sizeof A);
+    A.count = count; A.K = (int)W[0]->cols; A.kst = A.K / TT_K; A.G = c->sms * tt_blocks_per_sm();
+    int tiles = 0;
+    for (int i = 0; i < count; i++) {
+        A.j[i].W = (const __nv_bfloat16 *)W[i]->data; A.j[i].M = (int)W[i]->rows; A.j[i].acc = acc[i]; A.j[i].tile0 = tiles;
+        tiles += (int)((W[i]->rows + TT_M - 1) / TT_M);
+    }
+    if ((long long)tiles * A.kst >= (1ll << 31)) { fprintf(stderr, "blockspec: CUDA matmul: weight too large for the tiled GEMM\n"); exit(1); }
+    A.U = tiles * A.kst;
+    if (A.G > A.U) A.G = A.U;   // every block gets at least one unit (the partial sums count on it)
+    if (tiles > c->n_counters) {
+        if (c->capturing) { fprintf(stderr, "blockspec: too many GEMM tiles while recording\n"); exit(1); }
+        CK(cudaStreamSynchronize(c->st)); CK(cudaFree(c->counters));
+        c->n_counters = tiles; CK(cudaMalloc(&c->counters, sizeof(unsigned) * tiles)); CK(cudaMemsetAsync(c->counters, 0, sizeof(unsigned) * tiles, c->st));
+    }
+    A.counters = c->counters;
+    for (int r = 0; r < n; r += 64) {
+        int nn = n - r < 64 ? n - r : 64;
+        ensure_ws(c, &c->ws, &c->ws_bytes, sizeof(float) * (size_t)A.G * 2 * nn * TT_M);
+        A.ws = c->ws; A.n = nn; A.x = x + (size_t)r * A.K; A.up = up ? up + (size_t)r * A.K : NULL;
+        for (int i = 0; i < count; i++) A.j[i].y = y[i] + (size_t)r * A.j[i].M;
+        if (up) {
+            if (nn <= 8) tt_launch_nt<1, true>(c, A);
+            else if (nn <= 16) tt_launch_nt<2, true>(c, A);
+            else if (nn <= 32) tt_launch_nt<4, true>(c, A);
+            else tt_launch_nt<8, true>(c, A);
+        } else {
+            if (nn <= 8) tt_launch_nt<1, false>(c, A);
+            else if (nn <= 16) tt_launch_nt<2, false>(c, A);
+            else if (nn <= 32) tt_launch_nt<4, false>(c, A);
+            else tt_launch_nt<8, false>(c, A);
+        }
+    }
+}
