@@ -146,6 +146,7 @@ __global__ void attention_combine_kernel(float *out, const float *part, int nrow
 // - The combine reads the splits' (m, l) with one lane per split and their accumulators as float4s.
 #define AT2_WARPS 8
 #define AT2_QPW 2     // query vectors per warp: 16 per block, so a 16-row GQA-4 block runs as 4 row groups
+                      // (4 per warp, 2 row groups, measured slower on the H200: 16-row forward 7.18 vs 6.68 ms)
 #define AT2_QV (AT2_WARPS * AT2_QPW)
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *g, int src_bytes) {
