@@ -253,32 +253,29 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) { d[i][j][q] += dl[i][j][q]; dl[i][j][q] = 0.f; }
-        if (t_lo >= lo && t_hi <= hi) {
+        // Each accumulator's (row in the tile, column), as mma.m16n8k16 lays out D; clears them.
+        auto drain = [&](auto &&put) {
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
 #pragma unroll
                     for (int q = 0; q < 4; q++) {
-                        int row = rbase + warp * 32 + i * 16 + g + (q >= 2 ? 8 : 0), col = j * 8 + 2 * t + (q & 1);
-                        if (row < M && col < n) { float *o = J.y + (size_t)col * M + row; *o = J.acc ? *o + d[i][j][q] : d[i][j][q]; }
+                        put(warp * 32 + i * 16 + g + (q >= 2 ? 8 : 0), j * 8 + 2 * t + (q & 1), d[i][j][q]);
                         d[i][j][q] = 0.f;
                     }
+        };
+        if (t_lo >= lo && t_hi <= hi) {
+            drain([&](int rr, int col, float v) {
+                const int row = rbase + rr;
+                if (row < M && col < n) { float *o = J.y + (size_t)col * M + row; *o = J.acc ? *o + v : v; }
+            });
             continue;
         }
         // A cut tile: this block's partial goes to its slot 0, or slot 1 when its range began in an
         // earlier tile (only the first block of a tile can start before it).
         float *wp = A.ws + ((size_t)b * 2 + (lo >= t_lo ? 0 : 1)) * n * TT_M;
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    int rr = warp * 32 + i * 16 + g + (q >= 2 ? 8 : 0), col = j * 8 + 2 * t + (q & 1);
-                    if (col < n) wp[(size_t)col * TT_M + rr] = d[i][j][q];
-                    d[i][j][q] = 0.f;
-                }
+        drain([&](int rr, int col, float v) { if (col < n) wp[(size_t)col * TT_M + rr] = v; });
         __threadfence();
         __syncthreads();
         if (tid == 0) {
