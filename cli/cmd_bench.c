@@ -129,7 +129,8 @@ int cmd_bench(int argc, char **argv) {
                    "--device cpu|cuda[:N] runs --model/--round there (the rooflines printed stay this CPU's;\n"
                    "GPU figures beside the GPU's copy bandwidth: build-cuda/backend_bench, docs/benchmarks.md).\n"
                    "Prints figures beside the rooflines (read GB/s, GFMA/s) measured first on all threads.\n"
-                   "BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernel path, BS_THREADS the threads.\n");
+                   "BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernel path, BS_THREADS the threads,\n"
+                   "BS_CPU_HUGEPAGES=0 keeps weights (and the bandwidth buffer) on 4 KiB pages.\n");
             return 0;
         } else { fprintf(stderr, "bench: unknown option '%s' (see --help)\n", a); return 2; }
     }
