@@ -66,7 +66,8 @@ static int bench_ops(bs_dtype dt, const int32_t *rows, int n_rows, const bs_roof
         // Enough distinct copies that the set (>= 256 MiB) never fits in L3: every call streams from DRAM,
         // as a model forward does (0.6B layers total ~0.9 GB).
         int copies = (int)((((size_t)256 << 20) + wbytes - 1) / wbytes);
-        char *w = malloc(wbytes * copies);
+        size_t wlen;   // the kind of memory the backend keeps weights in (huge pages unless BS_CPU_HUGEPAGES=0)
+        char *w = bs_cpu_huge_map(wbytes * copies, bs_cpu_hugepages_wanted(), &wlen);
         if (!w) { fprintf(stderr, "bench: out of memory\n"); return 1; }
         for (size_t i = 0; i < wbytes * copies / 2; i++) ((uint16_t *)w)[i] = dt == BS_F32 ? 0x3c00 + (i & 0xff) : 0x3c00 + (i & 0xff);
         int maxn = 0;
@@ -97,7 +98,7 @@ static int bench_ops(bs_dtype dt, const int32_t *rows, int n_rows, const bs_roof
                    cb ? "compute" : "memory", 100 * troof / t);
             fflush(stdout);
         }
-        free(w); free(x); free(y);
+        bs_cpu_huge_unmap(w, wlen); free(x); free(y);
     }
     be->destroy(be);
     return 0;
@@ -128,7 +129,8 @@ int cmd_bench(int argc, char **argv) {
                    "--device cpu|cuda[:N] runs --model/--round there (the rooflines printed stay this CPU's;\n"
                    "GPU figures beside the GPU's copy bandwidth: build-cuda/backend_bench, docs/benchmarks.md).\n"
                    "Prints figures beside the rooflines (read GB/s, GFMA/s) measured first on all threads.\n"
-                   "BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernel path, BS_THREADS the threads.\n");
+                   "BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernel path, BS_THREADS the threads,\n"
+                   "BS_CPU_HUGEPAGES=0 keeps weights (and the bandwidth buffer) on 4 KiB pages.\n");
             return 0;
         } else { fprintf(stderr, "bench: unknown option '%s' (see --help)\n", a); return 2; }
     }
@@ -240,6 +242,9 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
     double wbytes = mm_elems * bs_dtype_size(dt);
     printf("model %s: %d layers, hidden %d, weights %s, %.2f GB streamed per forward\n", dir, c->n_layers, c->hidden_size,
            bs_dtype_name(dt), wbytes / 1e9);
+    if (!strcmp(be->name, "cpu"))
+        printf("weights: %.2f GB copied to huge-page memory (BS_CPU_HUGEPAGES=0: mmap view), process AnonHugePages %.2f GB\n",
+               bs_cpu_weight_bytes_copied(be) / 1e9, bs_cpu_anon_huge_bytes() / 1e9);
 
     bs_fwd_out last = { .logits = logits, .logits_all = 0 };
     // prefill

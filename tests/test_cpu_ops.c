@@ -251,3 +251,60 @@ TEST(cpu_small_ops_all_paths) {
     }
     ref->destroy(ref);
 }
+
+// The fast backend's weight copies (cpu_mem.c): same bytes at a new address in huge-page memory, the same
+// matmul results bit for bit as the mmap view, the view itself with BS_CPU_HUGEPAGES=0; and its buffers of
+// 2 MiB or more on a 2 MiB boundary, zeroed. The AnonHugePages check is informative only (the kernel may
+// decline huge pages under memory fragmentation), printed but not asserted.
+TEST(cpu_weight_copy_hugepages) {
+    bs_rng rng; bs_rng_seed(&rng, 11);
+    const char *old = getenv("BS_CPU_HUGEPAGES");
+    char *saved = old ? strdup(old) : NULL;
+    unsetenv("BS_CPU_HUGEPAGES");
+    int want = bs_cpu_hugepages_wanted();
+    bs_backend *be = bs_backend_cpu(0);
+    setenv("BS_CPU_HUGEPAGES", "0", 1);
+    bs_backend *view = bs_backend_cpu(0);
+    if (saved) { setenv("BS_CPU_HUGEPAGES", saved, 1); free(saved); } else unsetenv("BS_CPU_HUGEPAGES");
+    static const struct { int O, K; bs_dtype dt; } S[] = { { 3072, 1024, BS_BF16 }, { 37, 19, BS_F16 }, { 1, 1024, BS_F32 }, { 5, 3, BS_BF16 } };
+    long long huge0 = bs_cpu_anon_huge_bytes();
+    for (int s = 0; s < 4; s++) {
+        size_t n = (size_t)S[s].O * S[s].K, bytes = n * bs_dtype_size(S[s].dt);
+        void *w = make_weight(&rng, S[s].dt, n);
+        bs_mat host = { w, S[s].dt, S[s].O, S[s].K }, a, b;
+        CHECK(be->weight(be, &a, &host, NULL) == 0 && view->weight(view, &b, &host, NULL) == 0, "weight op");
+        CHECK(b.data == w, "BS_CPU_HUGEPAGES=0 keeps the view");
+        CHECK(a.rows == host.rows && a.cols == host.cols && a.dtype == host.dtype, "shape kept");
+        CHECK(!memcmp(a.data, w, bytes), "copy has the same bytes");
+        if (want) CHECK(a.data != w && ((uintptr_t)a.data & 63) == 0, "copied to 64-byte aligned arena memory");
+        int rows = 7;
+        float *x = malloc(sizeof(float) * rows * S[s].K), *y0 = malloc(sizeof(float) * rows * S[s].O), *y1 = malloc(sizeof(float) * rows * S[s].O);
+        fill(&rng, x, (size_t)rows * S[s].K);
+        be->matmul(be, y0, x, rows, &a, 0);
+        view->matmul(view, y1, x, rows, &b, 0);
+        CHECK(!memcmp(y0, y1, sizeof(float) * rows * S[s].O), "matmul on the copy == on the view");
+        free(x); free(y0); free(y1);
+        unsigned char first = ((const unsigned char *)w)[0];
+        ((unsigned char *)w)[0] = first ^ 0xff;   // the copy must not alias the source
+        if (want) CHECK(((const unsigned char *)a.data)[0] == first, "copy independent of the source");
+        free(w);
+    }
+    if (want) CHECK(bs_cpu_weight_bytes_copied(be) == (3072 * 1024 + 37 * 19 + 1024 * 2 + 15) * 2, "bytes copied %zu",
+                    bs_cpu_weight_bytes_copied(be));
+    CHECK(bs_cpu_weight_bytes_copied(view) == 0, "view backend copied nothing");
+    printf("  hugepages wanted %d, AnonHugePages %lld -> %lld bytes\n", want, huge0, bs_cpu_anon_huge_bytes());
+    // Buffers: large ones 2 MiB-aligned when huge pages are on, all zeroed, any size freeable.
+    static const size_t sz[] = { 1, 4096, (size_t)2 << 20, ((size_t)5 << 20) + 123 };
+    for (int i = 0; i < 4; i++) {
+        unsigned char *p = be->alloc(be, sz[i], NULL), *q = view->alloc(view, sz[i], NULL);
+        CHECK(p && q, "alloc %zu", sz[i]);
+        if (want && sz[i] >= ((size_t)2 << 20)) CHECK(((uintptr_t)p & (((size_t)2 << 20) - 1)) == 0, "2 MiB aligned");
+        CHECK(((uintptr_t)q & 4095) == 0, "page aligned");
+        for (size_t k = 0; k < sz[i]; k += 997) CHECK(!p[k] && !q[k], "zeroed");
+        CHECK(!p[sz[i] - 1] && !q[sz[i] - 1], "zeroed end");
+        memset(p, 1, sz[i]); memset(q, 1, sz[i]);
+        be->free(be, p); view->free(view, q);
+    }
+    be->destroy(be);
+    view->destroy(view);
+}

@@ -89,10 +89,13 @@ TEST(row_invariance_ops_every_n) {
             }
             free(w); free(w2); free(x); free(yb); free(y1); free(ym0); free(ym1);
         }
-        // attention: 4 kv heads x 2 query heads, hd 72 (vector + scalar tail) and 64 (the key-pair loop),
-        // 150 cached keys, 20 new rows, with and without a window
-        for (int hd = 64; hd <= 72; hd += 8) {
-        int nh = 8, nkv = 4, P = 150, N = 20, keys = P + N;
+        // attention: 4 kv heads x G = 1, 2, 3 query heads (the 2-query-vector blocks and the single ones),
+        // hd 64, 72 (a 32-wide tail of 8) and 12 (scalar d tails), 150 cached keys (+ key blocks of 4 and
+        // single keys), 20 new rows (two query blocks), with and without a window
+        static const int hds[] = { 64, 72, 12 };
+        for (int cfg = 0; cfg < 9; cfg++) {
+        int hd = hds[cfg % 3], G = 1 + cfg / 3;
+        int nh = 4 * G, nkv = 4, P = 150, N = 20, keys = P + N;
         size_t qd = (size_t)nh * hd, kd = (size_t)nkv * hd;
         float *q = malloc(sizeof(float) * N * qd), *k = malloc(sizeof(float) * keys * kd), *v = malloc(sizeof(float) * keys * kd);
         float *ob = malloc(sizeof(float) * N * qd), *o1 = malloc(sizeof(float) * qd);
@@ -103,7 +106,7 @@ TEST(row_invariance_ops_every_n) {
                 be->attention(be, ob, q, k, v, n, nh, nkv, hd, P + n, P, 1, win);
                 for (int i = 0; i < n; i++) {
                     be->attention(be, o1, q + i * qd, k, v, 1, nh, nkv, hd, P + i + 1, P + i, 1, win);
-                    CHECK(memcmp(o1, ob + i * qd, sizeof(float) * qd) == 0, "path %s hd %d: attention row %d of %d (window %d) differs from the row alone", bs_cpu_path_name(p), hd,
+                    CHECK(memcmp(o1, ob + i * qd, sizeof(float) * qd) == 0, "path %s hd %d G %d: attention row %d of %d (window %d) differs from the row alone", bs_cpu_path_name(p), hd, G,
                           i, n, win);
                 }
             }

@@ -47,3 +47,26 @@ void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const flo
                            int window);
 void bs_cpu_install_ops_avx2(bs_backend *be);     // cpu_ops_avx2.c: vector elementwise ops + attention
 void bs_cpu_install_ops_scalar(bs_backend *be);   // cpu_fast.c: threaded portable ops
+
+// ---- weight memory (cpu_mem.c) ----
+// The fast backend ("cpu") copies each weight at load into anonymous memory backed by transparent huge
+// pages (2 MiB): the forwards stream weights without a TLB miss or prefetcher stop every 4 KiB. The mmap
+// view is kept (no copy) with BS_CPU_HUGEPAGES=0, when THP is off, when mmap/madvise fail, or when the copy
+// would leave less than 1 GiB + 1/16 of RAM available. Values are identical either way.
+typedef struct bs_cpu_weights {
+    struct { char *p; size_t len; } *chunks;   // 2 MiB-aligned MADV_HUGEPAGE arenas, bump-allocated
+    int n, cap;
+    size_t used;     // bytes used in the last chunk
+    size_t bytes;    // weight bytes copied in all
+} bs_cpu_weights;
+int bs_cpu_hugepages_wanted(void);    // not disabled by BS_CPU_HUGEPAGES=0 and THP not "never"
+// Copies host's elements into the arena, dst = host with the new data pointer; -1 (dst untouched) if not done.
+int bs_cpu_weights_copy(bs_cpu_weights *w, bs_mat *dst, const bs_mat *host);
+void bs_cpu_weights_free(bs_cpu_weights *w);
+// Anonymous memory of >= bytes at a 2 MiB boundary (MADV_HUGEPAGE when want_huge), length in *len; NULL on failure.
+void *bs_cpu_huge_map(size_t bytes, int want_huge, size_t *len);
+void bs_cpu_huge_unmap(void *p, size_t len);
+// AnonHugePages of this process in bytes (/proc/self/smaps_rollup), -1 if unknown.
+long long bs_cpu_anon_huge_bytes(void);
+// The weight bytes a CPU backend copied into huge-page memory (0 for other backends or when none was).
+size_t bs_cpu_weight_bytes_copied(const bs_backend *be);

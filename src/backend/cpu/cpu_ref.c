@@ -6,24 +6,51 @@
 #include <sys/mman.h>
 #include "backend/cpu/cpu.h"
 
+// Every CPU backend is allocated as this struct (bs_backend first), so its ops can reach the weight arena.
+typedef struct { bs_backend be; bs_cpu_weights w; int huge; } cpu_backend;
+
 // Buffers come from anonymous mappings: zero-filled by the kernel page by page as they are first
 // touched, so a KV cache sized for a long context costs memory only for the rows actually written.
-// The mapping's length is kept in a header page just before the page-aligned pointer handed out.
+// The mapping's start and length are kept in a header page just before the page-aligned pointer handed out.
+// The fast backend ("cpu", unless BS_CPU_HUGEPAGES=0) puts buffers of 2 MiB or more on a 2 MiB boundary
+// with MADV_HUGEPAGE (still touched lazily, 2 MiB at a time): the KV cache rows of one head are 4 KiB apart,
+// so on 4 KiB pages attention takes a TLB miss on every key row.
 static void *cpu_alloc(bs_backend *be, size_t bytes, bs_err *err) {
-    size_t page = 4096, len = page + (bytes + page - 1) / page * page;
-    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t page = 4096, huge = (size_t)2 << 20, body = (bytes + page - 1) / page * page;
+    int h = ((cpu_backend *)be)->huge && bytes >= huge;
+    size_t len = page + body + (h ? huge : 0);
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (h ? MAP_NORESERVE : 0), -1, 0);
     if (m == MAP_FAILED) { bs_fail(err, "out of host memory allocating %zu bytes", bytes); return NULL; }
-    *(size_t *)m = len;
-    return (char *)m + page;
+    char *p = m + page;
+    if (h) {
+        p = (char *)(((uintptr_t)m + page + huge - 1) & ~(uintptr_t)(huge - 1));
+        madvise(p, body, MADV_HUGEPAGE);   // advice only: on failure the buffer simply stays on 4 KiB pages
+    }
+    ((size_t *)(p - page))[0] = (size_t)m;
+    ((size_t *)(p - page))[1] = len;
+    return p;
 }
 static void cpu_free(bs_backend *be, void *p) {
     if (!p) return;
-    char *m = (char *)p - 4096;
-    munmap(m, *(size_t *)m);
+    size_t *hd = (size_t *)((char *)p - 4096);
+    munmap((void *)hd[0], hd[1]);
 }
 static void cpu_memcpy(bs_backend *be, void *dst, const void *src, size_t bytes) { if (bytes) memmove(dst, src, bytes); }
 static void cpu_sync(bs_backend *be) {}
 static int cpu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) { *dst = *host; return 0; }
+
+static void cpu_destroy(bs_backend *be);
+
+// The fast backend's weight op: a copy in huge-page memory where possible (cpu_mem.c), else the mmap view.
+static int cpu_weight_huge(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
+    if (bs_cpu_weights_copy(&((cpu_backend *)be)->w, dst, host)) *dst = *host;
+    return 0;
+}
+
+size_t bs_cpu_weight_bytes_copied(const bs_backend *be) {
+    if (!be || be->destroy != cpu_destroy) return 0;
+    return ((const cpu_backend *)be)->w.bytes;
+}
 
 static void ref_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
     float *w = malloc(sizeof(float) * W->cols);   // one weight row, widened once for all n rows
@@ -136,7 +163,10 @@ static void cpu_argmax(bs_backend *be, int32_t *out, const float *logits, int n,
     }
 }
 
-static void cpu_destroy(bs_backend *be) { free(be); }
+static void cpu_destroy(bs_backend *be) {
+    bs_cpu_weights_free(&((cpu_backend *)be)->w);
+    free(be);
+}
 
 void bs_cpu_fill_reference(bs_backend *be) {
     be->alloc = cpu_alloc; be->free = cpu_free;
@@ -148,11 +178,16 @@ void bs_cpu_fill_reference(bs_backend *be) {
 }
 
 bs_backend *bs_backend_cpu(int reference) {
-    bs_backend *be = calloc(1, sizeof *be);
-    if (!be) return NULL;
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return NULL;
+    bs_backend *be = &cb->be;
     bs_cpu_fill_reference(be);
     be->name = "cpu-ref";
-    if (!reference) { be->name = "cpu"; bs_cpu_install_fast(be); }
+    if (!reference) {
+        be->name = "cpu";
+        bs_cpu_install_fast(be);
+        if (bs_cpu_hugepages_wanted()) { be->weight = cpu_weight_huge; cb->huge = 1; }
+    }
     return be;
 }
 

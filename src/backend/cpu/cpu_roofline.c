@@ -11,7 +11,8 @@
 // (a) Read bandwidth: each thread streams its slice of a window of the buffer with 32-byte vmovdqu loads,
 //     4 independent chains, touching every byte (the same loads the AVX2 matmul issues for weights).
 //     The buffer (1 GiB by default) is far larger than L3; successive trials read successive 64 MiB windows
-//     of it, so no trial finds its data in cache. GB/s = 1e9 bytes/s.
+//     of it, so no trial finds its data in cache. GB/s = 1e9 bytes/s. The buffer is the same kind of memory
+//     the weights live in (cpu_mem.c): 2 MiB transparent huge pages unless BS_CPU_HUGEPAGES=0 / THP is off.
 // (b) Multiply-add peaks. Two instruction mixes:
 //     - raw: 12 independent FMA ymm chains on register data: 8 fp32 multiply-adds per instruction.
 //     - bf16 effective (the compute roofline the bench uses for BF16 weights): the exact inner loop of the
@@ -133,8 +134,10 @@ int bs_roofline_measure(bs_roofline *r, size_t buffer_bytes) {
     r->path = avx2 ? "avx2" : "scalar";
     size_t total = buffer_bytes ? buffer_bytes : (size_t)1 << 30, win = (size_t)64 << 20;
     if (win > total) win = total;
-    char *buf;
-    if (posix_memalign((void **)&buf, 4096, total)) return -1;
+    // The same memory the forwards read: huge pages exactly when the backend copies weights into them.
+    size_t map_len;
+    char *buf = bs_cpu_huge_map(total, bs_cpu_hugepages_wanted(), &map_len);
+    if (!buf && !(buf = bs_cpu_huge_map(total, 0, &map_len))) return -1;
     rl_job jb = { .buf = buf, .bytes = total }, jf = { 0 }, jw = { 0 };
     bs_parallel_for(nt, touch_task, &jb);
     // Three rounds, each: 8 bandwidth trials of one 64 MiB window (~2-4 ms each at 15-30 GB/s; successive
@@ -159,7 +162,7 @@ int bs_roofline_measure(bs_roofline *r, size_t buffer_bytes) {
         d = best_of(10, bf16_task, &jw, nt);
         if (d < best_bf) best_bf = d;
     }
-    free(buf);
+    bs_cpu_huge_unmap(buf, map_len);
     r->read_gbs = win / best_bw / 1e9;
     if (!avx2) return 0;
     r->fma_raw_g = (double)nt * jf.iters * 12 * 8 / best_raw / 1e9;
