@@ -28,9 +28,6 @@ done
 # again with the row-major GEMM for every weight (BS_CUDA_MM=old: no tiled weights)
 echo "(BS_CUDA_MM=old)" >> "$OUT/tests.log"
 BS_CUDA_MM=old timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1
-# and with single-buffered attention (BS_CUDA_ATT_BUF=1)
-echo "(BS_CUDA_ATT_BUF=1)" >> "$OUT/tests.log"
-BS_CUDA_ATT_BUF=1 timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1
 grep -E "^(ok|FAIL|SKIP|TIMEOUT)|FAIL |passed|skipped:" "$OUT/tests.log" | tail -60
 # on a failure, the CUDA tests again with each newer path switched off (which change broke it)
 if grep -qE "^FAIL|^TIMEOUT" "$OUT/tests.log"; then
