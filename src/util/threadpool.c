@@ -1,5 +1,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <sched.h>
@@ -13,21 +14,32 @@ static struct {
     pthread_t th[MAX_THREADS];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    _Atomic unsigned gen;         // bumped for every job
-    _Atomic int next;             // next task index to claim
+    _Atomic unsigned gen;         // bumped for every job (wakes the workers)
+    _Atomic uint64_t claim;       // the job's task count << 32 | next task index to claim
     _Atomic int done;             // tasks finished
     _Atomic int sleeping;
     _Atomic int stop;
-    int n_tasks;
     bs_task_fn fn;
     void *ctx;
 } P;
 
+// Tasks are claimed by compare-and-swap on one word holding both the job's task count and the next index,
+// so a claim can only succeed while that job has unclaimed tasks, and the task count a worker compares with
+// is the one of the job it claims from. (With a separate counter and task count, a worker still leaving the
+// previous job could read the next job's count before its counter was reset, run a task of the next job twice
+// and count it twice: the caller then returned while a task was still running. Seen as rare wrong results
+// with few tasks per job.) The caller publishes fn/ctx/done before the claim word (release), and changes them
+// only after every task of the job has finished, which no late claim can precede.
 static void run_tasks(void) {
-    int t;
-    while ((t = atomic_fetch_add_explicit(&P.next, 1, memory_order_acq_rel)) < P.n_tasks) {
-        P.fn(P.ctx, t, P.n_tasks);
-        atomic_fetch_add_explicit(&P.done, 1, memory_order_acq_rel);
+    uint64_t c = atomic_load_explicit(&P.claim, memory_order_acquire);
+    for (;;) {
+        uint32_t idx = (uint32_t)c, n = (uint32_t)(c >> 32);
+        if (idx >= n) return;
+        if (atomic_compare_exchange_weak_explicit(&P.claim, &c, c + 1, memory_order_acq_rel, memory_order_acquire)) {
+            P.fn(P.ctx, (int)idx, (int)n);
+            atomic_fetch_add_explicit(&P.done, 1, memory_order_acq_rel);
+            c = atomic_load_explicit(&P.claim, memory_order_acquire);
+        }
     }
 }
 
@@ -73,9 +85,9 @@ void bs_parallel_for(int n_tasks, bs_task_fn fn, void *ctx) {
     if (!P.n) bs_pool_init(0);
     if (n_tasks <= 0) return;
     if (P.n == 1 || n_tasks == 1) { for (int t = 0; t < n_tasks; t++) fn(ctx, t, n_tasks); return; }
-    P.fn = fn; P.ctx = ctx; P.n_tasks = n_tasks;
+    P.fn = fn; P.ctx = ctx;
     atomic_store(&P.done, 0);
-    atomic_store(&P.next, 0);
+    atomic_store_explicit(&P.claim, (uint64_t)(uint32_t)n_tasks << 32, memory_order_release);
     atomic_fetch_add_explicit(&P.gen, 1, memory_order_release);
     if (atomic_load(&P.sleeping)) { pthread_mutex_lock(&P.mu); pthread_cond_broadcast(&P.cv); pthread_mutex_unlock(&P.mu); }
     run_tasks();
