@@ -58,20 +58,22 @@ AI512 void b4x4(const int dt, const void *W, int64_t o, int64_t K, int64_t kf, c
     ST(a00, 0, 0); ST(a01, 0, 1); ST(a02, 0, 2); ST(a03, 0, 3); ST(a10, 1, 0); ST(a11, 1, 1); ST(a12, 1, 2); ST(a13, 1, 3);
     ST(a20, 2, 0); ST(a21, 2, 1); ST(a22, 2, 2); ST(a23, 2, 3); ST(a30, 3, 0); ST(a31, 3, 1); ST(a32, 3, 2); ST(a33, 3, 3);
 }
-// 4 weight rows x 1 activation row, even/odd accumulators split (8 chains).
+// 4 weight rows x 1 activation row. One accumulator chain per (weight row, activation row), updated in the
+// same order as in every other block shape (first 16 weights, then the next 16, step by step): a row's
+// result must not depend on how many rows share the call (row invariance; an earlier version split the
+// chain into even/odd accumulators here only, so a decode row differed from the same row in a verify block).
 AI512 void b4x1(const int dt, const void *W, int64_t o, int64_t K, int64_t kf, const float *x, float *y, int64_t O, int acc) {
-    ZERO(a0); ZERO(a1); ZERO(a2); ZERO(a3); ZERO(b0); ZERO(b1); ZERO(b2); ZERO(b3);
+    ZERO(a00); ZERO(a10); ZERO(a20); ZERO(a30);
     size_t w0 = (size_t)o * K, w1 = w0 + K, w2 = w1 + K, w3 = w2 + K;
     const float *x0 = x;
     for (int64_t k = 0; k < kf; k += 32) {
-        __m512 xe = _mm512_loadu_ps(x + k), xo = _mm512_loadu_ps(x + k + 16), we, wo;
-        loadw32(dt, W, w0 + k, &we, &wo); a0 = _mm512_fmadd_ps(we, xe, a0); b0 = _mm512_fmadd_ps(wo, xo, b0);
-        loadw32(dt, W, w1 + k, &we, &wo); a1 = _mm512_fmadd_ps(we, xe, a1); b1 = _mm512_fmadd_ps(wo, xo, b1);
-        loadw32(dt, W, w2 + k, &we, &wo); a2 = _mm512_fmadd_ps(we, xe, a2); b2 = _mm512_fmadd_ps(wo, xo, b2);
-        loadw32(dt, W, w3 + k, &we, &wo); a3 = _mm512_fmadd_ps(we, xe, a3); b3 = _mm512_fmadd_ps(wo, xo, b3);
+        __m512 we, wo;
+        loadw32(dt, W, w0 + k, &we, &wo); FMA2(a00, we, wo, x0 + k);
+        loadw32(dt, W, w1 + k, &we, &wo); FMA2(a10, we, wo, x0 + k);
+        loadw32(dt, W, w2 + k, &we, &wo); FMA2(a20, we, wo, x0 + k);
+        loadw32(dt, W, w3 + k, &we, &wo); FMA2(a30, we, wo, x0 + k);
     }
-    a0 = _mm512_add_ps(a0, b0); a1 = _mm512_add_ps(a1, b1); a2 = _mm512_add_ps(a2, b2); a3 = _mm512_add_ps(a3, b3);
-    ST(a0, 0, 0); ST(a1, 1, 0); ST(a2, 2, 0); ST(a3, 3, 0);
+    ST(a00, 0, 0); ST(a10, 1, 0); ST(a20, 2, 0); ST(a30, 3, 0);
 }
 // 1 weight row x RN (1..4) activation rows: the O % 4 tail, and RN = 2, 3 groups (via 4 single-row passes would
 // re-read weights; this reads them once per row block from L1).
