@@ -15,7 +15,8 @@
 // thread reads its slice of x with one float4 load.
 //
 // Work split ("stream-K"): the (tile, 64-k stage) units of all jobs of a launch are cut into G equal
-// contiguous ranges, one per block (G = 2 x SMs, fixed per device). A block runs one cp.async
+// contiguous ranges, one per block (G = 2 x SMs, fixed per device; BS_CUDA_MM_BLOCKS=3 measured slower;
+// G <= the unit count, so no block is empty). A block runs one cp.async
 // pipeline over its whole range, across tile boundaries, so it never drains between tiles. A tile cut
 // between blocks is summed from per-block partials by the last block to finish it, in block order.
 // Nothing here depends on n (the number of activation rows): every output element is summed in an
@@ -24,6 +25,9 @@
 //
 // Numerics as in cuda_gemm.cu: fp32 x is split into bf16 hi + bf16 lo, two MMAs (fp32 accumulate)
 // in separate accumulators summed at the end.
+//
+// Launch: with programmatic dependent launch (BS_CUDA_PDL, cuda_internal.cuh), the first weight stages
+// are requested before griddepcontrol.wait; x, y and the workspaces only after it.
 #include "backend/cuda/cuda_internal.cuh"
 
 #define TT_STAGES 4                  // pipeline depth (16 KiB of weights each)
