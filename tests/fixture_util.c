@@ -1,5 +1,6 @@
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "fixture_util.h"
 
@@ -42,4 +43,15 @@ int fx_compare_all(const bs_checkpoint *x, const bs_checkpoint *got, double tol,
 void fx_join_ids(const int32_t *ids, long n, char *buf, size_t cap) {
     buf[0] = 0;
     for (long i = 0; i < n; i++) snprintf(buf + strlen(buf), cap - strlen(buf), "%s%d", i ? "," : "", ids[i]);
+}
+
+int fx_dump_and_compare(const char *cmd, const char *out, const bs_checkpoint *expected, double tol, char *msg, size_t cap) {
+    if (system(cmd) != 0) { snprintf(msg, cap, "command failed: %s", cmd); remove(out); return -1; }
+    bs_checkpoint *got;
+    bs_err err = {0};
+    if (bs_checkpoint_open(&got, out, &err)) { snprintf(msg, cap, "%s", err.msg); remove(out); return -1; }
+    int n = fx_compare_all(expected, got, tol, msg, cap);
+    bs_checkpoint_close(got);
+    remove(out);
+    return n;
 }

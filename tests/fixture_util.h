@@ -10,6 +10,9 @@ double fx_max_abs_diff(const float *a, const float *b, long n);
 // Compares every tensor of `expected` with the same-named tensor of `got`: same dtype and shape,
 // I32 ids exactly, F32 within tol. Returns the number compared, or -1 with the first difference in msg.
 int fx_compare_all(const bs_checkpoint *expected, const bs_checkpoint *got, double tol, char *msg, size_t cap);
+// Runs a `blockspec dump ... --out out` command line, compares the file it wrote with `expected`
+// (fx_compare_all) and removes it. Returns the number of tensors compared, or -1 with the reason in msg.
+int fx_dump_and_compare(const char *cmd, const char *out, const bs_checkpoint *expected, double tol, char *msg, size_t cap);
 // "1,2,3" for a --prompt-ids style flag (into buf).
 void fx_join_ids(const int32_t *ids, long n, char *buf, size_t cap);
 // The target fixture (shared/fixtures/target*) through the library on a device ("cpu", "cuda", ...):

@@ -10,6 +10,19 @@
 
 #define TOL 1e-3
 
+// logits [rows][V] and taps [rows][NT][H] (as the engine writes them) against the reference's logits
+// [rows][V] and hidden states [NT][rows][H]; `what` names the part in a failure.
+static void check_rows(int *failed_, const char *what, const float *logits, const float *tap, const float *ref_logits,
+                       const float *ref_hs, long rows, long V, int NT, long H) {
+    double dl = fx_max_abs_diff(logits, ref_logits, rows * V);
+    CHECK(dl < TOL, "%s logits differ by %g", what, dl);
+    for (int t = 0; t < NT; t++)
+        for (long r = 0; r < rows; r++) {
+            double d = fx_max_abs_diff(tap + ((size_t)r * NT + t) * H, ref_hs + ((size_t)t * rows + r) * H, H);
+            CHECK(d < TOL, "%s hidden_states[%d] row %ld differs by %g", what, t, r, d);
+        }
+}
+
 static int open_fixture(const char *dev, bs_engine **e, bs_checkpoint **exp, int *failed_) {
     char dir[1024], file[1024];
     bs_err err = {0};
@@ -52,12 +65,8 @@ void fx_check_target_fixture(int *failed_, const char *dev) {
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, &err) == 0, "%s", err.msg);
     be->download(be, logits, dl, sizeof(float) * P * V);
     be->download(be, tap, dt, sizeof(float) * P * NT * H);
-    CHECK(fx_max_abs_diff(logits, pre_logits, P * V) < TOL, "prefill logits differ by %g", fx_max_abs_diff(logits, pre_logits, P * V));
-    for (int t = 0; t < NT; t++)
-        for (int r = 0; r < P; r++) {
-            double d = fx_max_abs_diff(tap + ((size_t)r * NT + t) * H, pre_hs + ((size_t)t * P + r) * H, H);
-            CHECK(d < TOL, "hidden_states[%d] row %d differs by %g", t, r, d);
-        }
+    check_rows(failed_, "prefill", logits, tap, pre_logits, pre_hs, P, V, NT, H);
+    if (*failed_) return;
     // Greedy continuation, one token at a time.
     int32_t tok = bs_argmax(logits + (P - 1) * V, V), dev_tok;
     bs_fwd_out one = { .logits = dl };
@@ -78,12 +87,8 @@ void fx_check_target_fixture(int *failed_, const char *dev) {
     CHECK(bs_qwen3_forward(&e->target, &kv, block, (int)B, &fo, &err) == 0, "%s", err.msg);
     be->download(be, logits, dl, sizeof(float) * B * V);
     be->download(be, tap, dt, sizeof(float) * B * NT * H);
-    CHECK(fx_max_abs_diff(logits, blk_logits, B * V) < TOL, "block logits differ by %g", fx_max_abs_diff(logits, blk_logits, B * V));
-    for (int t = 0; t < NT; t++)
-        for (int r = 0; r < B; r++) {
-            double d = fx_max_abs_diff(tap + ((size_t)r * NT + t) * H, blk_hs + ((size_t)t * B + r) * H, H);
-            CHECK(d < TOL, "block hidden_states[%d] row %d differs by %g", t, r, d);
-        }
+    check_rows(failed_, "block", logits, tap, blk_logits, blk_hs, B, V, NT, H);
+    if (*failed_) return;
     free(logits); free(tap);
     be->free(be, dl); be->free(be, dt);
     bs_kv_free(&kv);
@@ -134,13 +139,9 @@ TEST(target_dump_cli) {
     fx_join_ids(prompt, P, ids, sizeof ids);
     fx_join_ids(block, B, bids, sizeof bids);
     snprintf(cmd, sizeof cmd, "%s dump -m %s/target --prompt-ids %s -n %ld --block-ids %s --out %s", bs_cli_path(), bs_fixtures_dir(), ids, G, bids, out);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    bs_checkpoint *got;
-    CHECK(bs_checkpoint_open(&got, out, &err) == 0, "%s", err.msg);
-    char msg[512];
-    int n_checked = fx_compare_all(x, got, TOL, msg, sizeof msg);
+    char msg[4608];
+    int n_checked = fx_dump_and_compare(cmd, out, x, TOL, msg, sizeof msg);
+    bs_checkpoint_close(x);
     CHECK(n_checked >= 0, "%s", msg);
     CHECK(n_checked == 8, "expected the 8 reference tensors, checked %d", n_checked);
-    bs_checkpoint_close(got); bs_checkpoint_close(x);
-    remove(out);
 }
