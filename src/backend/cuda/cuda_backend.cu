@@ -89,14 +89,19 @@ static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *er
     return 0;
 }
 
-// BS_CUDA_PDL: 0 = off, 1 = every kernel, gemm = only the tiled GEMM (default; see docs/cuda.md).
+// BS_CUDA_PDL: 0 = off, 1 = every kernel, gemm = only the tiled GEMM and its fixup, after = as gemm
+// plus the kernel that follows a GEMM (default; see docs/cuda.md).
 static int pdl_mode(void) {
     static int v = -1;
-    if (v < 0) { const char *e = getenv("BS_CUDA_PDL"); v = !e || !strcmp(e, "gemm") ? 2 : strcmp(e, "0") ? 1 : 0; }
+    if (v < 0) {
+        const char *e = getenv("BS_CUDA_PDL");
+        v = !e || !strcmp(e, "after") ? 3 : !strcmp(e, "gemm") ? 2 : strcmp(e, "0") ? 1 : 0;
+    }
     return v;
 }
 bool pdl_enabled(void) { return pdl_mode() == 1; }
 bool pdl_gemm(void) { return pdl_mode() != 0; }
+bool pdl_after_gemm(void) { return pdl_mode() == 3; }
 
 void ensure_ws(cuda_impl *c, float **p, size_t *have, size_t need) {
     if (need <= *have) return;
@@ -154,6 +159,7 @@ static void cu_record_free(bs_backend *be, void *rec) {
 // ---------------------------------------------------------------------------------------------
 static void cu_destroy(bs_backend *be) {
     if (prof_active()) prof_report();
+    mm_trace_report();
     cuda_impl *c = CI(be);
     if (c) {
         cudaStreamSynchronize(c->st);

@@ -33,6 +33,7 @@ struct cuda_impl {
     cudaStream_t st;
     step_state *d_state;
     int capturing, cap_base;
+    int after_gemm;                      // the last kernel launched was the tiled GEMM (or its fixup)
     float *ws; size_t ws_bytes;          // matmul split-K partials
     unsigned *counters; int n_counters;  // matmul split-K arrival counters (kept at zero between uses)
     float *att_ws; size_t att_ws_bytes;  // attention partials
@@ -87,6 +88,7 @@ int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, i
 // first weight stages (which no kernel writes) before it waits.
 bool pdl_enabled(void);   // small kernels launched with PDL
 bool pdl_gemm(void);      // the tiled GEMM launched with PDL
+bool pdl_after_gemm(void);   // ... and the kernel right after it (c->after_gemm)
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_enter() { pdl_trigger(); pdl_wait(); }
@@ -98,7 +100,8 @@ static inline void launch_k(cuda_impl *c, const char *what, void (*kernel)(KArgs
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at; cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    cfg.attrs = at; cfg.numAttrs = pdl_enabled() || (c->after_gemm && pdl_after_gemm()) ? 1 : 0;
+    c->after_gemm = 0;
     cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     if (e != cudaSuccess) fatal(what, e);
 }
@@ -122,6 +125,13 @@ void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, i
 void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width);
 void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
+
+// BS_CUDA_MM_TRACE=1 (cuda_profile.cu): every tiled-GEMM launch records per-block timestamps
+// (%globaltimer) into a device buffer; the report at exit gives each launch's span, start skew,
+// first-data latency, end spread and cut-tile time, and the gap since the previous GEMM. Works under
+// graph capture (a captured launch keeps its slot, so the report shows the last replay).
+unsigned long long *mm_trace_next(int G, int M, int K, int count, int n, long long bytes, bool swiglu);
+void mm_trace_report(void);
 
 // BS_CUDA_PROFILE (cuda_profile.cu)
 void prof_install(bs_backend *be);

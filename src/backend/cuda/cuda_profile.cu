@@ -97,3 +97,79 @@ void prof_report(void) {
     g_prof = NULL;
     free(p);
 }
+
+// ---------------------------------------------------------------------------------------------
+// BS_CUDA_MM_TRACE=1: timestamps of every tiled-GEMM launch (see cuda_internal.cuh). A diagnosis
+// tool: it answers "where does a GEMM lose time against the copy rate" (ramp, skew, tail, cut
+// tiles) and "how long are the gaps between GEMMs" without a profiler.
+#define TRACE_LAUNCHES 4096
+#define TRACE_MAX_G 1024
+struct trace_meta { int G, M, K, count, n, swiglu; long long bytes; };
+static unsigned long long *g_tr_dev;
+static trace_meta *g_tr_meta;
+static int g_tr_n = -1;
+
+unsigned long long *mm_trace_next(int G, int M, int K, int count, int n, long long bytes, bool swiglu) {
+    if (g_tr_n < 0) {
+        const char *e = getenv("BS_CUDA_MM_TRACE");
+        g_tr_n = 0;
+        if (!e || !strcmp(e, "0")) { g_tr_n = TRACE_LAUNCHES; return NULL; }
+        size_t sz = sizeof(unsigned long long) * TRACE_LAUNCHES * TRACE_MAX_G * 5;
+        if (cudaMalloc(&g_tr_dev, sz) != cudaSuccess || cudaMemset(g_tr_dev, 0, sz) != cudaSuccess) {
+            cudaGetLastError(); g_tr_n = TRACE_LAUNCHES; fprintf(stderr, "BS_CUDA_MM_TRACE: no memory for the trace\n"); return NULL;
+        }
+        g_tr_meta = (trace_meta *)calloc(TRACE_LAUNCHES, sizeof *g_tr_meta);
+    }
+    if (g_tr_n >= TRACE_LAUNCHES || G > TRACE_MAX_G) return NULL;
+    trace_meta m = { G, M, K, count, n, swiglu, bytes };
+    g_tr_meta[g_tr_n] = m;
+    return g_tr_dev + (size_t)(g_tr_n++) * TRACE_MAX_G * 5;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+void mm_trace_report(void) {
+    if (!g_tr_dev || g_tr_n <= 0) return;
+    cudaDeviceSynchronize();
+    size_t per = (size_t)TRACE_MAX_G * 5;
+    unsigned long long *h = (unsigned long long *)malloc(sizeof *h * per * g_tr_n);
+    unsigned long long *v = (unsigned long long *)malloc(sizeof *v * TRACE_MAX_G);
+    if (!h || !v || cudaMemcpy(h, g_tr_dev, sizeof *h * per * g_tr_n, cudaMemcpyDeviceToHost) != cudaSuccess) { free(h); free(v); return; }
+    fprintf(stderr, "\nBS_CUDA_MM_TRACE: per launch, us from the first block's entry unless noted "
+                    "(gap = this entry - previous launch's last end; wait/first/red = median and max over blocks)\n"
+                    "  #  jobs M_tot K n sw | gap | entry_skew | wait_med | first_med first_max | end_min end_med end_max | red_med red_max | GB/s\n");
+    unsigned long long prev_end = 0;
+    for (int i = 0; i < g_tr_n; i++) {
+        const trace_meta &m = g_tr_meta[i];
+        const unsigned long long *t = h + (size_t)i * per;
+        unsigned long long t0 = ~0ull, emax = 0, e0 = ~0ull, e1 = 0;
+        int ok = 1;
+        for (int b = 0; b < m.G; b++) {
+            if (!t[b * 5] || !t[b * 5 + 3]) ok = 0;
+            if (t[b * 5] < t0) t0 = t[b * 5];
+            if (t[b * 5] > emax) emax = t[b * 5];
+            if (t[b * 5 + 3] < e0) e0 = t[b * 5 + 3];
+            if (t[b * 5 + 3] > e1) e1 = t[b * 5 + 3];
+        }
+        if (!ok) { fprintf(stderr, "%4d (not run)\n", i); continue; }
+        double st[4][2];   // wait, first, red: median / max (relative to t0 for wait and first)
+        for (int f = 0; f < 3; f++) {
+            int col = f == 0 ? 1 : f == 1 ? 2 : 4;
+            for (int b = 0; b < m.G; b++) v[b] = col == 4 ? t[b * 5 + 4] : t[b * 5 + col] - t0;
+            qsort(v, m.G, sizeof *v, cmp_u64);
+            st[f][0] = v[m.G / 2] / 1e3; st[f][1] = v[m.G - 1] / 1e3;
+        }
+        for (int b = 0; b < m.G; b++) v[b] = t[b * 5 + 3] - t0;
+        qsort(v, m.G, sizeof *v, cmp_u64);
+        double gap = prev_end && t0 > prev_end ? (t0 - prev_end) / 1e3 : (prev_end ? -((double)(prev_end - t0)) / 1e3 : 0);
+        fprintf(stderr, "%4d %d %6d %5d %2d %d | %6.2f | %5.2f | %5.2f | %5.2f %5.2f | %6.2f %6.2f %6.2f | %5.2f %5.2f | %6.0f\n",
+                i, m.count, m.M, m.K, m.n, m.swiglu, gap, (emax - t0) / 1e3, st[0][0], st[1][0], st[1][1], (e0 - t0) / 1e3,
+                v[m.G / 2] / 1e3, (e1 - t0) / 1e3, st[2][0], st[2][1], m.bytes / ((e1 - t0) * 1e-9) / 1e9);
+        prev_end = e1;
+    }
+    free(h); free(v);
+    cudaFree(g_tr_dev); g_tr_dev = NULL;
+}
