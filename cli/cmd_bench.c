@@ -38,9 +38,13 @@ static void print_pressure(const char *when) {
     if (f) fclose(f);
 }
 
+// The compute ceilings are measured with the instructions of the matmul path the backend runs (BS_CPU_KERNELS
+// or the default): say which, since the same machine has different ceilings on different paths.
 static void print_roofline(const bs_roofline *rl) {
-    printf("roofline (%d threads, %s): read %.1f GB/s, FMA peak %.1f GFMA/s raw, %.1f GFMA/s with bf16 widening\n",
+    printf("roofline (%d threads, matmul path %s): read %.1f GB/s, FMA peak %.1f GFMA/s raw, %.1f GFMA/s bf16 matmul mix\n",
            rl->threads, rl->path, rl->read_gbs, rl->fma_raw_g, rl->fma_bf16_g);
+    if (!strcmp(rl->mix, "none")) printf("roofline: no multiply-add peaks (no AVX2): roof%% is against memory bandwidth only\n");
+    else printf("roofline compute peaks with the %s kernels' instructions (%s)\n", rl->mix, rl->mix_desc);
 }
 
 // Roofline time of a matmul: weights streamed once, x and y once each; compute at the dtype's peak.
@@ -318,8 +322,8 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
             if (r2.read_gbs > rb.read_gbs) rb.read_gbs = r2.read_gbs;
             if (r2.fma_raw_g > rb.fma_raw_g) rb.fma_raw_g = r2.fma_raw_g;
             if (r2.fma_bf16_g > rb.fma_bf16_g) rb.fma_bf16_g = r2.fma_bf16_g;
-            printf("roofline re-measured after the forwards: read %.1f GB/s, %.1f raw, %.1f bf16 GFMA/s; best of both: %.1f GB/s, %.1f bf16 GFMA/s\n",
-                   r2.read_gbs, r2.fma_raw_g, r2.fma_bf16_g, rb.read_gbs, rb.fma_bf16_g);
+            printf("roofline re-measured after the forwards (path %s): read %.1f GB/s, %.1f raw, %.1f bf16 GFMA/s; best of both: %.1f GB/s, %.1f bf16 GFMA/s\n",
+                   r2.path, r2.read_gbs, r2.fma_raw_g, r2.fma_bf16_g, rb.read_gbs, rb.fma_bf16_g);
             printf("roof%% against the best of both:");
             for (int ri = 0; ri < n_rows && ri < 64; ri++) {
                 int n = rows[ri];

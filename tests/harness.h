@@ -10,6 +10,10 @@ void bs_test_register(bs_test *t);
 const char *bs_fixtures_dir(void);
 // Path of the built CLI for tests that run it as users do: $BS_BIN or build/blockspec.
 const char *bs_cli_path(void);
+// A fresh empty folder $TMPDIR/bs_<tag>_XXXXXX (TMPDIR unset: /tmp) for the running test, NULL if it cannot
+// be made. It is removed with everything in it when the test returns, passed or failed (a failing CHECK
+// returns at once, so tests cannot clean up after themselves reliably); unique, so concurrent runs never clash.
+const char *bs_test_tmpdir(const char *tag);
 // Skips a test with a printed reason (counted as skipped, never as passed).
 void bs_test_skip(const char *why);
 extern int bs_test_skipped_flag;

@@ -1,3 +1,4 @@
+#include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -12,6 +13,28 @@ void bs_test_skip(const char *why) { printf("  skipped: %s\n", why); bs_test_ski
 const char *bs_fixtures_dir(void) { const char *d = getenv("BS_FIXTURES"); return d ? d : "../shared/fixtures"; }
 const char *bs_cli_path(void) { const char *d = getenv("BS_BIN"); return d ? d : "build/blockspec"; }
 
+static char **tmpdirs;   // made by bs_test_tmpdir for the running test
+static int n_tmpdirs;
+
+const char *bs_test_tmpdir(const char *tag) {
+    const char *base = getenv("TMPDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/bs_%s_XXXXXX", base && *base ? base : "/tmp", tag);
+    char **t = realloc(tmpdirs, sizeof *t * (n_tmpdirs + 1));
+    if (!t) return NULL;
+    tmpdirs = t;
+    if (!mkdtemp(path)) return NULL;
+    if (!(tmpdirs[n_tmpdirs] = strdup(path))) { rmdir(path); return NULL; }
+    return tmpdirs[n_tmpdirs++];
+}
+
+// FTW_PHYS: a symlink inside (tests link fixture weights) is removed itself, never followed.
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f) { (void)remove(path); return 0; }
+static void rm_tmpdirs(void) {
+    for (int i = 0; i < n_tmpdirs; i++) { nftw(tmpdirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS); free(tmpdirs[i]); }
+    n_tmpdirs = 0;
+}
+
 int main(int argc, char **argv) {
     // Registration order is reversed by the constructor list; run in file order for readable logs.
     bs_test *list[4096]; int n = 0;
@@ -24,6 +47,7 @@ int main(int argc, char **argv) {
         double t0 = bs_now();
         t->fn(&f);
         double dt = bs_now() - t0;
+        rm_tmpdirs();
         if (f) { failed++; printf("FAIL %s (%.2fs)\n", t->name, dt); }
         else if (bs_test_skipped_flag) { skipped++; printf("SKIP %s\n", t->name); }
         else { passed++; printf("ok   %s (%.2fs)\n", t->name, dt); }

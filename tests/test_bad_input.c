@@ -27,9 +27,8 @@ static void write_file(const char *path, const void *data, size_t n) {
 
 // A model dir whose config is the fixture's and whose weights file is built from a raw header + data.
 static const char *raw_model(const char *header, size_t data_bytes, long header_len_override) {
-    static char dir[256];
-    snprintf(dir, sizeof dir, "/tmp/bs_bad_XXXXXX");
-    if (!mkdtemp(dir)) return NULL;
+    const char *dir = bs_test_tmpdir("bad");
+    if (!dir) return NULL;
     char cmd[1024], path[512];
     snprintf(cmd, sizeof cmd, "cp %s/target/config.json %s/", bs_fixtures_dir(), dir);
     if (system(cmd)) return NULL;
@@ -50,8 +49,10 @@ static const char *raw_model(const char *header, size_t data_bytes, long header_
     CHECK(strstr(out_, needle), "`%s`: message lacks \"%s\": %s", cmd, needle, out_);         \
 } while (0)
 
-static void dump_cmd(char *cmd, size_t cap, const char *dir, const char *extra) {
-    snprintf(cmd, cap, "%s dump -m %s --prompt-ids 1,2,3 --out /tmp/bs_bad_out.safetensors %s", bs_cli_path(), dir, extra);
+// `dump` of model dir into out_dir (a test's temp dir: these runs should fail before writing, but if one
+// does write, the file goes where the test's cleanup removes it).
+static void dump_cmd(char *cmd, size_t cap, const char *dir, const char *out_dir) {
+    snprintf(cmd, cap, "%s dump -m %s --prompt-ids 1,2,3 --out %s/out.safetensors", bs_cli_path(), dir, out_dir);
 }
 
 TEST(bad_safetensors_headers) {
@@ -71,24 +72,25 @@ TEST(bad_safetensors_headers) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *dir = raw_model(cases[i].header, cases[i].data, cases[i].hl);
         CHECK(dir);
-        dump_cmd(cmd, sizeof cmd, dir, "");
+        dump_cmd(cmd, sizeof cmd, dir, dir);
         EXPECT_ERROR(cmd, cases[i].needle);
         EXPECT_ERROR(cmd, "model.safetensors");   // the message names the file
     }
     // A file shorter than the 8-byte length prefix.
     const char *dir = raw_model("", 0, -1);
+    CHECK(dir);
     char path[512];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     write_file(path, "abc", 3);
-    dump_cmd(cmd, sizeof cmd, dir, "");
+    dump_cmd(cmd, sizeof cmd, dir, dir);
     EXPECT_ERROR(cmd, "too short");
 }
 
 // Checkpoints with the right container but the wrong contents for the config.
 TEST(bad_checkpoint_contents) {
-    char cmd[4096], dir[256];
-    snprintf(dir, sizeof dir, "/tmp/bs_badck_XXXXXX");
-    CHECK(mkdtemp(dir));
+    char cmd[4096];
+    const char *dir = bs_test_tmpdir("badck");
+    CHECK(dir);
     // Write a random checkpoint, then make copies with one thing wrong in config.json.
     snprintf(cmd, sizeof cmd, "%s make-random -c %s/target/config.json --out %s/ok", bs_cli_path(), bs_fixtures_dir(), dir);
     CHECK(system(cmd) == 0);
@@ -106,7 +108,7 @@ TEST(bad_checkpoint_contents) {
         snprintf(cmd, sizeof cmd, "rm -rf %s/c && cp -r %s/ok %s/c && sed -i '%s' %s/c/config.json", dir, dir, dir, cases[i].sed, dir);
         CHECK(system(cmd) == 0, "%s", cmd);
         char d2[512]; snprintf(d2, sizeof d2, "%s/c", dir);
-        dump_cmd(cmd, sizeof cmd, d2, "");
+        dump_cmd(cmd, sizeof cmd, d2, dir);
         EXPECT_ERROR(cmd, cases[i].needle);
     }
     // An untied config whose checkpoint lacks lm_head.weight.
@@ -115,14 +117,14 @@ TEST(bad_checkpoint_contents) {
              dir, bs_cli_path(), dir, dir, dir);
     CHECK(system(cmd) == 0, "%s", cmd);
     char d3[512]; snprintf(d3, sizeof d3, "%s/tied", dir);
-    dump_cmd(cmd, sizeof cmd, d3, "");
+    dump_cmd(cmd, sizeof cmd, d3, dir);
     EXPECT_ERROR(cmd, "missing tensor 'lm_head.weight'");
     // No weights at all, and no folder at all.
     snprintf(cmd, sizeof cmd, "rm %s/tied/model.safetensors", dir);
     CHECK(system(cmd) == 0);
-    dump_cmd(cmd, sizeof cmd, d3, "");
+    dump_cmd(cmd, sizeof cmd, d3, dir);
     EXPECT_ERROR(cmd, "no model.safetensors");
-    dump_cmd(cmd, sizeof cmd, "/nonexistent/model", "");
+    dump_cmd(cmd, sizeof cmd, "/nonexistent/model", dir);
     EXPECT_ERROR(cmd, "/nonexistent/model");
     // A sharded checkpoint whose index names a tensor its shard lacks.
     snprintf(cmd, sizeof cmd, "%s make-random -c %s/target/config.json --out %s/sh --shards 2 && "
@@ -130,10 +132,8 @@ TEST(bad_checkpoint_contents) {
              bs_cli_path(), bs_fixtures_dir(), dir, dir);
     CHECK(system(cmd) == 0, "%s", cmd);
     char d4[512]; snprintf(d4, sizeof d4, "%s/sh", dir);
-    dump_cmd(cmd, sizeof cmd, d4, "");
+    dump_cmd(cmd, sizeof cmd, d4, dir);
     EXPECT_ERROR(cmd, "index says tensor");
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    system(cmd);
 }
 
 TEST(bad_prompts_and_flags) {

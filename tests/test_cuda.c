@@ -409,7 +409,6 @@ TEST(cuda_record_replay) {
 static int write_random_model(const char *dir, bs_err *err) {
     bs_qwen3_config c = { .vocab_size = 2048, .hidden_size = 512, .n_layers = 3, .n_heads = 8, .n_kv_heads = 2, .head_dim = 128,
                           .intermediate_size = 1024, .max_position = 1024, .rms_eps = 1e-6f, .rope_theta = 1e6f, .bos_id = -1 };
-    mkdir(dir, 0755);
     cJSON *j = bs_qwen3_config_to_json(&c);
     char path[1200]; snprintf(path, sizeof path, "%s/config.json", dir);
     char *txt = cJSON_Print(j);
@@ -425,9 +424,9 @@ static int write_random_model(const char *dir, bs_err *err) {
 
 TEST(cuda_forward_random_model_vs_cpu) {
     NEED_CUDA(be0);
-    char dir[256]; snprintf(dir, sizeof dir, "/tmp/bs_cuda_rand_%d", (int)getpid());
+    const char *dir = bs_test_tmpdir("cuda_rand");
     bs_err err = {0};
-    CHECK(write_random_model(dir, &err) == 0, "%s", err.msg);
+    CHECK(dir && write_random_model(dir, &err) == 0, "%s", err.msg);
     bs_engine *ec, *eg;
     CHECK(bs_engine_open(&ec, dir, "cpu", &err) == 0, "%s", err.msg);
     CHECK(bs_engine_open(&eg, dir, "cuda", &err) == 0, "%s", err.msg);
@@ -469,7 +468,6 @@ TEST(cuda_forward_random_model_vs_cpu) {
     free(lc); free(tc); be->free(be, dl); be->free(be, dtp);
     bs_kv_free(&kc); bs_kv_free(&kg);
     bs_engine_close(ec); bs_engine_close(eg);
-    char cmd[300]; snprintf(cmd, sizeof cmd, "rm -rf %s", dir); if (system(cmd)) {}
 }
 
 // The shared fixtures (transformers' vectors) on the GPU, with the CPU tests' tolerance.

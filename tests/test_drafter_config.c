@@ -24,11 +24,13 @@ TEST(drafter_build_target_layer_ids) {
     }
 }
 
-// A temp folder holding a modified copy of a fixture's config.json and a link to its weights.
+// A temp folder (removed when the test ends) holding a modified copy of a fixture's config.json and a link
+// to its weights.
 static int variant(char *dir, size_t cap, const char *fixture, void (*edit)(cJSON *), bs_err *err) {
-    char src[1024], path[1200], tmpl[] = "/tmp/bs_drafter_cfg_XXXXXX";
-    if (!mkdtemp(tmpl)) return bs_fail(err, "mkdtemp failed");
-    snprintf(dir, cap, "%s", tmpl);
+    char src[1024], path[1200];
+    const char *tmp = bs_test_tmpdir("drafter_cfg");
+    if (!tmp) return bs_fail(err, "cannot make a temp folder");
+    snprintf(dir, cap, "%s", tmp);
     snprintf(src, sizeof src, "%s/%s/config.json", bs_fixtures_dir(), fixture);
     cJSON *root = bs_json_load(src, err);
     if (!root) return -1;
@@ -45,12 +47,6 @@ static int variant(char *dir, size_t cap, const char *fixture, void (*edit)(cJSO
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (symlink(abs_ws, path)) return bs_fail(err, "symlink failed");
     return 0;
-}
-
-static void rm_dir(const char *dir) {
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (strncmp(dir, "/tmp/bs_", 8) == 0) (void)!system(cmd);
 }
 
 static cJSON *dc_of(cJSON *r) { return cJSON_GetObjectItemCaseSensitive(r, "dflash_config"); }
@@ -147,7 +143,6 @@ TEST(drafter_config_variants_same_result) {
         CHECK(draft_tokens(dir, t1, &n1, h1, &err) == 0, "%s", err.msg);
         CHECK(n1 == n0 && memcmp(t0, t1, sizeof(int32_t) * n0) == 0, "variant %zu drafts differ", i);
         CHECK(memcmp(h0, h1, sizeof h0) == 0, "variant %zu hidden differs", i);
-        rm_dir(dir);
     }
     // Absent ids: z-lab's default spread for (num_target_layers 4, 2 layers) = [1, 1].
     CHECK(variant(dir, sizeof dir, "dflash", ed_no_ids, &err) == 0, "%s", err.msg);
@@ -155,13 +150,11 @@ TEST(drafter_config_variants_same_result) {
     CHECK(bs_drafter_config_load(&c, dir, &err) == 0, "%s", err.msg);
     CHECK(c.taps_defaulted && c.n_taps == 2 && c.target_layer_ids[0] == 1 && c.target_layer_ids[1] == 1);
     CHECK(draft_tokens(dir, t1, &n1, h1, &err) == 0, "%s", err.msg);
-    rm_dir(dir);
     // DeepSpec allows -1 (the embeddings).
     CHECK(variant(dir, sizeof dir, "dspark", ed_ds_neg_tap, &err) == 0, "%s", err.msg);
     CHECK(bs_drafter_config_load(&c, dir, &err) == 0, "%s", err.msg);
     CHECK(c.target_layer_ids[0] == -1);
     CHECK(draft_tokens(dir, t1, &n1, h1, &err) == 0, "%s", err.msg);
-    rm_dir(dir);
 }
 
 // Sliding layers: block rows see the last W context rows (MLX semantics): a different result than full
@@ -179,7 +172,6 @@ TEST(drafter_sliding_window) {
     CHECK(c.layer_window[0] == 4 && c.layer_window[1] == 0);
     CHECK(draft_tokens(dir, t1, &n1, h1, &err) == 0, "%s", err.msg);
     CHECK(fx_max_abs_diff(h0, h1, 8 * 64) > 1e-3, "window had no effect");
-    rm_dir(dir);
 }
 
 static void expect_error(int *failed_, const char *fixture, void (*edit)(cJSON *), const char *want1, const char *want2) {
@@ -191,7 +183,6 @@ static void expect_error(int *failed_, const char *fixture, void (*edit)(cJSON *
     CHECK(strstr(err.msg, want1), "message lacks '%s': %s", want1, err.msg);
     if (want2) CHECK(strstr(err.msg, want2), "message lacks '%s': %s", want2, err.msg);
     CHECK(strstr(err.msg, dir), "message does not name the folder: %s", err.msg);
-    rm_dir(dir);
 }
 
 TEST(drafter_error_unknown_architecture) { expect_error(failed_, "dflash", ed_arch, "architectures[0]", "EagleDraftModel"); }
@@ -210,8 +201,9 @@ static void ed_vocab(cJSON *r) { cJSON_ReplaceItemInObject(r, "vocab_size", cJSO
 
 static void other_target(int *failed_, void (*edit)(cJSON *), const char *which, const char *want) {
     bs_err err = {0};
-    char tmpl[] = "/tmp/bs_drafter_tgt_XXXXXX", src[1024], cfg[1200], cmd[4096], ddir[1024];
-    CHECK(mkdtemp(tmpl));
+    char src[1024], cfg[1200], cmd[4096], ddir[1024];
+    const char *tmpl = bs_test_tmpdir("drafter_tgt");
+    CHECK(tmpl);
     snprintf(src, sizeof src, "%s/target/config.json", bs_fixtures_dir());
     cJSON *root = bs_json_load(src, &err);
     CHECK(root, "%s", err.msg);
@@ -232,7 +224,6 @@ static void other_target(int *failed_, void (*edit)(cJSON *), const char *which,
     int rc = bs_dflash_open(&d, ddir, &e->target, 64, &err);
     if (d) d->free(d);
     bs_engine_close(e);
-    rm_dir(tmpl);
     CHECK(rc != 0, "a drafter for another target must be refused");
     CHECK(strstr(err.msg, want) && strstr(err.msg, "another target"), "unclear message: %s", err.msg);
 }

@@ -117,8 +117,10 @@ TEST(drafter_fixture_dspark_cpu) { check_drafter(failed_, "cpu", "dspark"); }
 // `blockspec dump -m target -d drafter` as a user runs it: every reference tensor of the drafter set within
 // TOL, ids exact, and (with -n) the greedy speculative run's spec_output_ids and acceptance_lengths.
 static void check_dump(int *failed_, const char *which) {
-    char cmd[4096], out[256], exp_path[1024], tpath[1024];
-    snprintf(out, sizeof out, "/tmp/bs_dump_%s_%d.safetensors", which, (int)getpid());
+    char cmd[4096], out[1024], exp_path[1024], tpath[1024];
+    const char *tmp = bs_test_tmpdir("dump");
+    CHECK(tmp);
+    snprintf(out, sizeof out, "%s/%s.safetensors", tmp, which);
     snprintf(exp_path, sizeof exp_path, "%s/%s.expect.safetensors", bs_fixtures_dir(), which);
     snprintf(tpath, sizeof tpath, "%s/target.expect.safetensors", bs_fixtures_dir());
     bs_err err = {0};

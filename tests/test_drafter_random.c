@@ -129,8 +129,9 @@ static void run_rounds(int *failed_, const char *tdir, const char *ddir, const c
 }
 
 TEST(drafter_random_all_kinds) {
-    char tmpl[] = "/tmp/bs_drafter_rand_XXXXXX", t[1200], dd[1200];
-    CHECK(mkdtemp(tmpl));
+    char t[1200], dd[1200];
+    const char *tmpl = bs_test_tmpdir("drafter_rand");
+    CHECK(tmpl);
     CHECK(make_random(tmpl, "target", "target", NULL, 0, 1) == 0);
     CHECK(make_random(tmpl, "target_tied", "target", ed_tied, 0, 3) == 0);
     CHECK(make_random(tmpl, "zlab16", "dflash", ed_zlab, 16, 3) == 0);
@@ -148,7 +149,4 @@ TEST(drafter_random_all_kinds) {
             run_rounds(failed_, t, dd, label);
             if (*failed_) break;
         }
-    char cmd[1300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
-    (void)!system(cmd);
 }

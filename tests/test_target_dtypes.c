@@ -8,11 +8,11 @@
 #include "fixture_util.h"
 #include "engine/engine.h"
 
-// Re-saves every tensor of the fixture target in `dtype` ("F32", "F16", "I8") into a temp dir.
+// Re-saves every tensor of the fixture target in `dtype` ("F32", "F16", "I8") into a temp dir (removed when
+// the test ends).
 static const char *resave(const char *dtype) {
-    static char dir[256];
-    snprintf(dir, sizeof dir, "/tmp/bs_dtype_XXXXXX");
-    if (!mkdtemp(dir)) return NULL;
+    const char *dir = bs_test_tmpdir("dtype");
+    if (!dir) return NULL;
     char src[1024], cmd[2048];
     snprintf(src, sizeof src, "%s/target", bs_fixtures_dir());
     snprintf(cmd, sizeof cmd, "cp %s/config.json %s/", src, dir);

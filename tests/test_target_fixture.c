@@ -124,8 +124,10 @@ TEST(target_kv_rollback_recompute) {
 
 // `blockspec dump` on the fixture reproduces the expected file, tensor by tensor.
 TEST(target_dump_cli) {
-    char cmd[4096], out[256], exp_path[1024];
-    snprintf(out, sizeof out, "/tmp/bs_dump_%d.safetensors", (int)getpid());
+    char cmd[4096], out[1024], exp_path[1024];
+    const char *tmp = bs_test_tmpdir("dump");
+    CHECK(tmp);
+    snprintf(out, sizeof out, "%s/target.safetensors", tmp);
     snprintf(exp_path, sizeof exp_path, "%s/target.expect.safetensors", bs_fixtures_dir());
     bs_err err = {0};
     bs_checkpoint *x;

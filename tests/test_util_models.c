@@ -3,15 +3,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "harness.h"
 #include "test_util_models.h"
 #include "io/config.h"
 #include "io/random_ckpt.h"
 
 const char *tu_make_target(int vocab, int hidden, int layers, int heads, int kv_heads, int head_dim, int inter,
                            int tied, int n_shards, uint64_t seed) {
-    static char dir[256];
-    snprintf(dir, sizeof dir, "/tmp/bs_test_target_XXXXXX");
-    if (!mkdtemp(dir)) return NULL;
+    const char *dir = bs_test_tmpdir("test_target");
+    if (!dir) return NULL;
     bs_qwen3_config c = { .vocab_size = vocab, .hidden_size = hidden, .n_layers = layers, .n_heads = heads,
         .n_kv_heads = kv_heads, .head_dim = head_dim, .intermediate_size = inter, .max_position = 4096,
         .rms_eps = 1e-6f, .rope_theta = 10000.0f, .tie_embeddings = tied, .bos_id = -1 };

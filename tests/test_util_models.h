@@ -2,8 +2,8 @@
 #pragma once
 #include "engine/engine.h"
 
-// Writes a random target (bf16 safetensors + config.json) into a fresh temp dir; returns its path
-// (static buffer) or NULL. n_shards > 1 writes a sharded checkpoint.
+// Writes a random target (bf16 safetensors + config.json) into a fresh temp dir (bs_test_tmpdir: removed when
+// the test ends); returns its path or NULL. n_shards > 1 writes a sharded checkpoint.
 const char *tu_make_target(int vocab, int hidden, int layers, int heads, int kv_heads, int head_dim, int inter,
                            int tied, int n_shards, uint64_t seed);
 // Upper tail of the chi-square distribution with df degrees of freedom: P(X >= x).

@@ -64,6 +64,21 @@ echo "== summary"
 for f in "$OUT"/bench_*.log; do
   echo "-- $(basename $f .log)"; grep -E "^(decode_graph|forward_rows|drafter|roofline|copy_bw)" "$f"
 done
+if [ -z "${SKIP_CPU_BENCH:-}" ]; then
+  # The CPU bench on this host's AVX-512 CPU, 2 cores (BS_THREADS=2: the pool sizes itself from the online
+  # cores, not from the affinity mask, so taskset alone would start one thread per core on 2 cores). The
+  # CUDA build holds the same CPU backend, built with the same flags as the plain build. Default path (avx2,
+  # AVX-512 is opt-in) and the paths in CPU_BENCH_PATHS; the roofline line names the path whose instructions
+  # its compute peaks were measured with.
+  echo "== CPU bench on this host (taskset -c 0,1, BS_THREADS=2)"
+  ./build-cuda/blockspec make-random -c bench/configs/qwen3-0.6b.json --out /tmp/q06 > "$OUT/cpu_make_random.log" 2>&1 || echo "make-random q06 failed"
+  for k in default ${CPU_BENCH_PATHS:-avx512bf16}; do
+    K=(); [ "$k" != default ] && K=(BS_CPU_KERNELS=$k)
+    env BS_THREADS=2 "${K[@]}" timeout 150 taskset -c 0,1 ./build-cuda/blockspec bench --model /tmp/q06 --prefill 64 \
+        > "$OUT/cpu_bench_$k.log" 2>&1 || echo "bench rc=$?" >> "$OUT/cpu_bench_$k.log"
+    echo "-- $k"; grep -E "^(roofline|model|prefill|rows|[0-9]+ |decode|roof%|cpu pressure|bench|taskset)|not supported" "$OUT/cpu_bench_$k.log"
+  done
+fi
 [ -n "${SKIP_CPU_TESTS:-}" ] && exit 0
 echo "== CPU tests on this host"
 # the CPU tests on this host (AVX-512 CPU) from the same build (BS_NO_CUDA_TESTS: the GPU ones ran above)
