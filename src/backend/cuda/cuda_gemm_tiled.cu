@@ -18,7 +18,8 @@
 // contiguous ranges, one per block (G = 2 x SMs, fixed per device; BS_CUDA_MM_BLOCKS=3 measured slower;
 // G <= the unit count, so no block is empty). A block runs one cp.async
 // pipeline over its whole range, across tile boundaries, so it never drains between tiles. A tile cut
-// between blocks is summed from per-block partials by the last block to finish it, in block order.
+// between blocks is summed from per-block partials, in block order, by the fixup kernel launched right
+// after the GEMM (or, with BS_CUDA_MM_FIXUP=0, by the last block to finish it).
 // Nothing here depends on n (the number of activation rows): every output element is summed in an
 // order fixed by the weight's shape and G, so a row's result is bit-identical whether it is computed
 // alone or in a 64-row call (batch invariance; see cuda_gemm.cu).
