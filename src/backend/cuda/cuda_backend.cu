@@ -46,6 +46,39 @@ static void cu_copy(bs_backend *be, void *dst, const void *src, size_t n) {
 }
 static void cu_sync(bs_backend *be) { CK(cudaStreamSynchronize(CI(be)->st)); }
 
+// BS_CUDA_FUSE=0: the fused ops (qk_norm_rope_store, swiglu_matmul) are declined, the model runs the
+// separate ops instead (same results; for isolating a fused kernel).
+bool fuse_enabled(void) {
+    static int v = -1;
+    if (v < 0) { const char *e = getenv("BS_CUDA_FUSE"); v = !(e && !strcmp(e, "0")); }
+    return v;
+}
+
+int upload_buffers(cuda_impl *c, size_t pin_bytes, size_t stage_bytes, bs_err *err) {
+    if (!c->pin_ev[0])
+        for (int i = 0; i < 2; i++) CK(cudaEventCreateWithFlags(&c->pin_ev[i], cudaEventDisableTiming));
+    if (c->pin_bytes >= pin_bytes && c->stage_bytes >= stage_bytes) return 0;
+    CK(cudaStreamSynchronize(c->st));   // the old buffers may still feed a copy
+    if (c->pin_bytes < pin_bytes) {
+        cudaFreeHost(c->pin[0]); cudaFreeHost(c->pin[1]);
+        c->pin[0] = c->pin[1] = NULL; c->pin_bytes = 0;
+        if (cudaMallocHost(&c->pin[0], pin_bytes) != cudaSuccess || cudaMallocHost(&c->pin[1], pin_bytes) != cudaSuccess) {
+            cudaGetLastError();
+            return bs_fail(err, "out of pinned host memory for a 2 x %.1f MiB weight-upload buffer (%s)", pin_bytes / 1048576.0, c->name);
+        }
+        c->pin_bytes = pin_bytes;
+    }
+    if (c->stage_bytes < stage_bytes) {
+        cudaFree(c->stage); c->stage = NULL; c->stage_bytes = 0;
+        if (cudaMalloc(&c->stage, stage_bytes) != cudaSuccess) {
+            cudaGetLastError();
+            return bs_fail(err, "out of GPU memory for a %.1f MiB weight-upload staging buffer on %s", stage_bytes / 1048576.0, c->name);
+        }
+        c->stage_bytes = stage_bytes;
+    }
+    return 0;
+}
+
 static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
     cuda_impl *c = CI(be);
     const bool tiled = mm_tiled_eligible(host);
@@ -63,18 +96,15 @@ static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *er
         if (mm_tiled_upload(c, d, host, err)) { cudaFree(d); return -1; }
     } else {
         // Staged through pinned memory in pieces: pageable (mmapped) sources copy much slower.
-        static const size_t PIECE = 64 << 20;
-        static void *pin[2]; static cudaEvent_t ev[2];
-        if (!pin[0]) {
-            for (int i = 0; i < 2; i++) { CK(cudaMallocHost(&pin[i], PIECE)); CK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming)); }
-        }
+        const size_t PIECE = 64 << 20;
+        if (upload_buffers(c, bytes < PIECE ? bytes : PIECE, 0, err)) { cudaFree(d); return -1; }
         for (size_t off = 0, k = 0; off < bytes; off += PIECE, k++) {
             size_t n = bytes - off < PIECE ? bytes - off : PIECE;
             int b = k & 1;
-            CK(cudaEventSynchronize(ev[b]));
-            memcpy(pin[b], (const char *)host->data + off, n);
-            CK(cudaMemcpyAsync((char *)d + off, pin[b], n, cudaMemcpyHostToDevice, c->st));
-            CK(cudaEventRecord(ev[b], c->st));
+            CK(cudaEventSynchronize(c->pin_ev[b]));
+            memcpy(c->pin[b], (const char *)host->data + off, n);
+            CK(cudaMemcpyAsync((char *)d + off, c->pin[b], n, cudaMemcpyHostToDevice, c->st));
+            CK(cudaEventRecord(c->pin_ev[b], c->st));
         }
         CK(cudaStreamSynchronize(c->st));
     }
@@ -223,7 +253,7 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     be->matmul = cu_matmul; be->rmsnorm = cu_rmsnorm; be->head_norm_rope = cu_head_norm_rope; be->attention = cu_attention;
     be->swiglu = cu_swiglu; be->add = cu_add; be->embed = cu_embed; be->copy_rows = cu_copy_rows; be->argmax = cu_argmax;
     be->store_rows = cu_store_rows; be->matmul_multi = cu_matmul_multi; be->swiglu_matmul = cu_swiglu_matmul;
-    { const char *f = getenv("BS_CUDA_FUSE"); if (!(f && !strcmp(f, "0"))) be->qk_norm_rope_store = cu_qk_norm_rope_store; }
+    if (fuse_enabled()) be->qk_norm_rope_store = cu_qk_norm_rope_store;
     be->record_begin = cu_record_begin; be->record_end = cu_record_end; be->replay = cu_replay; be->record_free = cu_record_free;
     be->destroy = cu_destroy;
     if (getenv("BS_CUDA_PROFILE") && !prof_active()) prof_install(be);

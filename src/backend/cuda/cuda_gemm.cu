@@ -194,12 +194,6 @@ static void mm_generic(cuda_impl *c, float *y, const float *x, int n, const bs_m
     }
 }
 
-static bool swiglu_fuse_enabled(void) {
-    static int v = -1;
-    if (v < 0) { const char *e = getenv("BS_CUDA_FUSE"); v = !(e && !strcmp(e, "0")); }
-    return v;
-}
-
 // GEMM variant: BS_CUDA_MM=split (two accumulator chains) or BS_CUDA_MM=chain (one); see docs/cuda.md.
 static int mm_variant(void) {
     static int v = -1;
@@ -300,7 +294,7 @@ void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x,
 // the same fp32 activation and run the same GEMM, so their results are bit-identical (tested).
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int acc) {
     if (n <= 0) return 0;
-    if (n > 8 || W->layout != BS_CUDA_TILED || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || !swiglu_fuse_enabled()) return -1;
+    if (n > 8 || W->layout != BS_CUDA_TILED || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || !fuse_enabled()) return -1;
     mm_tiled_launch(CI(be), 1, &y, &W, &acc, g, n, u);
     return 0;
 }

@@ -62,18 +62,7 @@ int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
     const int64_t M = host->rows, K = host->cols, tile_bytes = (int64_t)TT_M * K * 2;
     const int64_t PIECE = 64 << 20, per = PIECE / tile_bytes > 0 ? PIECE / tile_bytes : 1;
     const size_t piece_bytes = (size_t)(per * tile_bytes);
-    if (c->stage_bytes < piece_bytes) {
-        CK(cudaStreamSynchronize(c->st));
-        cudaFree(c->stage); cudaFreeHost(c->pin[0]); cudaFreeHost(c->pin[1]);
-        c->stage = NULL; c->pin[0] = c->pin[1] = NULL; c->stage_bytes = 0;
-        if (cudaMalloc(&c->stage, piece_bytes) != cudaSuccess || cudaMallocHost(&c->pin[0], piece_bytes) != cudaSuccess ||
-            cudaMallocHost(&c->pin[1], piece_bytes) != cudaSuccess) {
-            cudaGetLastError();
-            return bs_fail(err, "out of memory for a %.1f MiB upload buffer on %s", piece_bytes / 1048576.0, c->name);
-        }
-        c->stage_bytes = piece_bytes;
-        if (!c->pin_ev[0]) for (int i = 0; i < 2; i++) CK(cudaEventCreateWithFlags(&c->pin_ev[i], cudaEventDisableTiming));
-    }
+    if (upload_buffers(c, piece_bytes, piece_bytes, err)) return -1;
     const int64_t tiles = (M + TT_M - 1) / TT_M;
     for (int64_t t0 = 0, k = 0; t0 < tiles; t0 += per, k++) {
         int64_t nt = tiles - t0 < per ? tiles - t0 : per;

@@ -40,7 +40,7 @@ struct cuda_impl {
     float *xal; size_t xal_bytes;        // matmul: 16-byte aligned copy of unaligned activations
     int32_t *d_argmax, *h_argmax;
     float *am_v; int *am_i; unsigned *am_ctr;   // argmax: per-part winners of 64 rows x 32 parts, row counters
-    void *pin[2]; cudaEvent_t pin_ev[2];  // weight upload: pinned double buffer
+    void *pin[2]; size_t pin_bytes; cudaEvent_t pin_ev[2];  // weight upload: pinned double buffer
     void *stage; size_t stage_bytes;      // weight upload: device staging for the tiled relayout
     void **weights; int n_weights, cap_weights;
     char name[320];
@@ -105,6 +105,12 @@ static inline void launch_k(cuda_impl *c, const char *what, void (*kernel)(KArgs
     cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     if (e != cudaSuccess) fatal(what, e);
 }
+
+bool fuse_enabled(void);   // BS_CUDA_FUSE (cuda_backend.cu)
+
+// The weight-upload buffers (one set per backend, kept until it is destroyed): a pinned double buffer
+// of at least pin_bytes and a device staging buffer of at least stage_bytes (0: none needed).
+int upload_buffers(cuda_impl *c, size_t pin_bytes, size_t stage_bytes, bs_err *err);
 
 // Grows a workspace outside of recording (recording cannot allocate).
 void ensure_ws(cuda_impl *c, float **p, size_t *have, size_t need);
