@@ -6,6 +6,7 @@
 //   its evens and odds line up. This is the cheapest bf16 widening on AVX2.
 // - F16: two vcvtph2ps (natural order); F32: two loads.
 // Blocks: 4 weight rows x 1-3 activation rows, or 3 weight rows x groups of up to 4 (see below).
+#include <stdlib.h>
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_simd_avx2.h"
 
@@ -56,9 +57,9 @@ AI_AVX2 void store1(int dt, float s, const void *W, size_t wrow, int64_t K, int6
 #define ST(a, i, j) store1(dt, bs_hsum8(a), W, w##i, K, kf, x##j, y + (size_t)j * O + i, acc)
 AI_AVX2 void block(const int dt, const int R, const int C, const int PF, const void *W, int64_t o, int64_t K,
                    int64_t kf, const float *x, float *y, int64_t O, int acc) {
-    ZERO4(0); ZERO4(1); ZERO4(2); ZERO4(3);
+    ZERO4(0); ZERO4(1); ZERO4(2); ZERO4(3); ZERO4(4); ZERO4(5); ZERO4(6); ZERO4(7);
     const size_t esz = dt == BS_F32 ? 4 : 2;
-    size_t w0 = (size_t)o * K, w1 = w0 + K, w2 = w1 + K, w3 = w2 + K;
+    size_t w0 = (size_t)o * K, w1 = w0 + K, w2 = w1 + K, w3 = w2 + K, w4 = w3 + K, w5 = w4 + K, w6 = w5 + K, w7 = w6 + K;
     const float *x0 = x, *x1 = x + K, *x2 = x + 2 * K, *x3 = x + 3 * K;
     const char *pf = (const char *)W + (w0 + (size_t)PFD * R * K) * esz;   // PFD blocks ahead
     for (int64_t k = 0; k < kf; k += 16) {
@@ -67,11 +68,11 @@ AI_AVX2 void block(const int dt, const int R, const int C, const int PF, const v
             for (int i = 0; i < R; i++) _mm_prefetch(pf + ((size_t)i * K + k) * esz, _MM_HINT_T0);
 #define ROW(i) if (R > i) { loadw16(dt, W, w##i + k, &we, &wo); FMA2(a##i##0, x0 + k); \
                if (C > 1) { FMA2(a##i##1, x1 + k); } if (C > 2) { FMA2(a##i##2, x2 + k); } if (C > 3) { FMA2(a##i##3, x3 + k); } }
-        ROW(0) ROW(1) ROW(2) ROW(3)
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
 #undef ROW
     }
 #define STROW(i) if (R > i) { ST(a##i##0, i, 0); if (C > 1) ST(a##i##1, i, 1); if (C > 2) ST(a##i##2, i, 2); if (C > 3) ST(a##i##3, i, 3); }
-    STROW(0) STROW(1) STROW(2) STROW(3)
+    STROW(0) STROW(1) STROW(2) STROW(3) STROW(4) STROW(5) STROW(6) STROW(7)
 #undef STROW
 }
 #undef ST
@@ -96,14 +97,33 @@ AI_AVX2 void block_rc(const int dt, const int R, int C, int pf, const void *W, i
 }
 #undef BLK
 
+// Weight rows per block of a 1- or 2-row matmul (BS_CPU_MM1_ROWS=4 for the previous 4 x n blocks): 8 x 1
+// and 6 x 2 keep 8 and 12 independent accumulator chains and stream 8 / 6 weight rows at once.
+static int mm_small_rows(int nr) {
+    static int v = 0;
+    if (!v) { const char *e = getenv("BS_CPU_MM1_ROWS"); v = e && atoi(e) == 4 ? 4 : 8; }
+    return v == 4 ? 4 : nr == 1 ? 8 : nr == 2 ? 6 : 4;
+}
+
 AI_AVX2 void run_dt(const int dt, const bs_mat *W, int64_t o0, int64_t o1, const float *x, int r0, int r1,
                     float *y, int acc) {
     int64_t K = W->cols, O = W->rows, kf = K / 16 * 16;
     int nr = r1 - r0;
     const float *xt = x + (size_t)r0 * K;
     float *yt = y + (size_t)r0 * O;
-    if (nr <= 3) {   // memory-bound: 4 weight rows x all rows
+    if (nr <= 3) {   // memory-bound: 8, 6 or 4 weight rows x all rows (mm_small_rows)
         int64_t o = o0;
+        const int R = mm_small_rows(nr);
+        if (R == 8)
+            for (; o + 8 <= o1; o += 8) {
+                int pf = o + 8 * (PFD + 1) <= o1;
+                block_rc(dt, 8, nr, pf, W->data, o, K, kf, xt, yt + o, O, acc);
+            }
+        if (R == 6)
+            for (; o + 6 <= o1; o += 6) {
+                int pf = o + 6 * (PFD + 1) <= o1;
+                block_rc(dt, 6, nr, pf, W->data, o, K, kf, xt, yt + o, O, acc);
+            }
         for (; o + 4 <= o1; o += 4) {
             int pf = o + 4 * (PFD + 1) <= o1;
             block_rc(dt, 4, nr, pf, W->data, o, K, kf, xt, yt + o, O, acc);
