@@ -107,7 +107,7 @@ void prof_report(void) {
 struct trace_meta { int G, M, K, count, n, swiglu; long long bytes; };
 static unsigned long long *g_tr_dev;
 static trace_meta *g_tr_meta;
-static int g_tr_n = -1;
+static int g_tr_n = -1, g_tr_full;
 
 unsigned long long *mm_trace_next(int G, int M, int K, int count, int n, long long bytes, bool swiglu) {
     if (g_tr_n < 0) {
@@ -120,7 +120,7 @@ unsigned long long *mm_trace_next(int G, int M, int K, int count, int n, long lo
         }
         g_tr_meta = (trace_meta *)calloc(TRACE_LAUNCHES, sizeof *g_tr_meta);
     }
-    if (g_tr_n >= TRACE_LAUNCHES || G > TRACE_MAX_G) return NULL;
+    if (g_tr_n >= TRACE_LAUNCHES || G > TRACE_MAX_G) { g_tr_full = 1; return NULL; }
     trace_meta m = { G, M, K, count, n, swiglu, bytes };
     g_tr_meta[g_tr_n] = m;
     return g_tr_dev + (size_t)(g_tr_n++) * TRACE_MAX_G * 5;
@@ -155,7 +155,7 @@ void mm_trace_report(void) {
             if (t[b * 5 + 3] > e1) e1 = t[b * 5 + 3];
         }
         if (!ok) { fprintf(stderr, "%4d (not run)\n", i); continue; }
-        double st[4][2];   // wait, first, red: median / max (relative to t0 for wait and first)
+        double st[3][2];   // wait, first, red: median / max (relative to t0 for wait and first)
         for (int f = 0; f < 3; f++) {
             int col = f == 0 ? 1 : f == 1 ? 2 : 4;
             for (int b = 0; b < m.G; b++) v[b] = col == 4 ? t[b * 5 + 4] : t[b * 5 + col] - t0;
@@ -170,6 +170,7 @@ void mm_trace_report(void) {
                 v[m.G / 2] / 1e3, (e1 - t0) / 1e3, st[2][0], st[2][1], m.bytes / ((e1 - t0) * 1e-9) / 1e9);
         prev_end = e1;
     }
+    if (g_tr_full) fprintf(stderr, "BS_CUDA_MM_TRACE: later launches were not traced (buffer of %d launches full, or G > %d)\n", TRACE_LAUNCHES, TRACE_MAX_G);
     free(h); free(v);
     cudaFree(g_tr_dev); g_tr_dev = NULL;
 }
