@@ -109,6 +109,18 @@ TEST(row_invariance_ops_every_n) {
                     CHECK(memcmp(o1, ob + i * qd, sizeof(float) * qd) == 0, "path %s hd %d G %d: attention row %d of %d (window %d) differs from the row alone", bs_cpu_path_name(p), hd, G,
                           i, n, win);
                 }
+                // kv heads grouped per task (1, 3 and all 4 per task): the same bits
+                if (n == 1 || n == 3 || n == N) {
+                    float *og = malloc(sizeof(float) * n * qd);
+                    static const int hgs[] = { 1, 3, 4 };
+                    for (int h = 0; h < 3; h++) {
+                        bs_cpu_attention_heads_per_task = hgs[h];
+                        be->attention(be, og, q, k, v, n, nh, nkv, hd, P + n, P, 1, win);
+                        bs_cpu_attention_heads_per_task = 0;
+                        CHECK(memcmp(og, ob, sizeof(float) * n * qd) == 0, "path %s hd %d G %d n %d: attention with %d kv heads per task differs", bs_cpu_path_name(p), hd, G, n, hgs[h]);
+                    }
+                    free(og);
+                }
             }
         free(q); free(k); free(v); free(ob); free(o1);
         }

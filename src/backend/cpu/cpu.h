@@ -45,6 +45,9 @@ void bs_mm_prep_evenodd(float *xp, const float *x, int n, int K, int chunk);
 void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const float *k, const float *v,
                            int n_q, int n_heads, int n_kv_heads, int hd, int n_keys, int q_pos0, int causal,
                            int window);
+// kv heads per attention task: 0 = automatic (as many as leave every thread a task; BS_CPU_ATT_HG=1 forces
+// one). Results never depend on it; tests set it to check exactly that.
+extern int bs_cpu_attention_heads_per_task;
 void bs_cpu_install_ops_avx2(bs_backend *be);     // cpu_ops_avx2.c: vector elementwise ops + attention
 void bs_cpu_install_ops_scalar(bs_backend *be);   // cpu_fast.c: threaded portable ops
 

@@ -343,6 +343,8 @@ static void attn_task(void *p, int t, int nt) {
     }
 }
 
+int bs_cpu_attention_heads_per_task;
+
 void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const float *k, const float *v,
                            int n_q, int n_heads, int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
     attn_job j = { out, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window, 1, NULL, NULL, NULL };
@@ -360,6 +362,7 @@ void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const flo
     static int one = -1;
     if (one < 0) { const char *e = getenv("BS_CPU_ATT_HG"); one = e && atoi(e) == 1; }
     if (one) j.hg = 1;
+    if (bs_cpu_attention_heads_per_task > 0) j.hg = bs_cpu_attention_heads_per_task < n_kv ? bs_cpu_attention_heads_per_task : n_kv;
     int nt = ((n_kv + j.hg - 1) / j.hg) * qblocks;
     if ((double)n_q * n_heads * hd * (n_keys + 1) < 32768) for (int t = 0; t < nt; t++) attn_task(&j, t, nt);
     else bs_parallel_for(nt, attn_task, &j);
