@@ -359,9 +359,8 @@ void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const flo
     if (groups > n_kv) groups = n_kv;
     if (groups < 1) groups = 1;
     j.hg = (n_kv + groups - 1) / groups;
-    static int one = -1;
-    if (one < 0) { const char *e = getenv("BS_CPU_ATT_HG"); one = e && atoi(e) == 1; }
-    if (one) j.hg = 1;
+    static int env_read;
+    if (!env_read) { const char *e = getenv("BS_CPU_ATT_HG"); env_read = 1; if (e && atoi(e) == 1) bs_cpu_attention_heads_per_task = 1; }
     if (bs_cpu_attention_heads_per_task > 0) j.hg = bs_cpu_attention_heads_per_task < n_kv ? bs_cpu_attention_heads_per_task : n_kv;
     int nt = ((n_kv + j.hg - 1) / j.hg) * qblocks;
     if ((double)n_q * n_heads * hd * (n_keys + 1) < 32768) for (int t = 0; t < nt; t++) attn_task(&j, t, nt);

@@ -50,7 +50,7 @@ static void cu_sync(bs_backend *be) { CK(cudaStreamSynchronize(CI(be)->st)); }
 // separate ops instead (same results; for isolating a fused kernel).
 bool fuse_enabled(void) {
     static int v = -1;
-    if (v < 0) { const char *e = getenv("BS_CUDA_FUSE"); v = !(e && !strcmp(e, "0")); }
+    if (v < 0) v = env_on_unless_0("BS_CUDA_FUSE");
     return v;
 }
 

@@ -207,19 +207,21 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
     // without divisions.
     int lT = lo / kst, ls = lo - lT * kst, lslot = 0;
     const uint64_t pol = policy_evict_first();
-    auto load_next = [&](bool with_w) {
-        if (with_w) {
-            const tt_job &J = A.j[tt_job_of(lT, A)];
-            const char *src = (const char *)(J.W + ((size_t)(lT - J.tile0) * kst + ls) * TT_ELEMS);
-            char *dst = (char *)(Ws + (size_t)lslot * TT_ELEMS);
-            if (A.evict_first) {
+    // Weight stage (tile T, stage st) -> shared slot: one contiguous 16 KiB copy.
+    auto load_w = [&](int T, int st, int slot) {
+        const tt_job &J = A.j[tt_job_of(T, A)];
+        const char *src = (const char *)(J.W + ((size_t)(T - J.tile0) * kst + st) * TT_ELEMS);
+        char *dst = (char *)(Ws + (size_t)slot * TT_ELEMS);
+        if (A.evict_first) {
 #pragma unroll
-                for (int i = 0; i < TT_ELEMS * 2 / 16 / TT_THREADS; i++) cp_async16_ef(dst + 16 * (tid + i * TT_THREADS), src + 16 * (tid + i * TT_THREADS), pol);
-            } else {
+            for (int i = 0; i < TT_ELEMS * 2 / 16 / TT_THREADS; i++) cp_async16_ef(dst + 16 * (tid + i * TT_THREADS), src + 16 * (tid + i * TT_THREADS), pol);
+        } else {
 #pragma unroll
-                for (int i = 0; i < TT_ELEMS * 2 / 16 / TT_THREADS; i++) cp_async16(dst + 16 * (tid + i * TT_THREADS), src + 16 * (tid + i * TT_THREADS));
-            }
+            for (int i = 0; i < TT_ELEMS * 2 / 16 / TT_THREADS; i++) cp_async16(dst + 16 * (tid + i * TT_THREADS), src + 16 * (tid + i * TT_THREADS));
         }
+    };
+    auto load_next = [&](bool with_w) {
+        if (with_w) load_w(lT, ls, lslot);
         float *xd = Xs + (size_t)lslot * 8 * NT * TT_XSTRIDE, *ud = Us + (size_t)lslot * 8 * NT * TT_XSTRIDE;
         const float *xs = A.x + (size_t)ls * TT_K, *us = A.up + (size_t)ls * TT_K;
         for (int i = tid; i < n * 16; i += TT_THREADS) {
@@ -246,16 +248,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
 #pragma unroll
         for (int i = 0; i < TT_STAGES - 1; i++) {
             if (lo + i < hi) {
-                const tt_job &J = A.j[tt_job_of(wT, A)];
-                const char *src = (const char *)(J.W + ((size_t)(wT - J.tile0) * kst + wsx) * TT_ELEMS);
-                char *dst = (char *)(Ws + (size_t)i * TT_ELEMS);
-                if (A.evict_first) {
-#pragma unroll
-                    for (int q = 0; q < TT_ELEMS * 2 / 16 / TT_THREADS; q++) cp_async16_ef(dst + 16 * (tid + q * TT_THREADS), src + 16 * (tid + q * TT_THREADS), pol);
-                } else {
-#pragma unroll
-                    for (int q = 0; q < TT_ELEMS * 2 / 16 / TT_THREADS; q++) cp_async16(dst + 16 * (tid + q * TT_THREADS), src + 16 * (tid + q * TT_THREADS));
-                }
+                load_w(wT, wsx, i);
                 if (++wsx == kst) { wsx = 0; wT++; }
             }
         }
@@ -390,14 +383,14 @@ static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
 // Streamed weights use the L2 evict-first policy (BS_CUDA_EVF=0 turns it off).
 static int evict_first_on(void) {
     static int v = -1;
-    if (v < 0) { const char *e = getenv("BS_CUDA_EVF"); v = !(e && !strcmp(e, "0")); }
+    if (v < 0) v = env_on_unless_0("BS_CUDA_EVF");
     return v;
 }
 // Cut tiles summed by a separate kernel (default) or by the last GEMM block to finish the tile
 // (BS_CUDA_MM_FIXUP=0: the previous scheme, kept for A/B runs). Same sums, same order, same bits.
 static int fixup_kernel_on(void) {
     static int v = -1;
-    if (v < 0) { const char *e = getenv("BS_CUDA_MM_FIXUP"); v = !(e && !strcmp(e, "0")); }
+    if (v < 0) v = env_on_unless_0("BS_CUDA_MM_FIXUP");
     return v;
 }
 

@@ -107,6 +107,8 @@ static inline void launch_k(cuda_impl *c, const char *what, void (*kernel)(KArgs
 }
 
 bool fuse_enabled(void);   // BS_CUDA_FUSE (cuda_backend.cu)
+// A switch that is on unless the environment variable is "0" (read it once and cache the answer).
+static inline int env_on_unless_0(const char *name) { const char *e = getenv(name); return !(e && !strcmp(e, "0")); }
 
 // The weight-upload buffers (one set per backend, kept until it is destroyed): a pinned double buffer
 // of at least pin_bytes and a device staging buffer of at least stage_bytes (0: none needed).
