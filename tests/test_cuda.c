@@ -20,6 +20,7 @@
 #include "io/random_ckpt.h"
 #include "io/json.h"
 #include "util/rng.h"
+#include "backend/cuda/tiled_layout.h"
 
 static bs_backend *cuda_be(void) {
     static bs_backend *be; static int tried; static char why[600];
@@ -212,6 +213,115 @@ TEST(cuda_swiglu_matmul) {
             be->free(be, dg); be->free(be, dg1); be->free(be, du); be->free(be, dy); be->free(be, dh); be->free(be, dy2); be->free(be, d1);
         }
         free((void *)hw.data);
+    }
+    ref->destroy(ref);
+}
+
+// 8-bit weights (weight_lossy, tiled_layout.h): the quantizer keeps every weight within half a code step
+// of its row-scaled value (and a row's largest exactly), and the GEMM computes exactly x (rounded to
+// bf16) . the dequantized weights, to fp32 summation order (2e-5), for 1..70 rows, with accumulate;
+// a row's result does not depend on the rows around it (bit for bit); q/k/v-style multi launches and
+// the fused SwiGLU down projection agree with the plain ops.
+static float *dequant_t8(bs_backend *be, const bs_mat *dw) {
+    const int64_t M = dw->rows, K = dw->cols, Mp = (M + 127) / 128 * 128;
+    unsigned char *raw = malloc((size_t)(Mp * K + Mp * 4));
+    be->download(be, raw, dw->data, (size_t)(Mp * K + Mp * 4));
+    const float *scale = (const float *)(raw + Mp * K);
+    float *w = malloc(sizeof(float) * M * K);
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t k = 0; k < K; k++) w[r * K + k] = scale[r] * t8_decode(raw[t8_index(r, k, K)]);
+    free(raw);
+    return w;
+}
+
+TEST(cuda_matmul_fp8) {
+    NEED_CUDA(be);
+    bs_backend *ref = bs_backend_cpu(1);
+    bs_err err = {0};
+    CHECK(be->weight_lossy, "the CUDA backend has no weight_lossy");
+    int shapes[][2] = { { 4096, 4096 }, { 1024, 4096 }, { 130, 256 }, { 2, 128 }, { 4096, 12288 } };
+    for (int si = 0; si < 5; si++) {
+        int M = shapes[si][0], K = shapes[si][1];
+        bs_mat hw = { rand_mat(BS_BF16, (size_t)M * K), BS_BF16, M, K }, dw;
+        CHECK(be->weight_lossy(be, &dw, &hw, &err) == 0, "%s", err.msg);
+        CHECK(dw.layout != 0, "%dx%d: not stored in 8 bits", M, K);
+        float *wq = dequant_t8(be, &dw);
+        double worst = 0;
+        for (int64_t r = 0; r < M; r++) {
+            double mx = 0, mq = 0;
+            for (int64_t k = 0; k < K; k++) { double v = fabs(bs_bf16_to_f32(((uint16_t *)hw.data)[r * K + k])); if (v > mx) mx = v; }
+            double sc = mx / 1.875;
+            for (int64_t k = 0; k < K; k++) {
+                double w = bs_bf16_to_f32(((uint16_t *)hw.data)[r * K + k]), e = fabs(wq[r * K + k] - w);
+                double bound = sc * (fabs(w) / sc / 16 + 0x1p-15) * (1 + 1e-6) + 1e-30;
+                if (e / bound > worst) worst = e / bound;
+                if (fabs(wq[r * K + k]) > mq) mq = fabs(wq[r * K + k]);
+            }
+            CHECK(fabs(mq - mx) <= 1e-6 * mx, "%dx%d row %lld: largest |w| %g stored as %g", M, K, (long long)r, mx, mq);
+        }
+        CHECK(worst <= 1, "%dx%d: a weight is %.3g half-steps from its code", M, K, worst);
+        bs_mat fw = { wq, BS_F32, M, K };
+        int ns[] = { 1, 5, 16, 40, 70 };
+        float *alone = NULL, *xa = rand_vec((size_t)70 * K, 2), *ya = rand_vec((size_t)70 * M, 1);
+        for (int ni = 0; ni < 5; ni++) {
+            int n = ns[ni];
+            if ((size_t)M * K * n > 60000000 && n > 17) continue;   // keep the scalar reference quick
+            float *x = xa, *xr = malloc(sizeof(float) * n * K), *y0 = ya;   // every call starts with the same rows
+            for (size_t i = 0; i < (size_t)n * K; i++) xr[i] = bs_bf16_to_f32(bs_f32_to_bf16(x[i]));
+            float *yr = malloc(sizeof(float) * n * M);
+            memcpy(yr, y0, sizeof(float) * n * M);
+            ref->matmul(ref, yr, xr, n, &fw, 1);
+            float *dx = up(be, x, (size_t)n * K), *dy = up(be, y0, (size_t)n * M);
+            be->matmul(be, dy, dx, n, &dw, 1);
+            float *g = down(be, dy, (size_t)n * M);
+            double e = rel_err(g, yr, (size_t)n * M);
+            CHECK(e < 2e-5, "8-bit matmul %dx%d n=%d vs CPU on the dequantized weights: rel err %g", M, K, n, e);
+            // the first row alone (from y0's first row) vs the first row of every call
+            if (!alone) {
+                float *d1 = up(be, y0, M), *x1 = up(be, x, K);
+                be->matmul(be, d1, x1, 1, &dw, 1);
+                alone = down(be, d1, M);
+                be->free(be, d1); be->free(be, x1);
+            }
+            CHECK(!memcmp(alone, g, sizeof(float) * M), "8-bit matmul %dx%d: row 0 of a %d-row call differs from the row alone", M, K, n);
+            free(xr); free(yr); free(g); be->free(be, dx); be->free(be, dy);
+        }
+        free(xa); free(ya);
+        if (K == 12288) {   // the fused SwiGLU down projection (up to 8 rows) == swiglu + matmul
+            int n = 5;
+            float *gt = rand_vec((size_t)n * K, 3), *u = rand_vec((size_t)n * K, 1);
+            float *dg = up(be, gt, (size_t)n * K), *du = up(be, u, (size_t)n * K), *dh = up(be, NULL, (size_t)n * K);
+            float *dy = up(be, NULL, (size_t)n * M), *dy2 = up(be, NULL, (size_t)n * M);
+            CHECK(be->swiglu_matmul && be->swiglu_matmul(be, dy, dg, du, n, &dw, 0) == 0, "no fused swiglu_matmul on an 8-bit weight");
+            be->swiglu(be, dh, dg, du, (size_t)n * K); be->matmul(be, dy2, dh, n, &dw, 0);
+            float *a = down(be, dy, (size_t)n * M), *b = down(be, dy2, (size_t)n * M);
+            CHECK(!memcmp(a, b, sizeof(float) * n * M), "8-bit swiglu_matmul differs from swiglu + matmul");
+            free(gt); free(u); free(a); free(b);
+            be->free(be, dg); be->free(be, du); be->free(be, dh); be->free(be, dy); be->free(be, dy2);
+        }
+        free(alone); free(wq); free((void *)hw.data);
+    }
+    // q/k/v-shaped multi launch of 8-bit weights vs one matmul each
+    {
+        int Ms[3] = { 4096, 1024, 1024 }, K = 4096, n = 16;
+        bs_mat hw[3], dw[3];
+        const bs_mat *pw[3];
+        float *dys[3], *dsep[3];
+        float *x = rand_vec((size_t)n * K, 2), *dx = up(be, x, (size_t)n * K);
+        for (int i = 0; i < 3; i++) {
+            hw[i] = (bs_mat){ rand_mat(BS_BF16, (size_t)Ms[i] * K), BS_BF16, Ms[i], K };
+            CHECK(be->weight_lossy(be, &dw[i], &hw[i], &err) == 0, "%s", err.msg);
+            pw[i] = &dw[i];
+            dys[i] = up(be, NULL, (size_t)n * Ms[i]); dsep[i] = up(be, NULL, (size_t)n * Ms[i]);
+            be->matmul(be, dsep[i], dx, n, &dw[i], 0);
+        }
+        be->matmul_multi(be, 3, dys, dx, n, pw, 0);
+        for (int i = 0; i < 3; i++) {
+            float *a = down(be, dys[i], (size_t)n * Ms[i]), *b = down(be, dsep[i], (size_t)n * Ms[i]);
+            CHECK(rel_err(a, b, (size_t)n * Ms[i]) < 2e-5, "8-bit matmul_multi job %d: rel err %g", i, rel_err(a, b, (size_t)n * Ms[i]));
+            free(a); free(b); free((void *)hw[i].data); be->free(be, dys[i]); be->free(be, dsep[i]);
+        }
+        free(x); be->free(be, dx);
     }
     ref->destroy(ref);
 }

@@ -109,6 +109,64 @@ TEST(drafter_fixture_cuda) {
     check_drafter(failed_, "cuda", "dspark");
 }
 
+// A recorded block pass (CUDA graphs) replayed at later context lengths gives the plain pass's block
+// hidden rows, logits (and DSpark's Markov step logits and confidences) bit for bit.
+static void check_drafter_graphs(int *failed_, const char *which) {
+    char tdir[1024], ddir[1024];
+    bs_err err = {0};
+    snprintf(tdir, sizeof tdir, "%s/target", bs_fixtures_dir());
+    snprintf(ddir, sizeof ddir, "%s/%s", bs_fixtures_dir(), which);
+    bs_engine *e; bs_drafter *d;
+    CHECK(bs_engine_open(&e, tdir, "cuda", &err) == 0, "%s", err.msg);
+    CHECK(bs_dflash_open(&d, ddir, &e->target, 256, &err) == 0, "%s", err.msg);
+    const bs_drafter_config *c = bs_dflash_config(d);
+    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, B = c->block_size, m = d->n_taps, P = 24, n = d->max_drafts;
+    int32_t prompt[24];
+    for (int i = 0; i < P; i++) prompt[i] = (i * 37 + 11) % V;
+    bs_kv_cache kv;
+    CHECK(bs_kv_init(&kv, &e->cfg, 256, e->be, &err) == 0, "%s", err.msg);
+    float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * m * H, &err);
+    bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
+    CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0, "%s", err.msg);
+    CHECK(d->add_context(d, feat, 8, &err) == 0, "%s", err.msg);
+    size_t nf = (size_t)B * H + 2 * (size_t)n * V + n;
+    float *ref = malloc(sizeof(float) * nf), *got = malloc(sizeof(float) * nf);
+    int saved = bs_qwen3_use_graphs;
+    for (int step = 0; step < 6 && !*failed_; step++) {
+        int32_t anchor = prompt[8 + step], bids[BS_MAX_DRAFT + 1];
+        bs_draft r0, r1;
+        float *bufs[2] = { ref, got };
+        for (int run = 0; run < 4 && !*failed_; run++) {   // plain, then 3 with graphs: plain, record + replay, replay
+            float *o = bufs[run > 0];
+            bs_dflash_inspect ins = { .block_ids = bids, .block_hidden = o, .logits = o + (size_t)B * H,
+                                      .step_logits = o + (size_t)B * H + (size_t)n * V, .conf_logits = o + (size_t)B * H + 2 * (size_t)n * V };
+            memset(o, 0, sizeof(float) * nf);
+            bs_qwen3_use_graphs = run > 0;
+            CHECK(bs_dflash_forward_block(d, anchor, BS_MAX_DRAFT, NULL, NULL, run ? &r1 : &r0, &ins, &err) == 0, "%s", err.msg);
+            if (run == 0) continue;
+            CHECK(r1.n == r0.n && memcmp(r1.tokens, r0.tokens, sizeof(int32_t) * r0.n) == 0, "%s step %d run %d: tokens differ", which, step, run);
+            CHECK(memcmp(ref, got, sizeof(float) * nf) == 0, "%s step %d run %d: block hidden / logits differ from the plain pass", which, step, run);
+        }
+        CHECK(d->add_context(d, feat + (size_t)(8 + step) * m * H, 1, &err) == 0, "%s", err.msg);
+    }
+    bs_qwen3_use_graphs = saved;
+    free(ref); free(got);
+    e->be->free(e->be, logits); e->be->free(e->be, feat);
+    bs_kv_free(&kv);
+    d->free(d);
+    bs_engine_close(e);
+}
+
+TEST(drafter_graphs_cuda) {
+    bs_err err = {0};
+    bs_backend *be = bs_backend_cuda(0, &err);
+    if (!be) { char why[600]; snprintf(why, sizeof why, "no CUDA backend: %s", err.msg); SKIP(why); }
+    be->destroy(be);
+    check_drafter_graphs(failed_, "dflash");
+    if (*failed_) return;
+    check_drafter_graphs(failed_, "dspark");
+}
+
 TEST(drafter_fixture_dflash_cpu_reference) { check_drafter(failed_, "cpu-ref", "dflash"); }
 TEST(drafter_fixture_dflash_cpu) { check_drafter(failed_, "cpu", "dflash"); }
 TEST(drafter_fixture_dspark_cpu_reference) { check_drafter(failed_, "cpu-ref", "dspark"); }

@@ -7,6 +7,9 @@
 #include "harness.h"
 #include "test_util_models.h"
 #include "spec/spec_loop.h"
+#include "model/dflash.h"
+#include <math.h>
+#include <stdio.h>
 
 static void greedy_random_prompts(int *failed_, const char *dev, const char *target, const char *drafter, int trials) {
     bs_engine *e; bs_err err = {0};
@@ -173,4 +176,66 @@ TEST(spec_confidence_threshold_lossless) {
     CHECK(drafted[2] < drafted[0], "a threshold of 1 must cut drafts (verified %ld vs %ld)", drafted[2], drafted[0]);
     CHECK(drafted[1] <= drafted[0] && drafted[2] <= drafted[1]);
     bs_engine_close(e);
+}
+
+// 8-bit drafter weights (bs_dflash_lossy_weights, CUDA): the drafter's logits move (it really runs on
+// the 8-bit copies) but stay close to the bf16 drafter's, and greedy speculative output still equals
+// plain greedy output. A 128-wide target, so every drafter matrix can be stored in 8 bits.
+static void fp8_drafter_logits(int *failed_, bs_engine *e, const char *drafter) {
+    bs_err err = {0};
+    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, P = 9;
+    int32_t prompt[9] = { 3, 14, 15, 9, 26, 5, 35, 8, 9 };
+    float *lg[2] = { NULL, NULL };
+    int n = 0;
+    for (int lossy = 0; lossy < 2; lossy++) {
+        bs_dflash_lossy_weights = lossy;
+        bs_drafter *d;
+        CHECK(bs_drafter_open(&d, drafter, e, 64, &err) == 0, "%s", err.msg);
+        bs_kv_cache kv;
+        CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+        float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * d->n_taps * H, &err);
+        bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
+        CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0 && d->add_context(d, feat, P, &err) == 0, "%s", err.msg);
+        n = d->max_drafts;
+        lg[lossy] = calloc((size_t)n * V, sizeof(float));
+        bs_dflash_inspect ins = { .logits = lg[lossy] };
+        bs_draft dr;
+        CHECK(bs_dflash_forward_block(d, 7, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
+        e->be->free(e->be, logits); e->be->free(e->be, feat);
+        bs_kv_free(&kv);
+        d->free(d);
+    }
+    bs_dflash_lossy_weights = -1;
+    double mx = 1e-30, dif = 0;
+    for (size_t i = 0; i < (size_t)n * V; i++) { if (fabs(lg[0][i]) > mx) mx = fabs(lg[0][i]); if (fabs(lg[1][i] - lg[0][i]) > dif) dif = fabs(lg[1][i] - lg[0][i]); }
+    printf("  %s: 8-bit vs bf16 drafter logits: max |diff| %.3g (max |logit| %.3g)\n", drafter, dif, mx);
+    CHECK(dif > 0, "%s: the 8-bit drafter gives the bf16 drafter's logits bit for bit (its weights were not quantized)", drafter);
+    CHECK(dif < 0.1 * mx, "%s: the 8-bit drafter's logits are far from the bf16 drafter's (%g of %g)", drafter, dif, mx);
+    free(lg[0]); free(lg[1]);
+}
+
+TEST(spec_drafters_fp8_lossless_cuda) {
+    bs_err err = {0};
+    bs_backend *be = bs_backend_cuda(0, &err);
+    if (!be) { char why[600]; snprintf(why, sizeof why, "no CUDA backend: %s", err.msg); SKIP(why); }
+    be->destroy(be);
+    int V = 64, H = 128, L = 2;
+    const char *t = tu_make_target(V, H, L, 2, 1, 64, 256, 0, 1, 17);
+    CHECK(t);
+    char target[256], dz[300], dd[300];
+    snprintf(target, sizeof target, "%s", t);
+    snprintf(dz, sizeof dz, "%s/zlab", target);
+    snprintf(dd, sizeof dd, "%s/dspark", target);
+    CHECK(make_drafter(target, dz, "zlab", V, H, L, 2, 1, 64, 256) == 0, "make-random zlab drafter failed");
+    CHECK(make_drafter(target, dd, "dspark", V, H, L, 2, 1, 64, 256) == 0, "make-random dspark drafter failed");
+    bs_engine *e;
+    CHECK(bs_engine_open(&e, target, "cuda", &err) == 0, "%s", err.msg);
+    fp8_drafter_logits(failed_, e, dz);
+    fp8_drafter_logits(failed_, e, dd);
+    bs_engine_close(e);
+    if (*failed_) return;
+    bs_dflash_lossy_weights = 1;
+    greedy_random_prompts(failed_, "cuda", target, dz, 12);
+    if (!*failed_) greedy_random_prompts(failed_, "cuda", target, dd, 12);
+    bs_dflash_lossy_weights = -1;
 }

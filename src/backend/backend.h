@@ -50,6 +50,10 @@ struct bs_backend {
     void  (*sync)(bs_backend *be);
     // Makes a host weight usable by this backend (CPU: the same view, no copy; CUDA: upload once).
     int   (*weight)(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err);
+    // Optional: like weight, but the backend may store the matrix lossily (CUDA: 8-bit tiles with row
+    // scales, tiled_layout.h) for matmul / matmul_multi / swiglu_matmul only, where exact weights do not
+    // matter to the output (a drafter's: verification decides). 0 = done, 1 = declined (use weight), -1 = error.
+    int   (*weight_lossy)(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err);
 
     // y[n][W.rows] = x[n][W.cols] . W^T   (accumulate != 0: y += instead of =)
     void (*matmul)(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int accumulate);

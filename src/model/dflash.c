@@ -27,6 +27,7 @@ typedef struct dflash {
     // backend workspace
     float *ctx;                      // [CTX_CHUNK][H]
     float *x, *xn, *q, *att, *gate, *up, *h;   // block rows
+    float *kx, *vx;                  // [B][kd]: the block's K/V rows before they are stored at n_ctx
     float *logits;                   // [B][V]
     float *he;                       // [B][H + r]: [h_k ; W1[x_{k-1}]] rows (Markov / confidence input)
     float *vec_r, *vec_z, *vec_3r;   // [r], [2r + H], [3r] (gated / rnn steps)
@@ -36,6 +37,10 @@ typedef struct dflash {
     float *q_host;                   // [gamma][V]
     float *scratch;                  // [2V]
     float *hv, *state;               // [3r], [r]
+    int lossy;                       // large matrices in 8 bits (bs_dflash_lossy_weights)
+    // recorded block passes (backends with record/replay), one per LM-head row count
+    struct { int n, seen; void *rec; } recs[4];
+    int n_recs;
 } dflash;
 
 static const bs_drafter_config *cfg_of(const bs_drafter *d) { return &((const dflash *)d->impl)->cfg; }
@@ -57,10 +62,26 @@ static int get_mat(dflash *m, const char *name, int64_t rows, int64_t cols, bs_m
     return 0;
 }
 
+int bs_dflash_lossy_weights = -1;
+
+// A large matrix: 8-bit where asked for and the backend offers it, else as stored.
+static int upload_mat(dflash *m, const bs_mat *host, bs_mat *dst, bs_err *err) {
+    if (m->lossy && m->be->weight_lossy) {
+        int rc = m->be->weight_lossy(m->be, dst, host, err);
+        if (rc <= 0) return rc;   // 1: declined
+    }
+    return m->be->weight(m->be, dst, host, err);
+}
+
 static int load_w(dflash *m, const char *name, int64_t rows, int64_t cols, bs_mat *dst, bs_err *err) {
     bs_mat host;
     if (get_mat(m, name, rows, cols, &host, err)) return -1;
     return m->be->weight(m->be, dst, &host, err);
+}
+static int load_mat(dflash *m, const char *name, int64_t rows, int64_t cols, bs_mat *dst, bs_err *err) {
+    bs_mat host;
+    if (get_mat(m, name, rows, cols, &host, err)) return -1;
+    return upload_mat(m, &host, dst, err);
 }
 
 // A small vector (bias) widened to fp32 on the host.
@@ -88,29 +109,21 @@ static int load_layer(dflash *m, int i, bs_err *err) {
     for (size_t k = 0; k < sizeof w / sizeof *w; k++) {
         char name[256];
         snprintf(name, sizeof name, "layers.%d.%s", i, w[k].name);
-        if (load_w(m, name, w[k].rows, w[k].cols, w[k].w, err)) return -1;
+        if ((w[k].rows ? load_mat : load_w)(m, name, w[k].rows, w[k].cols, w[k].w, err)) return -1;
     }
     return 0;
 }
 
-// Compares a few rows of two [V][H] tables through the backend (works wherever the weights live).
-static double sample_rows_diff(dflash *m, const bs_mat *a, const bs_mat *b, bs_err *err) {
+// Largest |difference| over a few rows of two [V][H] host tables (checkpoint views).
+static double sample_rows_diff(dflash *m, const bs_mat *a, const bs_mat *b) {
     int32_t ids[5] = { 0, m->V / 3, (2 * m->V) / 3, m->V - 1, m->cfg.mask_token_id };
-    size_t n = (size_t)5 * m->H;
-    float *da = m->be->alloc(m->be, n * 4, err), *db = m->be->alloc(m->be, n * 4, err);
-    float *ha = malloc(n * 4), *hb = malloc(n * 4);
-    double diff = -1;
-    if (da && db && ha && hb) {
-        m->be->embed(m->be, da, a, ids, 5);
-        m->be->embed(m->be, db, b, ids, 5);
-        m->be->download(m->be, ha, da, n * 4);
-        m->be->download(m->be, hb, db, n * 4);
-        diff = 0;
-        for (size_t i = 0; i < n; i++) { double d = fabs((double)ha[i] - hb[i]); if (!(d <= diff)) diff = d; }
-    }
-    if (da) m->be->free(m->be, da);
-    if (db) m->be->free(m->be, db);
-    free(ha); free(hb);
+    double diff = 0;
+    for (int i = 0; i < 5; i++)
+        for (int64_t k = 0; k < m->H; k++) {
+            size_t at = (size_t)ids[i] * m->H + k;
+            double d = fabs((double)bs_load_elem(a->data, a->dtype, at) - bs_load_elem(b->data, b->dtype, at));
+            if (!(d <= diff)) diff = d;
+        }
     return diff;
 }
 
@@ -144,6 +157,8 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     m->dir = strdup(dir);
     m->target = target; m->be = target->be;
     m->iface.impl = m;
+    if (bs_dflash_lossy_weights < 0) { const char *e = getenv("BS_DRAFTER_FP8"); bs_dflash_lossy_weights = e && strcmp(e, "0") != 0; }
+    m->lossy = bs_dflash_lossy_weights;
     bs_drafter_config *c = &m->cfg;
     if (bs_drafter_config_load(c, dir, err)) goto fail;
     if (check_target(m, err)) goto fail;
@@ -158,7 +173,7 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     for (int i = 0; i < c->n_taps; i++) m->taps[i] = c->target_layer_ids[i] + 1;
 
     // weights
-    if (load_w(m, "fc.weight", m->H, (int64_t)c->n_taps * m->H, &m->fc, err) ||
+    if (load_mat(m, "fc.weight", m->H, (int64_t)c->n_taps * m->H, &m->fc, err) ||
         load_w(m, "hidden_norm.weight", 0, m->H, &m->hidden_norm, err) ||
         load_w(m, "norm.weight", 0, m->H, &m->norm, err)) goto fail;
     // A bf16 drafter runs as a transformers module cast to bf16, whose RoPE inv_freq buffer is bf16 too
@@ -169,22 +184,26 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     if (c->arch == BS_DRAFTER_ZLAB) {
         m->embed = target->embed;       // z-lab: the target's embedding and LM head
         m->lm_head = target->lm_head;
+        if (m->lossy && m->be->weight_lossy && upload_mat(m, &target->lm_head_host, &m->lm_head, err)) goto fail;   // its own 8-bit copy
     } else {
         // DeepSpec bundles frozen copies; use them for exact parity, but say so if they differ from the target's.
-        if (load_w(m, "embed_tokens.weight", m->V, m->H, &m->embed, err)) goto fail;
+        bs_mat emb_host, head_host;
+        if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err) || m->be->weight(m->be, &m->embed, &emb_host, err)) goto fail;
         int has_head = bs_checkpoint_find(m->ck, "lm_head.weight") || bs_checkpoint_find(m->ck, "model.lm_head.weight");
-        if (!has_head && b->tie_embeddings) m->lm_head = m->embed;
-        else if (load_w(m, "lm_head.weight", m->V, m->H, &m->lm_head, err)) goto fail;
-        double de = sample_rows_diff(m, &m->embed, &target->embed, err);
-        double dh = sample_rows_diff(m, &m->lm_head, &target->lm_head, err);
-        if (de < 0 || dh < 0) goto fail;
+        if (!has_head && b->tie_embeddings) {
+            head_host = emb_host;
+            if (m->lossy && m->be->weight_lossy) { if (upload_mat(m, &head_host, &m->lm_head, err)) goto fail; }
+            else m->lm_head = m->embed;
+        } else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err) || upload_mat(m, &head_host, &m->lm_head, err)) goto fail;
+        double de = sample_rows_diff(m, &emb_host, &target->embed_host);
+        double dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
         if (de > 0 || dh > 0)
             fprintf(stderr, "blockspec: warning: drafter %s: its bundled %s differ%s from the target's (max |diff| %.3g on sampled rows); "
                     "using the drafter's copies\n", dir, de > 0 && dh > 0 ? "embed_tokens and lm_head" : de > 0 ? "embed_tokens" : "lm_head",
                     de > 0 && dh > 0 ? "" : "s", de > dh ? de : dh);
         if (m->r > 0) {
             if (load_w(m, "markov_head.markov_w1.weight", m->V, m->r, &m->w1, err) ||
-                load_w(m, "markov_head.markov_w2.weight", m->V, m->r, &m->w2, err)) goto fail;
+                load_mat(m, "markov_head.markov_w2.weight", m->V, m->r, &m->w2, err)) goto fail;
             if (c->markov_type == BS_MARKOV_GATED) {
                 if (load_w(m, "markov_head.gate_proj.weight", m->r, (int64_t)m->H + m->r, &m->gate_w, err) ||
                     !(m->gate_b = load_host_vec(m, "markov_head.gate_proj.bias", m->r, err))) goto fail;
@@ -215,6 +234,7 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     ALLOC_BE(m->ctx, (size_t)CTX_CHUNK * H * 4);
     ALLOC_BE(m->x, B * H * 4); ALLOC_BE(m->xn, B * H * 4); ALLOC_BE(m->h, B * H * 4);
     ALLOC_BE(m->q, B * m->qd * 4); ALLOC_BE(m->att, B * m->qd * 4);
+    ALLOC_BE(m->kx, B * m->kd * 4); ALLOC_BE(m->vx, B * m->kd * 4);
     ALLOC_BE(m->gate, B * m->I * 4); ALLOC_BE(m->up, B * m->I * 4);
     ALLOC_BE(m->logits, B * V * 4);
     ALLOC_BE(m->he, B * (H + r) * 4);
@@ -247,10 +267,11 @@ static void dflash_free(bs_drafter *d) {
     if (!d) return;
     dflash *m = d->impl;
     bs_backend *be = m->be;
+    for (int i = 0; i < m->n_recs; i++) if (m->recs[i].rec) be->record_free(be, m->recs[i].rec);
     if (m->kc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->kc[l]) be->free(be, m->kc[l]);
     if (m->vc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->vc[l]) be->free(be, m->vc[l]);
     free(m->kc); free(m->vc);
-    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->conf_out, m->vec_r, m->vec_z, m->vec_3r };
+    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->conf_out, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     free(m->logits_host); free(m->q_host); free(m->scratch); free(m->hv); free(m->state);
     free(m->gate_b); free(m->joint_b);
@@ -299,25 +320,25 @@ static int dflash_rollback(bs_drafter *d, int n_ctx, bs_err *err) {
 
 // ---- one drafting round -------------------------------------------------------------------------------------
 
-// Backbone on the block: h[B][H] after the final norm.
-static void backbone(dflash *m, int32_t anchor, int32_t *ids) {
+// Backbone on the block ids[B]: h[B][H] after the final norm. Every op that depends on where the block
+// sits (RoPE, the K/V rows stored at n_ctx, the attention's key count) takes n_ctx as a position
+// argument, so a recording of this pass replays at any context length.
+static void backbone(dflash *m, const int32_t *ids) {
     const bs_qwen3_config *c = &m->cfg.base;
     bs_backend *be = m->be;
     int B = m->B, H = m->H, n_ctx = m->iface.n_ctx;
-    ids[0] = anchor;
-    for (int i = 1; i < B; i++) ids[i] = m->cfg.mask_token_id;
     be->embed(be, m->x, &m->embed, ids, B);
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
-        float *kb = m->kc[l] + (size_t)n_ctx * m->kd, *vb = m->vc[l] + (size_t)n_ctx * m->kd;   // transient rows
         be->rmsnorm(be, m->xn, m->x, B, H, &L->attn_norm, c->rms_eps);
         {
-            float *ys[3] = { m->q, kb, vb };
+            float *ys[3] = { m->q, m->kx, m->vx };
             const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
             bs_matmul_multi(be, 3, ys, m->xn, B, ws, 0);
         }
-        be->head_norm_rope(be, m->q, B, c->n_heads, c->head_dim, &L->q_norm, c->rms_eps, n_ctx, m->rope_theta);
-        be->head_norm_rope(be, kb, B, c->n_kv_heads, c->head_dim, &L->k_norm, c->rms_eps, n_ctx, m->rope_theta);
+        // The block's K/V rows go to the cache rows after the context (transient: the next pass overwrites them).
+        bs_qk_norm_rope_store(be, m->q, m->kx, m->vx, B, c->n_heads, c->n_kv_heads, c->head_dim, &L->q_norm, &L->k_norm,
+                              c->rms_eps, n_ctx, m->rope_theta, m->kc[l], m->vc[l]);
         // Non-causal over [context ; block]; a sliding layer sees the last W context rows plus the whole block.
         int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
         be->attention(be, m->att, m->q, m->kc[l], m->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);
@@ -331,6 +352,36 @@ static void backbone(dflash *m, int32_t anchor, int32_t *ids) {
         bs_swiglu_matmul(be, m->x, m->gate, m->up, B, &L->w_down, 1);
     }
     be->rmsnorm(be, m->h, m->x, B, H, &m->norm, c->rms_eps);
+}
+
+// Backbone + the LM head over the n prediction rows (z-lab: rows 1..n; DeepSpec: rows 0..n-1).
+static void block_pass(dflash *m, const int32_t *ids, int n) {
+    backbone(m, ids);
+    if (n > 0) m->be->matmul(m->be, m->logits, m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h, n, &m->lm_head, 0);
+}
+
+// block_pass, recorded the second time a row count is seen and replayed from then on (as the target's
+// forward does, qwen3.c); plain on backends without recording, with BS_GRAPHS=0, or if recording fails.
+static void block_pass_recorded(dflash *m, const int32_t *ids, int n) {
+    bs_backend *be = m->be;
+    if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
+    int i = 0;
+    while (i < m->n_recs && m->recs[i].n != n) i++;
+    if (!bs_qwen3_use_graphs || !be->record_begin || (i == m->n_recs && m->n_recs == 4)) { block_pass(m, ids, n); return; }
+    if (i == m->n_recs) { m->recs[i].n = n; m->recs[i].seen = 0; m->recs[i].rec = NULL; m->n_recs++; }
+    int pos0 = m->iface.n_ctx;
+    if (!m->recs[i].rec) {
+        if (m->recs[i].seen++ < 1 || be->record_begin(be, pos0)) { block_pass(m, ids, n); return; }
+        block_pass(m, ids, n);
+        bs_err err = {0};
+        if (!(m->recs[i].rec = be->record_end(be, &err))) {
+            fprintf(stderr, "blockspec: drafter: recording the block pass failed (%s); running it plainly\n", err.msg);
+            m->recs[i].seen = -1000000;   // do not try again
+            block_pass(m, ids, n);
+            return;
+        }
+    }
+    be->replay(be, m->recs[i].rec, pos0, ids, m->B);
 }
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -401,19 +452,19 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
     if (n <= 0 && !ins) return 0;
     if (n < 0) n = 0;
     int32_t ids[BS_MAX_DRAFT + 1];
-    backbone(m, anchor, ids);
+    ids[0] = anchor;
+    for (int i = 1; i < B; i++) ids[i] = c->mask_token_id;
+    block_pass_recorded(m, ids, n);
     if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
     if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
     if (n == 0) return 0;
     if (c->arch == BS_DRAFTER_ZLAB) {
         // Rows 1..n predict their own positions; rows are independent: q_k = processed(row k).
-        be->matmul(be, m->logits, m->h + H, n, &m->lm_head, 0);
         if (ins && ins->logits) be->download(be, ins->logits, m->logits, sizeof(float) * n * V);
         if (bs_sampling_greedy(s)) be->argmax(be, out->tokens, m->logits, n, V);
         else for (int k = 0; k < n; k++) out->tokens[k] = pick(m, m->logits + (size_t)k * V, k, s, rng);
     } else {
         // Rows 0..n-1 predict the next position; Markov walk from the anchor.
-        be->matmul(be, m->logits, m->h, n, &m->lm_head, 0);
         if (ins && ins->logits) be->download(be, ins->logits, m->logits, sizeof(float) * n * V);
         if (r > 0) {
             be->copy_rows(be, m->he, H + r, m->h, H, n, H);

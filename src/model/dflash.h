@@ -20,6 +20,11 @@
 // and is not modified). Checks hidden size, vocabulary, tap ids against the target and every tensor's shape.
 // max_ctx: committed context rows the drafter can hold (<= 0: the target's max_position_embeddings).
 int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, bs_err *err);
+// Drafters opened from now on keep their large matrices (layers, fc, LM head, Markov W2) in 8 bits where
+// the backend can (weight_lossy: CUDA), halving the bytes a drafter pass reads. Output stays exactly the
+// target's (verification decides); only how often drafts are accepted can change. -1 = from
+// $BS_DRAFTER_FP8 (default off), 0 = off, 1 = on.
+extern int bs_dflash_lossy_weights;
 
 // The parsed config of a drafter opened with bs_dflash_open.
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d);

@@ -34,12 +34,15 @@ int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *
     bs_mat host;
     if (bs_checkpoint_mat(ck, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, &host, err) ||
         be->weight(be, &m->embed, &host, err)) goto fail;
+    m->embed_host = m->lm_head_host = host;
     if (bs_checkpoint_mat(ck, "model.norm.weight", 0, c->hidden_size, &host, err) || be->weight(be, &m->norm, &host, err)) goto fail;
     if (c->tie_embeddings) {
         m->lm_head = m->embed;
     } else if (!bs_checkpoint_find(ck, "lm_head.weight")) {
         bs_fail(err, "%s: missing tensor 'lm_head.weight' (config.json says tie_word_embeddings is false)", ck->path); goto fail;
-    } else if (bs_checkpoint_mat(ck, "lm_head.weight", c->vocab_size, c->hidden_size, &host, err) || be->weight(be, &m->lm_head, &host, err)) goto fail;
+    } else if (bs_checkpoint_mat(ck, "lm_head.weight", c->vocab_size, c->hidden_size, &host, err) || be->weight(be, &m->lm_head, &host, err)) {
+        goto fail;
+    } else m->lm_head_host = host;
     m->layers = calloc(c->n_layers, sizeof *m->layers);
     if (!m->layers) { bs_fail(err, "out of memory"); goto fail; }
     for (int i = 0; i < c->n_layers; i++) if (load_layer(&m->layers[i], i, c, ck, be, err)) goto fail;

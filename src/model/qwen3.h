@@ -19,6 +19,8 @@ typedef struct bs_qwen3 {
     bs_mat embed;                // [V, H]
     bs_mat norm;                 // [H]
     bs_mat lm_head;              // [V, H] (the embedding when tied)
+    bs_mat embed_host, lm_head_host;   // their views in the checkpoint (valid while it is open): drafters compare
+                                       // their bundled copies with them and may upload an 8-bit LM head
     bs_qwen3_layer *layers;      // [n_layers]
     int max_rows;                // rows per internal chunk (longer inputs are processed in chunks)
     // workspace, backend memory, max_rows rows each

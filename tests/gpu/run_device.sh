@@ -19,9 +19,9 @@ make cuda -j16 "${X[@]}" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log";
 echo "built in $(( $(date +%s) - t0 )) s"
 echo "== tests"; export BS_FIXTURES="$FIX" BS_BIN=build-cuda/blockspec
 # one process per GPU test, each under a time limit, so a hang is attributed and cannot eat the lease
-for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_swiglu_matmul cuda_op_rmsnorm_rope_elementwise cuda_op_attention cuda_record_replay \
+for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_swiglu_matmul cuda_matmul_fp8 cuda_op_rmsnorm_rope_elementwise cuda_op_attention cuda_record_replay \
          cuda_forward_random_model_vs_cpu cuda_target_fixture cuda_greedy_spec_equals_plain spec_greedy_lossless_cuda \
-         drafter_fixture_cuda spec_drafters_greedy_lossless_cuda; do
+         drafter_fixture_cuda drafter_graphs_cuda spec_drafters_greedy_lossless_cuda spec_drafters_fp8_lossless_cuda; do
   timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; rc=$?
   [ $rc = 124 ] && echo "TIMEOUT $t" >> "$OUT/tests.log"
 done
@@ -48,7 +48,7 @@ echo "make-random in $(( $(date +%s) - t0 )) s"
 first=1
 for v in ${VARIANTS:-BS_CUDA_MM=split}; do
   echo "-- $v"
-  D=""; [ $first = 1 ] && D="--drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7"
+  D=""; [ $first = 1 ] && D="--drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7 --drafter-fp8"
   env $(echo $v | tr , ' ') timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 $D \
       > "$OUT/bench_$(echo $v | tr -c 'A-Za-z0-9\n' _).log" 2>&1
   grep -E "^\|" "$OUT/bench_$(echo $v | tr -c 'A-Za-z0-9\n' _).log"

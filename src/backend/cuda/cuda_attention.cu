@@ -137,17 +137,18 @@ __global__ void attention_combine_kernel(float *out, const float *part, int nrow
 // Attention v2 (default; BS_CUDA_ATT=old selects the kernel above). Same key partition as v1 (32-key
 // chunks, split s = chunks s, s + ATT_SPLITS, ...; online softmax per split in chunk order, combine in
 // split order), so a query's result still depends only on its own key range. Changes:
-// - 8 warps; each warp owns up to AT2_QPW query vectors (query row x head of the GQA group) with their
+// - 8 warps; each warp owns up to QPW query vectors (query row x head of the GQA group) with their
 //   accumulators in registers; all of them share each K/V chunk in shared memory.
 // - K/V chunks arrive with cp.async (every 16-byte load of a chunk in flight at once), double-buffered
 //   so the next chunk streams in while this one is used; Q too.
-// - Query rows are split over gridDim.z (AT2_QV query vectors per block), so a 16-row block of 32 heads
+// - Query rows are split over gridDim.z (8 x QPW query vectors per block), so a 16-row block of 32 heads
 //   runs as (kv heads x 32 splits x row groups) blocks instead of one block walking all of them.
 // - The combine reads the splits' (m, l) with one lane per split and their accumulators as float4s.
 #define AT2_WARPS 8
-#define AT2_QPW 2     // query vectors per warp: 16 per block, so a 16-row GQA-4 block runs as 4 row groups
-                      // (4 per warp, 2 row groups, measured slower on the H200: 16-row forward 7.18 vs 6.68 ms)
-#define AT2_QV (AT2_WARPS * AT2_QPW)
+// Query vectors per warp (QPW): 2 (default; 16 per block, so a 16-row GQA-4 block runs as 4 row groups)
+// or 4 (BS_CUDA_ATT_QPW=4: half the blocks, each K/V row read from shared memory serving 4 vectors).
+// Measured on the H200 (16-row forward): 4 per warp 7.18 vs 6.68 ms before the shared reads, and still
+// 6.15 vs 5.96 ms with them (fewer blocks hide less latency than the saved shared-memory reads buy).
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *g, int src_bytes) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -214,7 +215,7 @@ __device__ void attention2_combine_row(const att2_args &A, int wid, int lane) {
     }
 }
 
-template <int NV4>   // float4 slots per lane of a head vector: ceil(hd / 128)
+template <int NV4, int QPW>   // float4 slots per lane of a head vector: ceil(hd / 128); query vectors per warp
 __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A) {
     pdl_enter();
     const att_args &a = A.a;
@@ -238,8 +239,8 @@ __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A)
     int need = ulo - ATT_CHUNK - s * ATT_CHUNK;
     const int tfirst = need < 0 ? 0 : need / STEP + 1;               // first chunk with keys >= ulo
     const int tend = (uhi - s * ATT_CHUNK + STEP - 1) / STEP;         // chunks below uhi
-    for (int qv0 = 0; qv0 < nqv && !skip; qv0 += AT2_QV) {
-        const int nv = min(AT2_QV, nqv - qv0);
+    for (int qv0 = 0; qv0 < nqv && !skip; qv0 += (AT2_WARPS * QPW)) {
+        const int nv = min((AT2_WARPS * QPW), nqv - qv0);
         __syncthreads();
         for (int idx = threadIdx.x; idx < nv * hd4; idx += blockDim.x) {
             int qv = idx / hd4, d4 = idx - qv * hd4, gq = qv0 + qv, i = r0 + gq / G, h = kh * G + gq % G;
@@ -257,9 +258,9 @@ __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A)
             }
             cp_async_commit();
         };
-        float acc[AT2_QPW][NV4][4], mx[AT2_QPW], ls[AT2_QPW];
+        float acc[QPW][NV4][4], mx[QPW], ls[QPW];
 #pragma unroll
-        for (int u = 0; u < AT2_QPW; u++) {
+        for (int u = 0; u < QPW; u++) {
             mx[u] = -INFINITY; ls[u] = 0.f;
 #pragma unroll
             for (int v = 0; v < NV4; v++) acc[u][v][0] = acc[u][v][1] = acc[u][v][2] = acc[u][v][3] = 0.f;
@@ -271,65 +272,87 @@ __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A)
             __syncthreads();
             const float *Kc = Kb + b * ATT_CHUNK * hdp, *Vc = Vb + b * ATT_CHUNK * hdp;
             const int c0 = s * ATT_CHUNK + t * STEP;
+            // The warp's query vectors go through the chunk together: each K row / V row read from
+            // shared memory serves all of them (shared-memory bandwidth bounds this loop at 16 rows).
+            // Per query vector the arithmetic and its order are exactly those of one vector alone.
+            bool act[QPW];
+            int lo[QPW], hi[QPW];
 #pragma unroll
-            for (int u = 0; u < AT2_QPW; u++) {
+            for (int u = 0; u < QPW; u++) {   // warp-uniform flags
                 const int qv = warp + AT2_WARPS * u;
-                if (qv >= nv) continue;                 // warp-uniform
-                int i = r0 + (qv0 + qv) / G, lo, hi;
-                key_range(a, i, nk, qp0, lo, hi);
-                if (c0 >= hi || c0 + ATT_CHUNK <= lo) continue;
-                const int j = c0 + lane;
-                float sc = -INFINITY;
-                if (j >= lo && j < hi) {
-                    const float *qq = Qs + qv * hd, *kr = Kc + lane * hdp;
-                    float d0 = 0.f, d1 = 0.f;
-                    for (int d = 0; d < hd; d += 8) {
-                        float4 k4 = *(const float4 *)(kr + d), q4 = *(const float4 *)(qq + d);
-                        d0 = fmaf(q4.x, k4.x, d0); d0 = fmaf(q4.y, k4.y, d0); d0 = fmaf(q4.z, k4.z, d0); d0 = fmaf(q4.w, k4.w, d0);
+                act[u] = qv < nv;
+                if (act[u]) {
+                    key_range(a, r0 + (qv0 + qv) / G, nk, qp0, lo[u], hi[u]);
+                    act[u] = !(c0 >= hi[u] || c0 + ATT_CHUNK <= lo[u]);
+                }
+            }
+            const int j = c0 + lane;
+            float d0[QPW], d1[QPW];
+#pragma unroll
+            for (int u = 0; u < QPW; u++) d0[u] = d1[u] = 0.f;
+            {
+                const float *kr = Kc + lane * hdp;
+                for (int d = 0; d < hd; d += 8) {
+                    const float4 k4 = *(const float4 *)(kr + d);
+                    float4 k5 = make_float4(0.f, 0.f, 0.f, 0.f);
+                    if (d + 4 < hd) k5 = *(const float4 *)(kr + d + 4);
+#pragma unroll
+                    for (int u = 0; u < QPW; u++) {
+                        if (!act[u]) continue;
+                        const float *qq = Qs + (warp + AT2_WARPS * u) * hd;
+                        const float4 q4 = *(const float4 *)(qq + d);
+                        d0[u] = fmaf(q4.x, k4.x, d0[u]); d0[u] = fmaf(q4.y, k4.y, d0[u]); d0[u] = fmaf(q4.z, k4.z, d0[u]); d0[u] = fmaf(q4.w, k4.w, d0[u]);
                         if (d + 4 < hd) {
-                            float4 k5 = *(const float4 *)(kr + d + 4), q5 = *(const float4 *)(qq + d + 4);
-                            d1 = fmaf(q5.x, k5.x, d1); d1 = fmaf(q5.y, k5.y, d1); d1 = fmaf(q5.z, k5.z, d1); d1 = fmaf(q5.w, k5.w, d1);
+                            const float4 q5 = *(const float4 *)(qq + d + 4);
+                            d1[u] = fmaf(q5.x, k5.x, d1[u]); d1[u] = fmaf(q5.y, k5.y, d1[u]); d1[u] = fmaf(q5.z, k5.z, d1[u]); d1[u] = fmaf(q5.w, k5.w, d1[u]);
                         }
                     }
-                    sc = (d0 + d1) * a.scale;
                 }
+            }
+            float p[QPW];
+#pragma unroll
+            for (int u = 0; u < QPW; u++) {
+                p[u] = 0.f;
+                if (!act[u]) continue;
+                const float sc = j >= lo[u] && j < hi[u] ? (d0[u] + d1[u]) * a.scale : -INFINITY;
                 float m = sc;
                 for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
                 const float mold = mx[u], mnew = fmaxf(mold, m);
-                const float p = sc == -INFINITY ? 0.f : expf(sc - mnew);
-                float ps = p;
+                p[u] = sc == -INFINITY ? 0.f : expf(sc - mnew);
+                float ps = p[u];
                 for (int off = 16; off; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
                 const float alpha = mold == -INFINITY ? 0.f : expf(mold - mnew);
-                float o[NV4][4];
 #pragma unroll
                 for (int v = 0; v < NV4; v++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) o[v][e] = acc[u][v][e] * alpha;
-#pragma unroll 8
-                for (int jj = 0; jj < ATT_CHUNK; jj++) {
-                    const float pj = __shfl_sync(0xffffffffu, p, jj);
+                    for (int e = 0; e < 4; e++) acc[u][v][e] *= alpha;
+                mx[u] = mnew; ls[u] = ls[u] * alpha + ps;
+            }
+#pragma unroll 4
+            for (int jj = 0; jj < ATT_CHUNK; jj++) {
+                float pj[QPW];
 #pragma unroll
-                    for (int v = 0; v < NV4; v++) {
-                        const int dd = 4 * (lane + 32 * v);
-                        if (dd < hd) {
-                            float4 vv = *(const float4 *)(Vc + jj * hdp + dd);
-                            o[v][0] = fmaf(pj, vv.x, o[v][0]); o[v][1] = fmaf(pj, vv.y, o[v][1]);
-                            o[v][2] = fmaf(pj, vv.z, o[v][2]); o[v][3] = fmaf(pj, vv.w, o[v][3]);
+                for (int u = 0; u < QPW; u++) pj[u] = act[u] ? __shfl_sync(0xffffffffu, p[u], jj) : 0.f;
+#pragma unroll
+                for (int v = 0; v < NV4; v++) {
+                    const int dd = 4 * (lane + 32 * v);
+                    if (dd < hd) {
+                        const float4 vv = *(const float4 *)(Vc + jj * hdp + dd);
+#pragma unroll
+                        for (int u = 0; u < QPW; u++) {
+                            if (!act[u]) continue;
+                            acc[u][v][0] = fmaf(pj[u], vv.x, acc[u][v][0]); acc[u][v][1] = fmaf(pj[u], vv.y, acc[u][v][1]);
+                            acc[u][v][2] = fmaf(pj[u], vv.z, acc[u][v][2]); acc[u][v][3] = fmaf(pj[u], vv.w, acc[u][v][3]);
                         }
                     }
                 }
-#pragma unroll
-                for (int v = 0; v < NV4; v++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) acc[u][v][e] = o[v][e];
-                mx[u] = mnew; ls[u] = ls[u] * alpha + ps;
             }
             __syncthreads();   // buffer b is refilled by the next iteration's prefetch
         }
         cp_async_wait<0>();
         // partials of this split
 #pragma unroll
-        for (int u = 0; u < AT2_QPW; u++) {
+        for (int u = 0; u < QPW; u++) {
             const int qv = warp + AT2_WARPS * u;
             if (qv >= nv) continue;
             const int gq = qv0 + qv, i = r0 + gq / G, h = kh * G + gq % G;
@@ -362,22 +385,28 @@ static int att_variant(void) {
     return v;
 }
 
-template <int NV4>
+static int att_qpw(void) {
+    static int v = 0;
+    if (!v) { const char *e = getenv("BS_CUDA_ATT_QPW"); v = e && atoi(e) == 4 ? 4 : 2; }
+    return v;
+}
+
+template <int NV4, int QPW>
 static void attention2_launch(cuda_impl *c, float *out, const att_args &a0) {
     static size_t smem_set = 48 * 1024;
     const int hd = a0.hd;
-    size_t smem = sizeof(float) * (4 * ATT_CHUNK * (hd + 4) + (size_t)AT2_QV * hd);
-    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention2_kernel<NV4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
+    size_t smem = sizeof(float) * (4 * ATT_CHUNK * (hd + 4) + (size_t)AT2_WARPS * QPW * hd);
+    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention2_kernel<NV4, QPW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
     att2_args A;
     A.a = a0;
     const int G = a0.n_heads / a0.n_kv;
-    A.rows_per_z = G >= AT2_QV ? 1 : AT2_QV / G;
+    A.rows_per_z = G >= AT2_WARPS * QPW ? 1 : AT2_WARPS * QPW / G;
     const size_t R = (size_t)a0.n_q * a0.n_heads;
     A.ml = c->att_ws;
     A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
     dim3 grid(a0.n_kv, ATT_SPLITS, (a0.n_q + A.rows_per_z - 1) / A.rows_per_z);
     A.out = out;
-    launch_k(c, "attention", attention2_kernel<NV4>, grid, dim3(AT2_WARPS * 32), smem, A);
+    launch_k(c, "attention", attention2_kernel<NV4, QPW>, grid, dim3(AT2_WARPS * 32), smem, A);
     launch_k(c, "attention combine", attention2_combine_kernel<NV4>, dim3((unsigned)((R + 3) / 4)), dim3(128), 0, A);
 }
 
@@ -401,8 +430,9 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
         a.n_q = nq; a.n_heads = n_heads; a.n_kv = n_kv; a.hd = hd; a.causal = causal; a.window = window;
         a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
         if (v2) {
-            if (hd <= 128) attention2_launch<1>(c, out + (size_t)r * n_heads * hd, a);
-            else attention2_launch<2>(c, out + (size_t)r * n_heads * hd, a);
+            float *o = out + (size_t)r * n_heads * hd;
+            if (att_qpw() == 2) { if (hd <= 128) attention2_launch<1, 2>(c, o, a); else attention2_launch<2, 2>(c, o, a); }
+            else { if (hd <= 128) attention2_launch<1, 4>(c, o, a); else attention2_launch<2, 4>(c, o, a); }
             continue;
         }
         attention_kernel<<<dim3(n_kv, ATT_SPLITS), 128, smem, c->st>>>(a);

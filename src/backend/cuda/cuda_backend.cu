@@ -79,6 +79,15 @@ int upload_buffers(cuda_impl *c, size_t pin_bytes, size_t stage_bytes, bs_err *e
     return 0;
 }
 
+// Weights live until the backend is destroyed.
+static void keep_weight(cuda_impl *c, void *d) {
+    if (c->n_weights == c->cap_weights) {
+        c->cap_weights = c->cap_weights ? 2 * c->cap_weights : 256;
+        c->weights = (void **)realloc(c->weights, sizeof(void *) * c->cap_weights);
+    }
+    c->weights[c->n_weights++] = d;
+}
+
 static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
     cuda_impl *c = CI(be);
     const bool tiled = mm_tiled_eligible(host);
@@ -108,14 +117,32 @@ static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *er
         }
         CK(cudaStreamSynchronize(c->st));
     }
-    if (c->n_weights == c->cap_weights) {
-        c->cap_weights = c->cap_weights ? 2 * c->cap_weights : 256;
-        c->weights = (void **)realloc(c->weights, sizeof(void *) * c->cap_weights);
-    }
-    c->weights[c->n_weights++] = d;
+    keep_weight(c, d);
     *dst = *host;
     dst->data = d;
     dst->layout = tiled ? BS_CUDA_TILED : 0;
+    return 0;
+}
+
+// 8-bit tiles with row scales for a BF16 matrix the GEMM can stream (K % 128 == 0): half the bytes of
+// BF16, for weights whose exact values do not matter to the output (drafters: verification decides).
+// Declines (1) what it cannot store that way; the caller then uses cu_weight.
+static int cu_weight_lossy(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
+    cuda_impl *c = CI(be);
+    if (!mm_fp8_eligible(host)) return 1;
+    size_t bytes = mm_fp8_bytes(host);
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0; cudaMemGetInfo(&fr, &tot);
+        return bs_fail(err, "out of GPU memory uploading a %lldx%lld weight in 8 bits (%.1f MiB; %.1f of %.1f GiB free on %s)",
+                       (long long)host->rows, (long long)host->cols, bytes / 1048576.0, fr / 1073741824.0, tot / 1073741824.0, c->name);
+    }
+    if (mm_fp8_upload(c, d, host, err)) { cudaFree(d); return -1; }
+    keep_weight(c, d);
+    *dst = *host;
+    dst->data = d;
+    dst->layout = BS_CUDA_FP8;
     return 0;
 }
 
@@ -249,7 +276,7 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     }
     be->name = "cuda"; be->impl = c;
     be->alloc = cu_alloc; be->free = cu_free; be->upload = cu_upload; be->download = cu_download; be->copy = cu_copy;
-    be->sync = cu_sync; be->weight = cu_weight;
+    be->sync = cu_sync; be->weight = cu_weight; be->weight_lossy = cu_weight_lossy;
     be->matmul = cu_matmul; be->rmsnorm = cu_rmsnorm; be->head_norm_rope = cu_head_norm_rope; be->attention = cu_attention;
     be->swiglu = cu_swiglu; be->add = cu_add; be->embed = cu_embed; be->copy_rows = cu_copy_rows; be->argmax = cu_argmax;
     be->store_rows = cu_store_rows; be->matmul_multi = cu_matmul_multi; be->swiglu_matmul = cu_swiglu_matmul;

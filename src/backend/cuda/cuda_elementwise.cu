@@ -35,6 +35,7 @@ __global__ void embed_kernel(float *out, const void *table, int dt, int tiled, i
 }
 void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) {
     cuda_impl *c = CI(be);
+    if (t->layout == BS_CUDA_FP8) { fprintf(stderr, "blockspec: CUDA embed: a %lldx%lld table stored in 8 bits (lossy weights are for matmuls only)\n", (long long)t->rows, (long long)t->cols); exit(1); }
     if (c->capturing && n > MAX_STEP_IDS) { fprintf(stderr, "blockspec: recording an embed of %d > %d rows\n", n, MAX_STEP_IDS); exit(1); }
     for (int r = 0; r < n; r += MAX_STEP_IDS) {
         int nn = n - r < MAX_STEP_IDS ? n - r : MAX_STEP_IDS;

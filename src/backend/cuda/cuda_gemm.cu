@@ -259,7 +259,7 @@ static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *co
 void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
     cuda_impl *c = CI(be);
     if (n <= 0 || W->rows <= 0) return;
-    if (W->layout == BS_CUDA_TILED) {
+    if (W->layout == BS_CUDA_TILED || W->layout == BS_CUDA_FP8) {
         if ((uintptr_t)x & 15) {   // the tiled kernel copies x with 16-byte cp.async: realign it first
             ensure_ws(c, &c->xal, &c->xal_bytes, sizeof(float) * (size_t)n * W->cols);
             CK(cudaMemcpyAsync(c->xal, x, sizeof(float) * (size_t)n * W->cols, cudaMemcpyDeviceToDevice, c->st));
@@ -279,7 +279,8 @@ void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x,
     for (int i = 0; i < count; i++) {
         acc[i] = accumulate;
         ok = ok && mm_fast(x, W[i]) && W[i]->cols == W[0]->cols && W[i]->rows > 0;
-        tiled = tiled && W[i]->layout == BS_CUDA_TILED && W[i]->cols == W[0]->cols && W[i]->rows > 0;
+        tiled = tiled && (W[i]->layout == BS_CUDA_TILED || W[i]->layout == BS_CUDA_FP8) && W[i]->layout == W[0]->layout &&
+                W[i]->cols == W[0]->cols && W[i]->rows > 0;
     }
     if (tiled) { mm_tiled_launch(c, count, y, W, acc, x, n); return; }
     if (ok) { mm_launch(c, count, y, W, acc, x, n); return; }
@@ -294,7 +295,7 @@ void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x,
 // the same fp32 activation and run the same GEMM, so their results are bit-identical (tested).
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int acc) {
     if (n <= 0) return 0;
-    if (n > 8 || W->layout != BS_CUDA_TILED || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || !fuse_enabled()) return -1;
+    if (n > 8 || (W->layout != BS_CUDA_TILED && W->layout != BS_CUDA_FP8) || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || !fuse_enabled()) return -1;
     mm_tiled_launch(CI(be), 1, &y, &W, &acc, g, n, u);
     return 0;
 }

@@ -81,9 +81,73 @@ int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
     return 0;
 }
 
+// ---- 8-bit tiles (tiled_layout.h): quantized at upload from the staged BF16 rows ----------------------
+
+bool mm_fp8_eligible(const bs_mat *host) {
+    return host->dtype == BS_BF16 && host->rows >= 2 && host->cols % T8_K == 0 && host->cols <= (1 << 20);
+}
+size_t mm_fp8_bytes(const bs_mat *host) {
+    const size_t rows = (size_t)((host->rows + TT_M - 1) / TT_M) * TT_M;
+    return rows * host->cols + rows * sizeof(float);
+}
+
+// scale[r0 + i] = max |src row i| / T8_MAX for the nrows staged rows (one warp per row; 0 past M).
+__global__ void t8_scale_kernel(float *scale, const __nv_bfloat16 *src, int64_t r0, int64_t nrows_pad, int64_t M, int64_t K) {
+    const int64_t i = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (i >= nrows_pad) return;
+    float mx = 0.f;
+    if (r0 + i < M)
+        for (int64_t k = lane; k < K; k += 32) mx = fmaxf(mx, fabsf(__bfloat162float(src[i * K + k])));
+    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if (lane == 0) scale[r0 + i] = mx / T8_MAX;
+}
+
+// dst (8-bit tiles, rows0 / 128 tiles in) <- the staged rows, one thread per 16-byte chunk.
+__global__ void t8_encode_kernel(unsigned char *dst, const float *scale, const __nv_bfloat16 *src, int64_t rows0, int64_t nrows_pad,
+                                 int64_t M, int64_t K) {
+    const int64_t chunks = nrows_pad * K / 16, kst = K / T8_K;
+    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < chunks; q += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r, k0;
+        t8_chunk_source(q, K, &r, &k0);   // r counts from rows0
+        __align__(16) unsigned char v[16];
+        const float sc = rows0 + r < M ? scale[rows0 + r] : 0.f;
+#pragma unroll
+        for (int e = 0; e < 16; e++) v[e] = sc > 0.f ? t8_encode(__bfloat162float(src[r * K + k0 + e]) / sc) : 0;
+        *(uint4 *)(dst + (size_t)(rows0 / TT_M) * kst * 16384 + (size_t)q * 16) = *(uint4 *)v;
+    }
+}
+
+// Quantizes and uploads a row-major BF16 host matrix into d (mm_fp8_bytes), staged like mm_tiled_upload.
+int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
+    const int64_t M = host->rows, K = host->cols, tile_bytes = (int64_t)TT_M * K * 2;
+    const int64_t PIECE = 64 << 20, per = PIECE / tile_bytes > 0 ? PIECE / tile_bytes : 1;
+    const size_t piece_bytes = (size_t)(per * tile_bytes);
+    if (upload_buffers(c, piece_bytes, piece_bytes, err)) return -1;
+    const int64_t tiles = (M + TT_M - 1) / TT_M;
+    float *scale = (float *)((unsigned char *)d + (size_t)tiles * TT_M * K);
+    for (int64_t t0 = 0, k = 0; t0 < tiles; t0 += per, k++) {
+        int64_t nt = tiles - t0 < per ? tiles - t0 : per;
+        int64_t r0 = t0 * TT_M, nr = M - r0 < nt * TT_M ? M - r0 : nt * TT_M;
+        int b = k & 1;
+        CK(cudaEventSynchronize(c->pin_ev[b]));
+        memcpy(c->pin[b], (const char *)host->data + (size_t)r0 * K * 2, (size_t)nr * K * 2);
+        CK(cudaMemcpyAsync(c->stage, c->pin[b], (size_t)nr * K * 2, cudaMemcpyHostToDevice, c->st));
+        CK(cudaEventRecord(c->pin_ev[b], c->st));
+        t8_scale_kernel<<<(unsigned)((nt * TT_M + 7) / 8), 256, 0, c->st>>>(scale, (const __nv_bfloat16 *)c->stage, r0, nt * TT_M, M, K);
+        LAUNCHED("weight scales (8-bit)");
+        int64_t chunks = nt * TT_M * K / 16;
+        int blocks = (int)((chunks + 255) / 256 < 65535 ? (chunks + 255) / 256 : 65535);
+        t8_encode_kernel<<<blocks, 256, 0, c->st>>>((unsigned char *)d, scale, (const __nv_bfloat16 *)c->stage, r0, nt * TT_M, M, K);
+        LAUNCHED("weight quantization (8-bit)");
+    }
+    CK(cudaStreamSynchronize(c->st));
+    return 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 
-struct tt_job { float *y; const __nv_bfloat16 *W; int M, acc, tile0; };
+struct tt_job { float *y; const __nv_bfloat16 *W; const float *scale; int M, acc, tile0; };   // scale: 8-bit tiles only
 struct tt_args {
     tt_job j[MM_MAX_JOBS];
     int count, n, K, kst, G;
@@ -188,8 +252,21 @@ __global__ void __launch_bounds__(TT_THREADS) tt_fixup_kernel(tt_args A) {
     tt_sum_cut_tile(A, A.j[tt_job_of(T, A)], T, tt_block_of(t_lo, A), threadIdx.x >> 5, threadIdx.x & 31);
 }
 
-template <int NT, bool SW>
+// 8-bit tile bytes (b0, b1 of r for lo, b2, b3 for hi) -> bf16x2: prmt builds the sign-extended bytes
+// [sx b1][b1][sx b0][b0]; shifted left by 4 each half holds s at bit 15, e and m at bits 4..10, and the
+// bits the format fixes (0x3800) are forced (tiled_layout.h).
+__device__ __forceinline__ uint32_t t8_pair(uint32_t r, uint32_t sel) {
+    uint32_t z;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(z) : "r"(r), "r"(sel));
+    return ((z << 4) & 0x8FF08FF0u) | 0x38003800u;
+}
+
+// F8: 8-bit tiles (128 k per stage, x rounded to bf16, one accumulator chain, row scales at the end).
+template <int NT, bool SW, bool F8>
 __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
+    constexpr int KS = F8 ? T8_K : TT_K;              // k per stage
+    constexpr int XS = F8 ? T8_K + 16 : TT_XSTRIDE;   // floats per staged x row (= 16 mod 32: conflict-free float4 reads)
+    constexpr int KSH = F8 ? 7 : 6;                   // log2(KS)
     pdl_trigger();
     // Trace (diagnosis only): entry, after the dependency wait, first stage in, end, ns in cut-tile sums.
     unsigned long long *tr = A.trace && threadIdx.x == 0 ? A.trace + (size_t)blockIdx.x * 5 : NULL;
@@ -197,7 +274,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
     extern __shared__ __align__(128) unsigned char tt_smem[];
     __nv_bfloat16 *Ws = (__nv_bfloat16 *)tt_smem;
     float *Xs = (float *)(tt_smem + TT_STAGES * TT_ELEMS * 2);
-    float *Us = Xs + TT_STAGES * 8 * NT * TT_XSTRIDE;   // SW: the up projection, staged like x
+    float *Us = Xs + TT_STAGES * 8 * NT * XS;   // SW: the up projection, staged like x
     __shared__ int s_last;
     const int b = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int lo = tt_lo(b, A), hi = tt_lo(b + 1, A);   // never empty: G <= U
@@ -222,12 +299,12 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
     };
     auto load_next = [&](bool with_w) {
         if (with_w) load_w(lT, ls, lslot);
-        float *xd = Xs + (size_t)lslot * 8 * NT * TT_XSTRIDE, *ud = Us + (size_t)lslot * 8 * NT * TT_XSTRIDE;
-        const float *xs = A.x + (size_t)ls * TT_K, *us = A.up + (size_t)ls * TT_K;
-        for (int i = tid; i < n * 16; i += TT_THREADS) {
-            int r = i >> 4, q = i & 15;
-            cp_async16(xd + r * TT_XSTRIDE + 4 * q, xs + (size_t)r * K + 4 * q);
-            if (SW) cp_async16(ud + r * TT_XSTRIDE + 4 * q, us + (size_t)r * K + 4 * q);
+        float *xd = Xs + (size_t)lslot * 8 * NT * XS, *ud = Us + (size_t)lslot * 8 * NT * XS;
+        const float *xs = A.x + (size_t)ls * KS, *us = A.up + (size_t)ls * KS;
+        for (int i = tid; i < n * (KS / 4); i += TT_THREADS) {
+            int r = i >> (KSH - 2), q = i & (KS / 4 - 1);
+            cp_async16(xd + r * XS + 4 * q, xs + (size_t)r * K + 4 * q);
+            if (SW) cp_async16(ud + r * XS + 4 * q, us + (size_t)r * K + 4 * q);
         }
         if (++ls == kst) { ls = 0; lT++; }
         lslot = (lslot + 1) & (TT_STAGES - 1);
@@ -267,19 +344,41 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
         cp_async_commit();
 
         const __nv_bfloat16 *Wsl = Ws + (size_t)slot * TT_ELEMS;
-        const float *Xsl = Xs + (size_t)slot * 8 * NT * TT_XSTRIDE;
+        const float *Xsl = Xs + (size_t)slot * 8 * NT * XS;
         if (SW) {
             // x = silu(gate) * up, once per staged element (the same fp32 expression as swiglu_kernel, so
             // the product equals the unfused one's), in place before the warps read it.
-            float *xw = Xs + (size_t)slot * 8 * NT * TT_XSTRIDE;
-            const float *uw = Us + (size_t)slot * 8 * NT * TT_XSTRIDE;
-            for (int i = tid; i < n * TT_K; i += TT_THREADS) {
-                const int at = (i >> 6) * TT_XSTRIDE + (i & 63);
+            float *xw = Xs + (size_t)slot * 8 * NT * XS;
+            const float *uw = Us + (size_t)slot * 8 * NT * XS;
+            for (int i = tid; i < n * KS; i += TT_THREADS) {
+                const int at = (i >> KSH) * XS + (i & (KS - 1));
                 const float gv = xw[at];
                 xw[at] = gv / (1.0f + expf(-gv)) * uw[at];
             }
             __syncthreads();
         }
+        if constexpr (F8) {
+#pragma unroll
+            for (int ks = 0; ks < T8_K / 16; ks++) {
+                // lanes 8i..8i+7 address rows 8i..8i+7 of the warp's 32: register i = 4 bytes (k 4t..4t+3)
+                // of row g of m-tile i/2, rows +8 for odd i.
+                uint32_t r4[4], a[2][4];
+                const int rr = warp * 32 + lane;
+                ldmatrix_x4(r4, (const unsigned char *)Wsl + rr * T8_K + ((ks ^ (rr & 7)) << 4));
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    a[mt][0] = t8_pair(r4[2 * mt], 0x9180u); a[mt][1] = t8_pair(r4[2 * mt + 1], 0x9180u);
+                    a[mt][2] = t8_pair(r4[2 * mt], 0xB3A2u); a[mt][3] = t8_pair(r4[2 * mt + 1], 0xB3A2u);
+                }
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    float4 xv = *(const float4 *)(Xsl + (j * 8 + g) * XS + ks * 16 + 4 * t);
+                    __nv_bfloat162 b0 = __floats2bfloat162_rn(xv.x, xv.y), b1 = __floats2bfloat162_rn(xv.z, xv.w);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) tt_mma(d[mt][j], a[mt], *(uint32_t *)&b0, *(uint32_t *)&b1);
+                }
+            }
+        } else {
 #pragma unroll
         for (int ks = 0; ks < TT_K / 16; ks++) {
             uint32_t a[2][4];
@@ -297,6 +396,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
                 for (int mt = 0; mt < 2; mt++) { tt_mma(d[mt][j], a[mt], h0, h1); tt_mma(dl[mt][j], a[mt], l0, l1); }
             }
         }
+        }
         slot = (slot + 1) & (TT_STAGES - 1);
         const int Tu = T;
         if (++s == kst) { s = 0; T++; }
@@ -311,7 +411,14 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
-                for (int q = 0; q < 4; q++) { d[i][j][q] += dl[i][j][q]; dl[i][j][q] = 0.f; }
+                for (int q = 0; q < 4; q++) {
+                    if constexpr (F8) {   // the row's scale (rows past M: zero tiles, never written)
+                        const int row = rbase + warp * 32 + i * 16 + g + (q >= 2 ? 8 : 0);
+                        d[i][j][q] *= row < M ? __ldg(J.scale + row) : 0.f;
+                    } else {
+                        d[i][j][q] += dl[i][j][q]; dl[i][j][q] = 0.f;
+                    }
+                }
         // Each accumulator's (row in the tile, column), as mma.m16n8k16 lays out D; clears them.
         auto drain = [&](auto &&put) {
 #pragma unroll
@@ -361,18 +468,19 @@ static int tt_blocks_per_sm(void) {
     return v;
 }
 
-template <int NT, bool SW>
+template <int NT, bool SW, bool F8>
 static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
     static bool attr = false;
-    const size_t smem = (size_t)TT_STAGES * TT_ELEMS * 2 + (size_t)TT_STAGES * 8 * NT * TT_XSTRIDE * 4 * (SW ? 2 : 1);
-    if (!attr) { CK(cudaFuncSetAttribute(tt_kernel<NT, SW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); attr = true; }
+    const size_t xs = F8 ? T8_K + 16 : TT_XSTRIDE;
+    const size_t smem = (size_t)TT_STAGES * TT_ELEMS * 2 + (size_t)TT_STAGES * 8 * NT * xs * 4 * (SW ? 2 : 1);
+    if (!attr) { CK(cudaFuncSetAttribute(tt_kernel<NT, SW, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); attr = true; }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(A.G); cfg.blockDim = dim3(TT_THREADS); cfg.dynamicSmemBytes = smem; cfg.stream = c->st;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at; cfg.numAttrs = pdl_gemm() ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, tt_kernel<NT, SW>, A));
+    CK(cudaLaunchKernelEx(&cfg, tt_kernel<NT, SW, F8>, A));
     if (A.fixup && A.G > 1) {
         cfg.gridDim = dim3(A.G - 1); cfg.dynamicSmemBytes = 0;
         CK(cudaLaunchKernelEx(&cfg, tt_fixup_kernel, A));
@@ -394,16 +502,25 @@ static int fixup_kernel_on(void) {
     return v;
 }
 
-// y[i] (+)= x . W[i]^T for `count` tiled weights of the same K, one launch per 64 rows; with up != NULL
-// (one weight) the input is silu(x) * up instead of x.
+template <int NT, bool SW>
+static void tt_launch_f(cuda_impl *c, const tt_args &A, bool f8) {
+    if (f8) tt_launch_nt<NT, SW, true>(c, A);
+    else tt_launch_nt<NT, SW, false>(c, A);
+}
+
+// y[i] (+)= x . W[i]^T for `count` tiled weights of the same K and layout (all BF16 tiles or all 8-bit
+// tiles), one launch per 64 rows; with up != NULL (one weight) the input is silu(x) * up instead of x.
 void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
                      const float *up) {
     tt_args A; memset(&A, 0, sizeof A);
-    A.count = count; A.K = (int)W[0]->cols; A.kst = A.K / TT_K; A.G = c->sms * tt_blocks_per_sm();
+    const bool f8 = W[0]->layout == BS_CUDA_FP8;
+    A.count = count; A.K = (int)W[0]->cols; A.kst = A.K / (f8 ? T8_K : TT_K); A.G = c->sms * tt_blocks_per_sm();
     int tiles = 0;
     for (int i = 0; i < count; i++) {
+        const int tl = (int)((W[i]->rows + TT_M - 1) / TT_M);
         A.j[i].W = (const __nv_bfloat16 *)W[i]->data; A.j[i].M = (int)W[i]->rows; A.j[i].acc = acc[i]; A.j[i].tile0 = tiles;
-        tiles += (int)((W[i]->rows + TT_M - 1) / TT_M);
+        A.j[i].scale = f8 ? (const float *)((const char *)W[i]->data + (size_t)tl * TT_M * A.K) : NULL;
+        tiles += tl;
     }
     if ((long long)tiles * A.kst >= (1ll << 31)) { fprintf(stderr, "blockspec: CUDA matmul: weight too large for the tiled GEMM\n"); exit(1); }
     A.U = tiles * A.kst;
@@ -417,23 +534,20 @@ void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *con
     A.evict_first = evict_first_on();
     A.fixup = fixup_kernel_on();
     long long bytes = 0;
-    for (int i = 0; i < count; i++) bytes += (long long)mm_tiled_bytes(W[i]);
+    for (int i = 0; i < count; i++) bytes += (long long)(f8 ? mm_fp8_bytes(W[i]) : mm_tiled_bytes(W[i]));
     for (int r = 0; r < n; r += 64) {
         int nn = n - r < 64 ? n - r : 64;
         ensure_ws(c, &c->ws, &c->ws_bytes, sizeof(float) * (size_t)A.G * 2 * nn * TT_M);
         A.ws = c->ws; A.n = nn; A.x = x + (size_t)r * A.K; A.up = up ? up + (size_t)r * A.K : NULL;
         for (int i = 0; i < count; i++) A.j[i].y = y[i] + (size_t)r * A.j[i].M;
         A.trace = mm_trace_next(A.G, tiles * TT_M, A.K, count, nn, bytes, up != NULL);
-        if (up) {
-            if (nn <= 8) tt_launch_nt<1, true>(c, A);
-            else if (nn <= 16) tt_launch_nt<2, true>(c, A);
-            else if (nn <= 32) tt_launch_nt<4, true>(c, A);
-            else tt_launch_nt<8, true>(c, A);
+        if (up) {   // callers fuse up to 8 rows (cu_swiglu_matmul)
+            tt_launch_f<1, true>(c, A, f8);
         } else {
-            if (nn <= 8) tt_launch_nt<1, false>(c, A);
-            else if (nn <= 16) tt_launch_nt<2, false>(c, A);
-            else if (nn <= 32) tt_launch_nt<4, false>(c, A);
-            else tt_launch_nt<8, false>(c, A);
+            if (nn <= 8) tt_launch_f<1, false>(c, A, f8);
+            else if (nn <= 16) tt_launch_f<2, false>(c, A, f8);
+            else if (nn <= 32) tt_launch_f<4, false>(c, A, f8);
+            else tt_launch_f<8, false>(c, A, f8);
         }
     }
 }

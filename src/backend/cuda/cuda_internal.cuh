@@ -75,6 +75,11 @@ __device__ __forceinline__ float ld_elem(const void *d, int dt, size_t i) {
 bool mm_tiled_eligible(const bs_mat *host);
 size_t mm_tiled_bytes(const bs_mat *host);
 int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
+// 8-bit tiles with row scales (tiled_layout.h), layout = BS_CUDA_FP8: lossy weights (weight_lossy).
+#define BS_CUDA_FP8 2
+bool mm_fp8_eligible(const bs_mat *host);
+size_t mm_fp8_bytes(const bs_mat *host);
+int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
 #define MM_MAX_JOBS 4
 void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
                      const float *up = NULL);
