@@ -215,8 +215,11 @@ __device__ void attention2_combine_row(const att2_args &A, int wid, int lane) {
     }
 }
 
-template <int NV4, int QPW>   // float4 slots per lane of a head vector: ceil(hd / 128); query vectors per warp
-__global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A) {
+// NV4: float4 slots per lane of a head vector (ceil(hd / 128)); QPW: query vectors per warp; NBUF: K/V
+// chunk buffers (2: the next chunk streams in while this one is used; 1: less shared memory, so more
+// blocks per SM hide the latency instead).
+template <int NV4, int QPW, int NBUF>
+__global__ void __launch_bounds__(AT2_WARPS * 32, NBUF == 1 && QPW == 2 ? 4 : 1) attention2_kernel(att2_args A) {
     pdl_enter();
     const att_args &a = A.a;
     extern __shared__ __align__(16) float sm[];
@@ -226,7 +229,7 @@ __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A)
     if (nr <= 0) return;
     const int nqv = nr * G, R = a.n_q * a.n_heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *Kb = sm, *Vb = Kb + 2 * ATT_CHUNK * hdp, *Qs = Vb + 2 * ATT_CHUNK * hdp;
+    float *Kb = sm, *Vb = Kb + NBUF * ATT_CHUNK * hdp, *Qs = Vb + NBUF * ATT_CHUNK * hdp;
     const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
     const int kvd = a.n_kv * hd;
     int ulo, uhi, t0, t1;
@@ -267,8 +270,8 @@ __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A)
         }
         if (tfirst < tend) load(tfirst, 0);
         for (int t = tfirst, it = 0; t < tend; t++, it++) {
-            const int b = it & 1;
-            if (t + 1 < tend) { load(t + 1, b ^ 1); cp_async_wait<1>(); } else cp_async_wait<0>();
+            const int b = NBUF == 2 ? it & 1 : 0;
+            if (NBUF == 2 && t + 1 < tend) { load(t + 1, b ^ 1); cp_async_wait<1>(); } else cp_async_wait<0>();
             __syncthreads();
             const float *Kc = Kb + b * ATT_CHUNK * hdp, *Vc = Vb + b * ATT_CHUNK * hdp;
             const int c0 = s * ATT_CHUNK + t * STEP;
@@ -347,7 +350,8 @@ __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A)
                     }
                 }
             }
-            __syncthreads();   // buffer b is refilled by the next iteration's prefetch
+            __syncthreads();   // buffer b is refilled by the next iteration's prefetch (NBUF 2) or now (NBUF 1)
+            if (NBUF == 1 && t + 1 < tend) load(t + 1, 0);
         }
         cp_async_wait<0>();
         // partials of this split
@@ -385,18 +389,24 @@ static int att_variant(void) {
     return v;
 }
 
+// K/V chunk buffers: BS_CUDA_ATT_BUF=1 or 2.
+static int att_nbuf(void) {
+    static int v = 0;
+    if (!v) { const char *e = getenv("BS_CUDA_ATT_BUF"); v = e && atoi(e) == 1 ? 1 : 2; }
+    return v;
+}
 static int att_qpw(void) {
     static int v = 0;
     if (!v) { const char *e = getenv("BS_CUDA_ATT_QPW"); v = e && atoi(e) == 4 ? 4 : 2; }
     return v;
 }
 
-template <int NV4, int QPW>
+template <int NV4, int QPW, int NBUF>
 static void attention2_launch(cuda_impl *c, float *out, const att_args &a0) {
     static size_t smem_set = 48 * 1024;
     const int hd = a0.hd;
-    size_t smem = sizeof(float) * (4 * ATT_CHUNK * (hd + 4) + (size_t)AT2_WARPS * QPW * hd);
-    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention2_kernel<NV4, QPW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
+    size_t smem = sizeof(float) * (2 * NBUF * ATT_CHUNK * (hd + 4) + (size_t)AT2_WARPS * QPW * hd);
+    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention2_kernel<NV4, QPW, NBUF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
     att2_args A;
     A.a = a0;
     const int G = a0.n_heads / a0.n_kv;
@@ -406,7 +416,7 @@ static void attention2_launch(cuda_impl *c, float *out, const att_args &a0) {
     A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
     dim3 grid(a0.n_kv, ATT_SPLITS, (a0.n_q + A.rows_per_z - 1) / A.rows_per_z);
     A.out = out;
-    launch_k(c, "attention", attention2_kernel<NV4, QPW>, grid, dim3(AT2_WARPS * 32), smem, A);
+    launch_k(c, "attention", attention2_kernel<NV4, QPW, NBUF>, grid, dim3(AT2_WARPS * 32), smem, A);
     launch_k(c, "attention combine", attention2_combine_kernel<NV4>, dim3((unsigned)((R + 3) / 4)), dim3(128), 0, A);
 }
 
@@ -431,8 +441,9 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
         a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
         if (v2) {
             float *o = out + (size_t)r * n_heads * hd;
-            if (att_qpw() == 2) { if (hd <= 128) attention2_launch<1, 2>(c, o, a); else attention2_launch<2, 2>(c, o, a); }
-            else { if (hd <= 128) attention2_launch<1, 4>(c, o, a); else attention2_launch<2, 4>(c, o, a); }
+            if (att_qpw() == 4) { if (hd <= 128) attention2_launch<1, 4, 2>(c, o, a); else attention2_launch<2, 4, 2>(c, o, a); }
+            else if (att_nbuf() == 1) { if (hd <= 128) attention2_launch<1, 2, 1>(c, o, a); else attention2_launch<2, 2, 1>(c, o, a); }
+            else { if (hd <= 128) attention2_launch<1, 2, 2>(c, o, a); else attention2_launch<2, 2, 2>(c, o, a); }
             continue;
         }
         attention_kernel<<<dim3(n_kv, ATT_SPLITS), 128, smem, c->st>>>(a);

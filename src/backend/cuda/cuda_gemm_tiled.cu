@@ -211,12 +211,12 @@ __device__ __forceinline__ void tt_split(float a, float b, uint32_t &hi, uint32_
 __device__ __forceinline__ unsigned long long gtimer() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
 
 // Tile Tu was cut between blocks first..last: y (+)= the sum of their partials, in block order. Warp w
-// takes columns w, w + 4, ...; lane l rows 4l .. 4l + 3 (float4). A column's partials are independent
-// loads, issued 16 at a time; the additions stay in block order.
-__device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int first, int warp, int lane) {
+// of nw takes columns w, w + nw, ...; lane l rows 4l .. 4l + 3 (float4). A column's partials are
+// independent loads, issued 16 at a time; the additions stay in block order.
+__device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int first, int warp, int lane, int nw) {
     const int n = A.n, M = J.M, rbase = (Tu - J.tile0) * TT_M, t_lo = Tu * A.kst, t_hi = t_lo + A.kst;
     const int last = tt_block_of(t_hi - 1, A), fs = tt_lo(first, A) < t_lo ? 1 : 0;
-    for (int col = warp; col < n; col += TT_THREADS / 32) {
+    for (int col = warp; col < n; col += nw) {
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int b0 = first; b0 <= last; b0 += 16) {
             float4 p[16];
@@ -243,13 +243,20 @@ __device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int f
 // for a fence, an arrival counter and, for the last block of a tile, the sum (measured: 1.6 us for
 // every block, up to ~8 us for the block that sums, all of it in the launch's tail). Block i looks at
 // the boundary between GEMM blocks i and i + 1 and sums the tile it cuts, unless an earlier boundary
-// cuts the same tile.
-__global__ void __launch_bounds__(TT_THREADS) tt_fixup_kernel(tt_args A) {
+// cuts the same tile. One warp per column up to 16 columns (tt_fixup_threads): each column's loads are
+// one round trip, so the sum does not grow with the row count (4 warps for 16 columns took 4).
+__global__ void __launch_bounds__(512) tt_fixup_kernel(tt_args A) {
     pdl_trigger();
     pdl_wait();
     const int b = blockIdx.x + 1, lb = tt_lo(b, A), T = lb / A.kst, t_lo = T * A.kst;
     if (lb == t_lo || tt_lo(b - 1, A) > t_lo) return;
-    tt_sum_cut_tile(A, A.j[tt_job_of(T, A)], T, tt_block_of(t_lo, A), threadIdx.x >> 5, threadIdx.x & 31);
+    tt_sum_cut_tile(A, A.j[tt_job_of(T, A)], T, tt_block_of(t_lo, A), threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5);
+}
+// BS_CUDA_FIXUP_WARPS caps the warps (1..16; 4 = the earlier fixed block) for A/B runs.
+static unsigned tt_fixup_threads(int n) {
+    static int cap = 0;
+    if (!cap) { const char *e = getenv("BS_CUDA_FIXUP_WARPS"); cap = e && atoi(e) >= 1 && atoi(e) <= 16 ? atoi(e) : 16; }
+    return 32u * (unsigned)(n < cap ? n : cap);
 }
 
 // 8-bit tile bytes (b0, b1 of r for lo, b2, b3 for hi) -> bf16x2: prmt builds the sign-extended bytes
@@ -454,7 +461,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
         const int first = s_last;
         if (first >= 0) {
             __threadfence();
-            tt_sum_cut_tile(A, J, Tu, first, warp, lane);
+            tt_sum_cut_tile(A, J, Tu, first, warp, lane, TT_THREADS / 32);
             if (tid == 0) A.counters[Tu] = 0;
         }
         if (tr) tr[4] += gtimer() - tr0;
@@ -482,7 +489,7 @@ static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
     cfg.attrs = at; cfg.numAttrs = pdl_gemm() ? 1 : 0;
     CK(cudaLaunchKernelEx(&cfg, tt_kernel<NT, SW, F8>, A));
     if (A.fixup && A.G > 1) {
-        cfg.gridDim = dim3(A.G - 1); cfg.dynamicSmemBytes = 0;
+        cfg.gridDim = dim3(A.G - 1); cfg.blockDim = dim3(tt_fixup_threads(A.n)); cfg.dynamicSmemBytes = 0;
         CK(cudaLaunchKernelEx(&cfg, tt_fixup_kernel, A));
     }
     c->after_gemm = 1;
