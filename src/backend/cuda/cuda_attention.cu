@@ -137,18 +137,20 @@ __global__ void attention_combine_kernel(float *out, const float *part, int nrow
 // Attention v2 (default; BS_CUDA_ATT=old selects the kernel above). Same key partition as v1 (32-key
 // chunks, split s = chunks s, s + ATT_SPLITS, ...; online softmax per split in chunk order, combine in
 // split order), so a query's result still depends only on its own key range. Changes:
-// - 8 warps; each warp owns up to QPW query vectors (query row x head of the GQA group) with their
+// - 8 warps; each warp owns up to AT2_QPW query vectors (query row x head of the GQA group) with their
 //   accumulators in registers; all of them share each K/V chunk in shared memory.
 // - K/V chunks arrive with cp.async (every 16-byte load of a chunk in flight at once), double-buffered
 //   so the next chunk streams in while this one is used; Q too.
-// - Query rows are split over gridDim.z (8 x QPW query vectors per block), so a 16-row block of 32 heads
+// - Query rows are split over gridDim.z (AT2_QV query vectors per block), so a 16-row block of 32 heads
 //   runs as (kv heads x 32 splits x row groups) blocks instead of one block walking all of them.
 // - The combine reads the splits' (m, l) with one lane per split and their accumulators as float4s.
+// - The head dimension is a template constant for 64, 128 and 256 (index arithmetic by shifts, loops
+//   unrolled); other sizes run the same code with it at run time.
 #define AT2_WARPS 8
-// Query vectors per warp (QPW): 2 (default; 16 per block, so a 16-row GQA-4 block runs as 4 row groups)
-// or 4 (BS_CUDA_ATT_QPW=4: half the blocks, each K/V row read from shared memory serving 4 vectors).
-// Measured on the H200 (16-row forward): 4 per warp 7.18 vs 6.68 ms before the shared reads, and still
-// 6.15 vs 5.96 ms with them (fewer blocks hide less latency than the saved shared-memory reads buy).
+#define AT2_QPW 2     // query vectors per warp: 16 per block, so a 16-row GQA-4 block runs as 4 row groups.
+                      // Measured on the H200 (16-row forward): 4 per warp, K/V reads shared, 6.15 vs 5.96 ms
+                      // (fewer blocks hide less latency); a single K/V buffer (4 blocks per SM) 5.91 vs 5.94.
+#define AT2_QV (AT2_WARPS * AT2_QPW)
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *g, int src_bytes) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -162,8 +164,13 @@ struct att2_args {
     float *ml;     // [S][n_q * n_heads][2]  (running max, sum)
     float *acc;    // [S][n_q * n_heads][hd]
     int rows_per_z;
+    int gsh;       // log2 of the GQA group size when it is a power of two, else -1
     float *out;
 };
+
+// Query vector gq of a block (row-major over (row, head of the group)) -> its row; a shift for the usual
+// power-of-two groups instead of an integer division.
+__device__ __forceinline__ int qv_row(int gq, int G, int gsh) { return gsh >= 0 ? gq >> gsh : gq / G; }
 
 // Output of one (query row, head) = wid: lane s holds split s's (m, l); accumulators merged in split order.
 template <int NV4>
@@ -215,21 +222,20 @@ __device__ void attention2_combine_row(const att2_args &A, int wid, int lane) {
     }
 }
 
-// NV4: float4 slots per lane of a head vector (ceil(hd / 128)); QPW: query vectors per warp; NBUF: K/V
-// chunk buffers (2: the next chunk streams in while this one is used; 1: less shared memory, so more
-// blocks per SM hide the latency instead).
-template <int NV4, int QPW, int NBUF>
-__global__ void __launch_bounds__(AT2_WARPS * 32, NBUF == 1 && QPW == 2 ? 4 : 1) attention2_kernel(att2_args A) {
+// NV4: float4 slots per lane of a head vector (ceil(hd / 128)); HDC: the head dimension, or 0 (a.hd).
+template <int NV4, int HDC>
+__global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A) {
     pdl_enter();
+    constexpr int QPW = AT2_QPW;
     const att_args &a = A.a;
     extern __shared__ __align__(16) float sm[];
-    const int kh = blockIdx.x, s = blockIdx.y, hd = a.hd, hdp = hd + 4, hd4 = hd / 4;
+    const int kh = blockIdx.x, s = blockIdx.y, hd = HDC ? HDC : a.hd, hdp = hd + 4, hd4 = hd / 4;
     const int G = a.n_heads / a.n_kv;
     const int r0 = blockIdx.z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
     if (nr <= 0) return;
     const int nqv = nr * G, R = a.n_q * a.n_heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *Kb = sm, *Vb = Kb + NBUF * ATT_CHUNK * hdp, *Qs = Vb + NBUF * ATT_CHUNK * hdp;
+    float *Kb = sm, *Vb = Kb + 2 * ATT_CHUNK * hdp, *Qs = Vb + 2 * ATT_CHUNK * hdp;
     const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
     const int kvd = a.n_kv * hd;
     int ulo, uhi, t0, t1;
@@ -242,11 +248,11 @@ __global__ void __launch_bounds__(AT2_WARPS * 32, NBUF == 1 && QPW == 2 ? 4 : 1)
     int need = ulo - ATT_CHUNK - s * ATT_CHUNK;
     const int tfirst = need < 0 ? 0 : need / STEP + 1;               // first chunk with keys >= ulo
     const int tend = (uhi - s * ATT_CHUNK + STEP - 1) / STEP;         // chunks below uhi
-    for (int qv0 = 0; qv0 < nqv && !skip; qv0 += (AT2_WARPS * QPW)) {
-        const int nv = min((AT2_WARPS * QPW), nqv - qv0);
+    for (int qv0 = 0; qv0 < nqv && !skip; qv0 += AT2_QV) {
+        const int nv = min(AT2_QV, nqv - qv0);
         __syncthreads();
         for (int idx = threadIdx.x; idx < nv * hd4; idx += blockDim.x) {
-            int qv = idx / hd4, d4 = idx - qv * hd4, gq = qv0 + qv, i = r0 + gq / G, h = kh * G + gq % G;
+            int qv = idx / hd4, d4 = idx - qv * hd4, gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
             cp_async16(Qs + qv * hd + d4 * 4, a.q + ((size_t)i * a.n_heads + h) * hd + d4 * 4, 16);
         }
         cp_async_commit();
@@ -262,39 +268,35 @@ __global__ void __launch_bounds__(AT2_WARPS * 32, NBUF == 1 && QPW == 2 ? 4 : 1)
             cp_async_commit();
         };
         float acc[QPW][NV4][4], mx[QPW], ls[QPW];
+        int lo[QPW], hi[QPW];   // each query vector's key range (empty for a warp without one)
 #pragma unroll
         for (int u = 0; u < QPW; u++) {
-            mx[u] = -INFINITY; ls[u] = 0.f;
+            mx[u] = -INFINITY; ls[u] = 0.f; lo[u] = hi[u] = 0;
+            const int qv = warp + AT2_WARPS * u;
+            if (qv < nv) key_range(a, r0 + qv_row(qv0 + qv, G, A.gsh), nk, qp0, lo[u], hi[u]);
 #pragma unroll
             for (int v = 0; v < NV4; v++) acc[u][v][0] = acc[u][v][1] = acc[u][v][2] = acc[u][v][3] = 0.f;
         }
         if (tfirst < tend) load(tfirst, 0);
         for (int t = tfirst, it = 0; t < tend; t++, it++) {
-            const int b = NBUF == 2 ? it & 1 : 0;
-            if (NBUF == 2 && t + 1 < tend) { load(t + 1, b ^ 1); cp_async_wait<1>(); } else cp_async_wait<0>();
+            const int b = it & 1;
+            if (t + 1 < tend) { load(t + 1, b ^ 1); cp_async_wait<1>(); } else cp_async_wait<0>();
             __syncthreads();
             const float *Kc = Kb + b * ATT_CHUNK * hdp, *Vc = Vb + b * ATT_CHUNK * hdp;
             const int c0 = s * ATT_CHUNK + t * STEP;
             // The warp's query vectors go through the chunk together: each K row / V row read from
             // shared memory serves all of them (shared-memory bandwidth bounds this loop at 16 rows).
             // Per query vector the arithmetic and its order are exactly those of one vector alone.
-            bool act[QPW];
-            int lo[QPW], hi[QPW];
+            bool act[QPW];   // warp-uniform: this chunk holds keys of query vector u
 #pragma unroll
-            for (int u = 0; u < QPW; u++) {   // warp-uniform flags
-                const int qv = warp + AT2_WARPS * u;
-                act[u] = qv < nv;
-                if (act[u]) {
-                    key_range(a, r0 + (qv0 + qv) / G, nk, qp0, lo[u], hi[u]);
-                    act[u] = !(c0 >= hi[u] || c0 + ATT_CHUNK <= lo[u]);
-                }
-            }
+            for (int u = 0; u < QPW; u++) act[u] = c0 < hi[u] && c0 + ATT_CHUNK > lo[u];
             const int j = c0 + lane;
             float d0[QPW], d1[QPW];
 #pragma unroll
             for (int u = 0; u < QPW; u++) d0[u] = d1[u] = 0.f;
             {
                 const float *kr = Kc + lane * hdp;
+#pragma unroll 16
                 for (int d = 0; d < hd; d += 8) {
                     const float4 k4 = *(const float4 *)(kr + d);
                     float4 k5 = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -350,8 +352,7 @@ __global__ void __launch_bounds__(AT2_WARPS * 32, NBUF == 1 && QPW == 2 ? 4 : 1)
                     }
                 }
             }
-            __syncthreads();   // buffer b is refilled by the next iteration's prefetch (NBUF 2) or now (NBUF 1)
-            if (NBUF == 1 && t + 1 < tend) load(t + 1, 0);
+            __syncthreads();   // buffer b is refilled by the next iteration's prefetch
         }
         cp_async_wait<0>();
         // partials of this split
@@ -359,7 +360,7 @@ __global__ void __launch_bounds__(AT2_WARPS * 32, NBUF == 1 && QPW == 2 ? 4 : 1)
         for (int u = 0; u < QPW; u++) {
             const int qv = warp + AT2_WARPS * u;
             if (qv >= nv) continue;
-            const int gq = qv0 + qv, i = r0 + gq / G, h = kh * G + gq % G;
+            const int gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
             const size_t row = (size_t)s * R + (size_t)i * a.n_heads + h;
             if (lane == 0) { A.ml[row * 2] = mx[u]; A.ml[row * 2 + 1] = ls[u]; }
 #pragma unroll
@@ -389,34 +390,23 @@ static int att_variant(void) {
     return v;
 }
 
-// K/V chunk buffers: BS_CUDA_ATT_BUF=1 or 2.
-static int att_nbuf(void) {
-    static int v = 0;
-    if (!v) { const char *e = getenv("BS_CUDA_ATT_BUF"); v = e && atoi(e) == 1 ? 1 : 2; }
-    return v;
-}
-static int att_qpw(void) {
-    static int v = 0;
-    if (!v) { const char *e = getenv("BS_CUDA_ATT_QPW"); v = e && atoi(e) == 4 ? 4 : 2; }
-    return v;
-}
-
-template <int NV4, int QPW, int NBUF>
+template <int NV4, int HDC>
 static void attention2_launch(cuda_impl *c, float *out, const att_args &a0) {
     static size_t smem_set = 48 * 1024;
     const int hd = a0.hd;
-    size_t smem = sizeof(float) * (2 * NBUF * ATT_CHUNK * (hd + 4) + (size_t)AT2_WARPS * QPW * hd);
-    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention2_kernel<NV4, QPW, NBUF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
+    size_t smem = sizeof(float) * (4 * ATT_CHUNK * (hd + 4) + (size_t)AT2_QV * hd);
+    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention2_kernel<NV4, HDC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
     att2_args A;
     A.a = a0;
     const int G = a0.n_heads / a0.n_kv;
-    A.rows_per_z = G >= AT2_WARPS * QPW ? 1 : AT2_WARPS * QPW / G;
+    A.rows_per_z = G >= AT2_QV ? 1 : AT2_QV / G;
+    A.gsh = (G & (G - 1)) == 0 ? __builtin_ctz((unsigned)G) : -1;
     const size_t R = (size_t)a0.n_q * a0.n_heads;
     A.ml = c->att_ws;
     A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
     dim3 grid(a0.n_kv, ATT_SPLITS, (a0.n_q + A.rows_per_z - 1) / A.rows_per_z);
     A.out = out;
-    launch_k(c, "attention", attention2_kernel<NV4, QPW, NBUF>, grid, dim3(AT2_WARPS * 32), smem, A);
+    launch_k(c, "attention", attention2_kernel<NV4, HDC>, grid, dim3(AT2_WARPS * 32), smem, A);
     launch_k(c, "attention combine", attention2_combine_kernel<NV4>, dim3((unsigned)((R + 3) / 4)), dim3(128), 0, A);
 }
 
@@ -441,9 +431,11 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
         a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
         if (v2) {
             float *o = out + (size_t)r * n_heads * hd;
-            if (att_qpw() == 4) { if (hd <= 128) attention2_launch<1, 4, 2>(c, o, a); else attention2_launch<2, 4, 2>(c, o, a); }
-            else if (att_nbuf() == 1) { if (hd <= 128) attention2_launch<1, 2, 1>(c, o, a); else attention2_launch<2, 2, 1>(c, o, a); }
-            else { if (hd <= 128) attention2_launch<1, 2, 2>(c, o, a); else attention2_launch<2, 2, 2>(c, o, a); }
+            if (hd == 128) attention2_launch<1, 128>(c, o, a);
+            else if (hd == 64) attention2_launch<1, 64>(c, o, a);
+            else if (hd == 256) attention2_launch<2, 256>(c, o, a);
+            else if (hd <= 128) attention2_launch<1, 0>(c, o, a);
+            else attention2_launch<2, 0>(c, o, a);
             continue;
         }
         attention_kernel<<<dim3(n_kv, ATT_SPLITS), 128, smem, c->st>>>(a);

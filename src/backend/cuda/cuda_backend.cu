@@ -147,7 +147,7 @@ static int cu_weight_lossy(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_e
 }
 
 // BS_CUDA_PDL: 0 = off, 1 = every kernel, gemm = only the tiled GEMM and its fixup, after = as gemm
-// plus the kernel that follows a GEMM (default; see docs/cuda.md).
+// plus the kernel that follows a multi-row GEMM (default; see docs/cuda.md and mm_tiled_launch).
 static int pdl_mode(void) {
     static int v = -1;
     if (v < 0) {

@@ -212,21 +212,22 @@ __device__ __forceinline__ unsigned long long gtimer() { unsigned long long t; a
 
 // Tile Tu was cut between blocks first..last: y (+)= the sum of their partials, in block order. Warp w
 // of nw takes columns w, w + nw, ...; lane l rows 4l .. 4l + 3 (float4). A column's partials are
-// independent loads, issued 16 at a time; the additions stay in block order.
+// independent loads, issued NB at a time; the additions stay in block order whatever NB is.
+template <int NB>
 __device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int first, int warp, int lane, int nw) {
     const int n = A.n, M = J.M, rbase = (Tu - J.tile0) * TT_M, t_lo = Tu * A.kst, t_hi = t_lo + A.kst;
     const int last = tt_block_of(t_hi - 1, A), fs = tt_lo(first, A) < t_lo ? 1 : 0;
     for (int col = warp; col < n; col += nw) {
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int b0 = first; b0 <= last; b0 += 16) {
-            float4 p[16];
+        for (int b0 = first; b0 <= last; b0 += NB) {
+            float4 p[NB];
 #pragma unroll
-            for (int e = 0; e < 16; e++) {
+            for (int e = 0; e < NB; e++) {
                 int b2 = b0 + e;
                 if (b2 <= last) p[e] = __ldcg((const float4 *)(A.ws + (((size_t)b2 * 2 + (b2 == first ? fs : 0)) * n + col) * TT_M) + lane);
             }
 #pragma unroll
-            for (int e = 0; e < 16; e++)
+            for (int e = 0; e < NB; e++)
                 if (b0 + e <= last) { v.x += p[e].x; v.y += p[e].y; v.z += p[e].z; v.w += p[e].w; }
         }
         const float vv[4] = { v.x, v.y, v.z, v.w };
@@ -244,19 +245,22 @@ __device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int f
 // every block, up to ~8 us for the block that sums, all of it in the launch's tail). Block i looks at
 // the boundary between GEMM blocks i and i + 1 and sums the tile it cuts, unless an earlier boundary
 // cuts the same tile. One warp per column up to 16 columns (tt_fixup_threads): each column's loads are
-// one round trip, so the sum does not grow with the row count (4 warps for 16 columns took 4).
-__global__ void __launch_bounds__(512) tt_fixup_kernel(tt_args A) {
+// one round trip, so the sum does not grow with the row count (4 warps for 16 columns took 4). At most
+// 64 registers (8 loads in flight per lane), so that two 512-thread blocks fit an SM and all G - 1
+// blocks run in one wave (117 registers gave one block per SM: two waves at 16 rows).
+__global__ void __launch_bounds__(512, 2) tt_fixup_kernel(tt_args A) {
     pdl_trigger();
     pdl_wait();
     const int b = blockIdx.x + 1, lb = tt_lo(b, A), T = lb / A.kst, t_lo = T * A.kst;
     if (lb == t_lo || tt_lo(b - 1, A) > t_lo) return;
-    tt_sum_cut_tile(A, A.j[tt_job_of(T, A)], T, tt_block_of(t_lo, A), threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5);
+    tt_sum_cut_tile<8>(A, A.j[tt_job_of(T, A)], T, tt_block_of(t_lo, A), threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5);
 }
-// BS_CUDA_FIXUP_WARPS caps the warps (1..16; 4 = the earlier fixed block) for A/B runs.
+// BS_CUDA_FIXUP_WARPS=k (1..16) fixes the block at k warps whatever the row count, for A/B runs (4 =
+// the earlier fixed block).
 static unsigned tt_fixup_threads(int n) {
-    static int cap = 0;
-    if (!cap) { const char *e = getenv("BS_CUDA_FIXUP_WARPS"); cap = e && atoi(e) >= 1 && atoi(e) <= 16 ? atoi(e) : 16; }
-    return 32u * (unsigned)(n < cap ? n : cap);
+    static int fixed = -1;
+    if (fixed < 0) { const char *e = getenv("BS_CUDA_FIXUP_WARPS"); fixed = e && atoi(e) >= 1 && atoi(e) <= 16 ? atoi(e) : 0; }
+    return 32u * (unsigned)(fixed ? fixed : n < 16 ? n : 16);
 }
 
 // 8-bit tile bytes (b0, b1 of r for lo, b2, b3 for hi) -> bf16x2: prmt builds the sign-extended bytes
@@ -461,7 +465,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
         const int first = s_last;
         if (first >= 0) {
             __threadfence();
-            tt_sum_cut_tile(A, J, Tu, first, warp, lane, TT_THREADS / 32);
+            tt_sum_cut_tile<16>(A, J, Tu, first, warp, lane, TT_THREADS / 32);
             if (tid == 0) A.counters[Tu] = 0;
         }
         if (tr) tr[4] += gtimer() - tr0;
@@ -492,7 +496,10 @@ static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
         cfg.gridDim = dim3(A.G - 1); cfg.blockDim = dim3(tt_fixup_threads(A.n)); cfg.dynamicSmemBytes = 0;
         CK(cudaLaunchKernelEx(&cfg, tt_fixup_kernel, A));
     }
-    c->after_gemm = 1;
+    // PDL for the kernel after it (BS_CUDA_PDL=after) only after multi-row launches: measured on the H200
+    // in one run, after 1-row GEMMs it now costs decode 6% (199.5 vs 211.8 tok/s), after 16-row ones it
+    // still saves 1% (5.70 vs 5.76 ms).
+    c->after_gemm = A.n > 1;
 }
 
 // Streamed weights use the L2 evict-first policy (BS_CUDA_EVF=0 turns it off).
