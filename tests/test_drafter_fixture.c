@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include "harness.h"
 #include "fixture_util.h"
+#include "test_util_models.h"
 #include "engine/engine.h"
 #include "model/dflash.h"
 
@@ -100,10 +101,7 @@ static void check_drafter(int *failed_, const char *dev, const char *which) {
 
 // The same on the GPU (skipped, with the reason, where no CUDA device is usable).
 TEST(drafter_fixture_cuda) {
-    bs_err err = {0};
-    bs_backend *be = bs_backend_cuda(0, &err);
-    if (!be) { char why[600]; snprintf(why, sizeof why, "no CUDA backend: %s", err.msg); SKIP(why); }
-    be->destroy(be);
+    NEED_CUDA_DEVICE();
     check_drafter(failed_, "cuda", "dflash");
     if (*failed_) return;
     check_drafter(failed_, "cuda", "dspark");
@@ -158,10 +156,7 @@ static void check_drafter_graphs(int *failed_, const char *which) {
 }
 
 TEST(drafter_graphs_cuda) {
-    bs_err err = {0};
-    bs_backend *be = bs_backend_cuda(0, &err);
-    if (!be) { char why[600]; snprintf(why, sizeof why, "no CUDA backend: %s", err.msg); SKIP(why); }
-    be->destroy(be);
+    NEED_CUDA_DEVICE();
     check_drafter_graphs(failed_, "dflash");
     if (*failed_) return;
     check_drafter_graphs(failed_, "dspark");

@@ -50,10 +50,7 @@ static void greedy_fixture_drafters(int *failed_, const char *dev) {
 TEST(spec_drafters_greedy_lossless_fixtures) { greedy_fixture_drafters(failed_, "cpu"); }
 
 TEST(spec_drafters_greedy_lossless_cuda) {
-    bs_err err = {0};
-    bs_backend *be = bs_backend_cuda(0, &err);
-    if (!be) { char why[600]; snprintf(why, sizeof why, "no CUDA backend: %s", err.msg); SKIP(why); }
-    be->destroy(be);
+    NEED_CUDA_DEVICE();
     greedy_fixture_drafters(failed_, "cuda");
 }
 
@@ -79,6 +76,17 @@ static int make_drafter(const char *target, const char *out, const char *arch, i
     fputs(cfg, f); fclose(f);
     snprintf(cmd, sizeof cmd, "%s make-random -c %s --out %s --seed 5", bs_cli_path(), path, out);
     return system(cmd);
+}
+
+// A random target (2 heads, 1 kv head) with a z-lab and a DSpark drafter of the same widths in target/zlab
+// and target/dspark.
+static int make_target_and_drafters(int V, int H, int L, int hd, int inter, uint64_t seed, char target[256], char dz[300], char dd[300]) {
+    const char *t = tu_make_target(V, H, L, 2, 1, hd, inter, 0, 1, seed);
+    if (!t) return -1;
+    snprintf(target, 256, "%s", t);
+    snprintf(dz, 300, "%s/zlab", target);
+    snprintf(dd, 300, "%s/dspark", target);
+    return make_drafter(target, dz, "zlab", V, H, L, 2, 1, hd, inter) || make_drafter(target, dd, "dspark", V, H, L, 2, 1, hd, inter) ? -1 : 0;
 }
 
 static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const bs_sampling *smp, long runs, double *accept_rate) {
@@ -128,14 +136,8 @@ static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const b
 
 TEST(spec_drafters_sampling_lossless) {
     int V = 12, H = 16, L = 2;
-    const char *t = tu_make_target(V, H, L, 2, 1, 8, 32, 0, 1, 11);
-    CHECK(t);
     char target[256], dz[300], dd[300];
-    snprintf(target, sizeof target, "%s", t);
-    snprintf(dz, sizeof dz, "%s/zlab", target);
-    snprintf(dd, sizeof dd, "%s/dspark", target);
-    CHECK(make_drafter(target, dz, "zlab", V, H, L, 2, 1, 8, 32) == 0, "make-random zlab drafter failed");
-    CHECK(make_drafter(target, dd, "dspark", V, H, L, 2, 1, 8, 32) == 0, "make-random dspark drafter failed");
+    CHECK(make_target_and_drafters(V, H, L, 8, 32, 11, target, dz, dd) == 0, "make-random target or drafters failed");
     bs_engine *e; bs_err err = {0};
     CHECK(bs_engine_open(&e, target, "cpu-ref", &err) == 0, "%s", err.msg);
     bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 0.8f, 6, 0.9f, 0 } };
@@ -215,20 +217,11 @@ static void fp8_drafter_logits(int *failed_, bs_engine *e, const char *drafter) 
 }
 
 TEST(spec_drafters_fp8_lossless_cuda) {
-    bs_err err = {0};
-    bs_backend *be = bs_backend_cuda(0, &err);
-    if (!be) { char why[600]; snprintf(why, sizeof why, "no CUDA backend: %s", err.msg); SKIP(why); }
-    be->destroy(be);
+    NEED_CUDA_DEVICE();
     int V = 64, H = 128, L = 2;
-    const char *t = tu_make_target(V, H, L, 2, 1, 64, 256, 0, 1, 17);
-    CHECK(t);
     char target[256], dz[300], dd[300];
-    snprintf(target, sizeof target, "%s", t);
-    snprintf(dz, sizeof dz, "%s/zlab", target);
-    snprintf(dd, sizeof dd, "%s/dspark", target);
-    CHECK(make_drafter(target, dz, "zlab", V, H, L, 2, 1, 64, 256) == 0, "make-random zlab drafter failed");
-    CHECK(make_drafter(target, dd, "dspark", V, H, L, 2, 1, 64, 256) == 0, "make-random dspark drafter failed");
-    bs_engine *e;
+    CHECK(make_target_and_drafters(V, H, L, 64, 256, 17, target, dz, dd) == 0, "make-random target or drafters failed");
+    bs_engine *e; bs_err err = {0};
     CHECK(bs_engine_open(&e, target, "cuda", &err) == 0, "%s", err.msg);
     fp8_drafter_logits(failed_, e, dz);
     fp8_drafter_logits(failed_, e, dd);

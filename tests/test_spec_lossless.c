@@ -106,10 +106,7 @@ static void greedy_suite(int *failed_, const char *dir) { greedy_suite_on(failed
 
 // The same on the GPU (SKIPPED with the reason where no CUDA backend is usable).
 TEST(spec_greedy_lossless_cuda) {
-    bs_err err = {0};
-    bs_backend *probe = getenv("BS_NO_CUDA_TESTS") ? NULL : bs_backend_cuda(0, &err);
-    if (!probe) { char why[600]; snprintf(why, sizeof why, "no CUDA backend: %s", getenv("BS_NO_CUDA_TESTS") ? "BS_NO_CUDA_TESTS is set" : err.msg); SKIP(why); }
-    probe->destroy(probe);
+    NEED_CUDA_DEVICE();
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
     greedy_suite_on(failed_, dir, "cuda");

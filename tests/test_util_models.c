@@ -66,3 +66,13 @@ double tu_chi2_gof(const long *counts, const double *expect, int n, long total, 
     if (df_out) *df_out = df;
     return tu_chi2_sf(chi, df);
 }
+
+const char *tu_cuda_unavailable(void) {
+    static char why[600];
+    if (getenv("BS_NO_CUDA_TESTS")) return "BS_NO_CUDA_TESTS is set";
+    bs_err err = {0};
+    bs_backend *be = bs_backend_cuda(0, &err);
+    if (be) { be->destroy(be); return NULL; }
+    snprintf(why, sizeof why, "no CUDA backend: %s", err.msg);
+    return why;
+}

@@ -11,3 +11,7 @@ double tu_chi2_sf(double x, int df);
 // Chi-square goodness of fit of counts[n] against probabilities expect[n] (sum 1) over `total`
 // draws, merging cells with expected count < 5. Returns the p-value; *df_out gets the dof used.
 double tu_chi2_gof(const long *counts, const double *expect, int n, long total, int *df_out);
+
+// NULL when a CUDA device is usable (and BS_NO_CUDA_TESTS is unset), else why not: GPU tests SKIP with it.
+const char *tu_cuda_unavailable(void);
+#define NEED_CUDA_DEVICE() do { const char *why_ = tu_cuda_unavailable(); if (why_) SKIP(why_); } while (0)
