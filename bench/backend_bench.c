@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
             d->rollback(d, ctx, &err);
         }
         qsort(tv, 10, sizeof *tv, cmp_d); dr_ctx[di] = tv[0];
-        printf("drafter %s%s n %d draft_ms %.3f verify_ms %.3f ctx_ms %.3f round_ms %.3f\n", drafters[di], lossy[di] ? "(8-bit)" : "", n, dr_draft[di] * 1e3,
+        printf("drafter %s%s n %d draft_ms %.3f verify_ms %.3f ctx_ms %.3f round_ms %.3f\n", drafters[di], lossy[di] ? " (8-bit)" : "", n, dr_draft[di] * 1e3,
                dr_ver[di] * 1e3, dr_ctx[di] * 1e3, (dr_draft[di] + dr_ver[di] + dr_ctx[di]) * 1e3);
         bs_kv_rollback(&s.kv, ctx, &err);
         be->free(be, taps);
