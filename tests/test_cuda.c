@@ -16,20 +16,17 @@
 #include <sys/stat.h>
 #include "harness.h"
 #include "fixture_util.h"
+#include "test_util_models.h"
 #include "engine/engine.h"
 #include "io/random_ckpt.h"
 #include "io/json.h"
 #include "util/rng.h"
 #include "backend/cuda/tiled_layout.h"
 
+// One backend shared by the op tests (opened once; kept until the process ends).
 static bs_backend *cuda_be(void) {
-    static bs_backend *be; static int tried; static char why[600];
-    if (!tried) {
-        tried = 1;
-        bs_err err = {0};
-        if (getenv("BS_NO_CUDA_TESTS")) snprintf(why, sizeof why, "BS_NO_CUDA_TESTS is set");
-        else if (!(be = bs_backend_cuda(0, &err))) snprintf(why, sizeof why, "no CUDA backend: %s", err.msg);
-    }
+    static bs_backend *be; static int tried; static const char *why;
+    if (!tried) { tried = 1; be = tu_cuda_open(&why); }
     if (!be) bs_test_skip(why);
     return be;
 }

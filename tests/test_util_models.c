@@ -67,12 +67,19 @@ double tu_chi2_gof(const long *counts, const double *expect, int n, long total, 
     return tu_chi2_sf(chi, df);
 }
 
-const char *tu_cuda_unavailable(void) {
-    static char why[600];
-    if (getenv("BS_NO_CUDA_TESTS")) return "BS_NO_CUDA_TESTS is set";
+bs_backend *tu_cuda_open(const char **why) {
+    static char msg[600];
+    *why = NULL;
+    if (getenv("BS_NO_CUDA_TESTS")) { *why = "BS_NO_CUDA_TESTS is set"; return NULL; }
     bs_err err = {0};
     bs_backend *be = bs_backend_cuda(0, &err);
-    if (be) { be->destroy(be); return NULL; }
-    snprintf(why, sizeof why, "no CUDA backend: %s", err.msg);
+    if (!be) { snprintf(msg, sizeof msg, "no CUDA backend: %s", err.msg); *why = msg; }
+    return be;
+}
+
+const char *tu_cuda_unavailable(void) {
+    const char *why;
+    bs_backend *be = tu_cuda_open(&why);
+    if (be) be->destroy(be);
     return why;
 }

@@ -12,6 +12,9 @@ double tu_chi2_sf(double x, int df);
 // draws, merging cells with expected count < 5. Returns the p-value; *df_out gets the dof used.
 double tu_chi2_gof(const long *counts, const double *expect, int n, long total, int *df_out);
 
-// NULL when a CUDA device is usable (and BS_NO_CUDA_TESTS is unset), else why not: GPU tests SKIP with it.
+// A CUDA backend on device 0, or NULL with *why saying why not (BS_NO_CUDA_TESTS set, no usable GPU, a
+// build without CUDA): GPU tests SKIP with that reason.
+bs_backend *tu_cuda_open(const char **why);
+// NULL when tu_cuda_open would give a backend (probed and closed again), else why not.
 const char *tu_cuda_unavailable(void);
 #define NEED_CUDA_DEVICE() do { const char *why_ = tu_cuda_unavailable(); if (why_) SKIP(why_); } while (0)
