@@ -56,9 +56,11 @@ __global__ void tt_relayout_kernel(__nv_bfloat16 *dst, const __nv_bfloat16 *src,
     }
 }
 
-// Uploads a row-major host matrix into d (mm_tiled_bytes of device memory), staged through pinned
-// memory and a device buffer a whole number of 128-row tiles at a time.
-int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
+// Streams a row-major BF16 host matrix into the device staging buffer a whole number of 128-row tiles
+// at a time (through the pinned double buffer) and queues convert(r0, nt) after each piece: the kernel
+// that turns the staged rows [r0, r0 + 128 nt) into the weight's device layout.
+template <typename F>
+static int stage_tile_pieces(cuda_impl *c, const bs_mat *host, bs_err *err, F convert) {
     const int64_t M = host->rows, K = host->cols, tile_bytes = (int64_t)TT_M * K * 2;
     const int64_t PIECE = 64 << 20, per = PIECE / tile_bytes > 0 ? PIECE / tile_bytes : 1;
     const size_t piece_bytes = (size_t)(per * tile_bytes);
@@ -72,13 +74,20 @@ int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
         memcpy(c->pin[b], (const char *)host->data + (size_t)r0 * K * 2, (size_t)nr * K * 2);
         CK(cudaMemcpyAsync(c->stage, c->pin[b], (size_t)nr * K * 2, cudaMemcpyHostToDevice, c->st));
         CK(cudaEventRecord(c->pin_ev[b], c->st));
-        int64_t chunks = nt * TT_M * K / 8;
-        int blocks = (int)((chunks + 255) / 256 < 65535 ? (chunks + 255) / 256 : 65535);
-        tt_relayout_kernel<<<blocks, 256, 0, c->st>>>((__nv_bfloat16 *)d, (const __nv_bfloat16 *)c->stage, r0, nt * TT_M, M, K);
-        LAUNCHED("weight relayout");
+        convert(r0, nt);
     }
     CK(cudaStreamSynchronize(c->st));
     return 0;
+}
+static int grid_for(int64_t items) { return (int)((items + 255) / 256 < 65535 ? (items + 255) / 256 : 65535); }
+
+// Uploads a row-major host matrix into d (mm_tiled_bytes of device memory).
+int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
+    const int64_t M = host->rows, K = host->cols;
+    return stage_tile_pieces(c, host, err, [&](int64_t r0, int64_t nt) {
+        tt_relayout_kernel<<<grid_for(nt * TT_M * K / 8), 256, 0, c->st>>>((__nv_bfloat16 *)d, (const __nv_bfloat16 *)c->stage, r0, nt * TT_M, M, K);
+        LAUNCHED("weight relayout");
+    });
 }
 
 // ---- 8-bit tiles (tiled_layout.h): quantized at upload from the staged BF16 rows ----------------------
@@ -120,29 +129,15 @@ __global__ void t8_encode_kernel(unsigned char *dst, const float *scale, const _
 
 // Quantizes and uploads a row-major BF16 host matrix into d (mm_fp8_bytes), staged like mm_tiled_upload.
 int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
-    const int64_t M = host->rows, K = host->cols, tile_bytes = (int64_t)TT_M * K * 2;
-    const int64_t PIECE = 64 << 20, per = PIECE / tile_bytes > 0 ? PIECE / tile_bytes : 1;
-    const size_t piece_bytes = (size_t)(per * tile_bytes);
-    if (upload_buffers(c, piece_bytes, piece_bytes, err)) return -1;
-    const int64_t tiles = (M + TT_M - 1) / TT_M;
+    const int64_t M = host->rows, K = host->cols, tiles = (M + TT_M - 1) / TT_M;
     float *scale = (float *)((unsigned char *)d + (size_t)tiles * TT_M * K);
-    for (int64_t t0 = 0, k = 0; t0 < tiles; t0 += per, k++) {
-        int64_t nt = tiles - t0 < per ? tiles - t0 : per;
-        int64_t r0 = t0 * TT_M, nr = M - r0 < nt * TT_M ? M - r0 : nt * TT_M;
-        int b = k & 1;
-        CK(cudaEventSynchronize(c->pin_ev[b]));
-        memcpy(c->pin[b], (const char *)host->data + (size_t)r0 * K * 2, (size_t)nr * K * 2);
-        CK(cudaMemcpyAsync(c->stage, c->pin[b], (size_t)nr * K * 2, cudaMemcpyHostToDevice, c->st));
-        CK(cudaEventRecord(c->pin_ev[b], c->st));
+    return stage_tile_pieces(c, host, err, [&](int64_t r0, int64_t nt) {
         t8_scale_kernel<<<(unsigned)((nt * TT_M + 7) / 8), 256, 0, c->st>>>(scale, (const __nv_bfloat16 *)c->stage, r0, nt * TT_M, M, K);
         LAUNCHED("weight scales (8-bit)");
-        int64_t chunks = nt * TT_M * K / 16;
-        int blocks = (int)((chunks + 255) / 256 < 65535 ? (chunks + 255) / 256 : 65535);
-        t8_encode_kernel<<<blocks, 256, 0, c->st>>>((unsigned char *)d, scale, (const __nv_bfloat16 *)c->stage, r0, nt * TT_M, M, K);
+        t8_encode_kernel<<<grid_for(nt * TT_M * K / 16), 256, 0, c->st>>>((unsigned char *)d, scale, (const __nv_bfloat16 *)c->stage, r0,
+                                                                          nt * TT_M, M, K);
         LAUNCHED("weight quantization (8-bit)");
-    }
-    CK(cudaStreamSynchronize(c->st));
-    return 0;
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
