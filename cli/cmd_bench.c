@@ -1,6 +1,7 @@
 // blockspec bench: kernel and forward benchmarks printed beside the machine's rooflines.
 //   blockspec bench --ops [--dtype bf16|f16|f32] [--rows 1,2,4,8,16,32] [--bw-mib 1024]
-//     0.6B-shaped matmuls (q/k/v/o/gate/up/down and LM head) at each row count.
+//     0.6B-shaped matmuls (q/k/v/o/gate/up/down and LM head) and attention over a 512-token cache at each
+//     row count.
 //   blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024]
 //     whole-model forwards (prefill, decode, n-row forwards after a --ctx token cache); --profile adds
 //     each n-row forward's wall time per op class (the ops wrapped with timers).
@@ -108,6 +109,52 @@ static int bench_ops(bs_dtype dt, const int32_t *rows, int n_rows, const bs_roof
     return 0;
 }
 
+// Attention over a 512-token fp32 KV cache, 0.6B shape (16 query heads, 8 kv heads, head dim 128), 28
+// layers each with its own cache (132 MB in all: streamed from DRAM, as in a forward), causal rows at the
+// end of the context. Roofline: the K/V bytes at the read bandwidth vs 2 multiply-adds per (query head,
+// key, dim) at the raw FMA peak.
+static int bench_attention(const int32_t *rows, int n_rows, const bs_roofline *rl) {
+    enum { L = 28, NK = 512, H = 16, KV = 8, HD = 128 };
+    int maxn = 0;
+    for (int i = 0; i < n_rows; i++) if (rows[i] > maxn) maxn = rows[i];
+    bs_backend *be = bs_backend_cpu(0);
+    bs_err err = {0};
+    const size_t cache = (size_t)(NK + maxn) * KV * HD;
+    float *k[L], *v[L], *q = malloc(sizeof(float) * maxn * H * HD), *o = malloc(sizeof(float) * maxn * H * HD);
+    int ok = q && o;
+    for (int l = 0; l < L; l++) {
+        k[l] = ok ? be->alloc(be, sizeof(float) * cache, &err) : NULL;
+        v[l] = k[l] ? be->alloc(be, sizeof(float) * cache, &err) : NULL;
+        ok = ok && v[l];
+        for (size_t i = 0; ok && i < cache; i++) { k[l][i] = (float)((i * 7) % 13) * 0.01f; v[l][i] = (float)((i * 5) % 11) * 0.01f; }
+    }
+    if (!ok) { fprintf(stderr, "bench: out of memory for the attention caches\n"); return 1; }
+    for (size_t i = 0; i < (size_t)maxn * H * HD; i++) q[i] = 0.01f * (float)(i % 17);
+    printf("%-8s %5s %10s %9s %9s %8s %7s   (%d layers, %d keys, fp32 K/V)\n", "attention", "rows", "time_us", "GB/s", "GFMA/s",
+           "bound", "roof%", L, NK);
+    for (int ri = 0; ri < n_rows; ri++) {
+        const int n = rows[ri];
+        double t = 1e30, t0 = bs_now();
+        int reps = 0;
+        do {   // best pass over the 28 layers in >= 0.3 s
+            double t1 = bs_now();
+            for (int l = 0; l < L; l++) be->attention(be, o, q, k[l], v[l], n, H, KV, HD, NK, NK - n, 1, 0);
+            double dt1 = bs_now() - t1;
+            if (dt1 < t) t = dt1;
+            reps++;
+        } while (bs_now() - t0 < 0.3 || reps < 3);
+        const double bytes = 2.0 * L * NK * KV * HD * 4, fmas = 2.0 * L * n * H * (double)NK * HD;
+        const double tm = bytes / (rl->read_gbs * 1e9), tc = rl->fma_raw_g > 0 ? fmas / (rl->fma_raw_g * 1e9) : 0;
+        printf("%-8s %5d %10.1f %9.1f %9.1f %8s %6.0f%%\n", "attention", n, t * 1e6, bytes / t / 1e9, fmas / t / 1e9,
+               tc > tm ? "compute" : "memory", 100 * (tc > tm ? tc : tm) / t);
+        fflush(stdout);
+    }
+    for (int l = 0; l < L; l++) { be->free(be, k[l]); be->free(be, v[l]); }
+    free(q); free(o);
+    be->destroy(be);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     int ops = 0, ctx = 512, prefill = 512, profile = 0;
     long bw_mib = 1024;
@@ -152,6 +199,7 @@ int cmd_bench(int argc, char **argv) {
     print_roofline(&rl);
     int rc = 0;
     if (ops) rc = bench_ops(dt, rows, n_rows, &rl);
+    if (ops && !rc) rc = bench_attention(rows, n_rows, &rl);
     if (!rc && model && round) rc = bench_round(model, round, ctx, &rl);
     else if (!rc && model) rc = bench_model(model, rows, n_rows, ctx, prefill, &rl, profile);
     print_pressure("after");

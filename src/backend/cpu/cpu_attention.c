@@ -17,7 +17,7 @@
 // (query row, kv head) tasks re-read the whole K/V of the head once per query row; QB = 16 so a 16-row
 // verify reads the cache once, measured 1.1-1.2x faster than QB = 8 at 16 rows); (2) the first query
 // of a chunk prefetches the rows PD ahead. (Without the chunk copy, reading the rows in place on huge
-// pages, 16 rows measured ~10% slower.)
+// pages, 16 rows measured ~10% slower; at 2-4 rows the copy costs more than it saves: COPY_MIN_ROWS.)
 // Row invariance: each query's scores are computed one dot product at a time with the same arithmetic,
 // its softmax is a per-query pass, and each output element accumulates p_j v_j over j in order in one
 // chain (carried across key chunks through the output buffer: fp32 store/reload is exact), then one
@@ -25,6 +25,11 @@
 #define QB 16
 #define JB 32
 #define PD 8
+// Tasks of at least this many query rows copy each K/V chunk into the L1 buffer; fewer read the rows in
+// place. Measured (`blockspec bench --ops`, attention rows: 28 layers, 512 keys; 2 threads, 3 runs each,
+// alternating with a build copying from 2 rows): 2 rows 7.3-8.8 ms in place vs 9.0-10.9 copied, 4 rows
+// 11.9-12.7 vs 11.5-14.0 (equal within noise).
+#define COPY_MIN_ROWS 5
 
 // s[g * ss + j - soff] = scale * q_g . k_j for g < G, j in [lo, hi)
 typedef void (*score_fn)(float *s, size_t ss, int soff, const float *q, int G, const float *k, size_t kstride, int lo,
@@ -284,10 +289,10 @@ static void attn_task(void *p, int t, int nt) {
     }
     size_t kvs = (size_t)j->n_kv * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    // Key chunk by key chunk. With several query rows the chunk's K (then V) rows of a head are first
-    // copied into a contiguous L1 buffer (one pass over 32 pages, prefetching the next chunk), so the
-    // queries' passes do not miss the L1 TLB on every 4 KiB-strided row. With one query row the rows are
-    // read in place (prefetched ahead). Same values either way, so the same results.
+    // Key chunk by key chunk. With COPY_MIN_ROWS or more query rows the chunk's K (then V) rows of a head
+    // are first copied into a contiguous L1 buffer (one pass over 32 pages, prefetching the next chunk), so
+    // the queries' passes do not miss the L1 TLB on every 4 KiB-strided row. With fewer the rows are read
+    // in place (prefetched ahead). Same values either way, so the same results.
     float *kv_buf = chunk_buf(hd);
     for (int pass = 0; pass < 2; pass++) {   // 0: scores, 1: o = sum_j p_j v_j
         if (pass) {
@@ -299,7 +304,7 @@ static void attn_task(void *p, int t, int nt) {
             }
         }
         for (int c0 = jlo; c0 < jhi; c0 += JB) {
-            int c1 = c0 + JB < jhi ? c0 + JB : jhi, copy = nr > 1;
+            int c1 = c0 + JB < jhi ? c0 + JB : jhi, copy = nr >= COPY_MIN_ROWS;
             for (int kh = h0; kh < h1; kh++) {
                 const float *src = (pass ? j->v : j->k) + (size_t)kh * hd;
                 float *sc = scratch + per * (kh - h0);
