@@ -120,19 +120,18 @@ static int bench_attention(const int32_t *rows, int n_rows, const bs_roofline *r
     bs_backend *be = bs_backend_cpu(0);
     bs_err err = {0};
     const size_t cache = (size_t)(NK + maxn) * KV * HD;
-    float *k[L], *v[L], *q = malloc(sizeof(float) * maxn * H * HD), *o = malloc(sizeof(float) * maxn * H * HD);
+    float *k[L] = { 0 }, *v[L] = { 0 }, *q = malloc(sizeof(float) * maxn * H * HD), *o = malloc(sizeof(float) * maxn * H * HD);
     int ok = q && o;
-    for (int l = 0; l < L; l++) {
-        k[l] = ok ? be->alloc(be, sizeof(float) * cache, &err) : NULL;
+    for (int l = 0; l < L && ok; l++) {
+        k[l] = be->alloc(be, sizeof(float) * cache, &err);
         v[l] = k[l] ? be->alloc(be, sizeof(float) * cache, &err) : NULL;
-        ok = ok && v[l];
+        ok = v[l] != NULL;
         for (size_t i = 0; ok && i < cache; i++) { k[l][i] = (float)((i * 7) % 13) * 0.01f; v[l][i] = (float)((i * 5) % 11) * 0.01f; }
     }
-    if (!ok) { fprintf(stderr, "bench: out of memory for the attention caches\n"); return 1; }
-    for (size_t i = 0; i < (size_t)maxn * H * HD; i++) q[i] = 0.01f * (float)(i % 17);
-    printf("%-8s %5s %10s %9s %9s %8s %7s   (%d layers, %d keys, fp32 K/V)\n", "attention", "rows", "time_us", "GB/s", "GFMA/s",
+    for (size_t i = 0; ok && i < (size_t)maxn * H * HD; i++) q[i] = 0.01f * (float)(i % 17);
+    if (ok) printf("%-8s %5s %10s %9s %9s %8s %7s   (%d layers, %d keys, fp32 K/V)\n", "attention", "rows", "time_us", "GB/s", "GFMA/s",
            "bound", "roof%", L, NK);
-    for (int ri = 0; ri < n_rows; ri++) {
+    for (int ri = 0; ok && ri < n_rows; ri++) {
         const int n = rows[ri];
         double t = 1e30, t0 = bs_now();
         int reps = 0;
@@ -149,9 +148,10 @@ static int bench_attention(const int32_t *rows, int n_rows, const bs_roofline *r
                tc > tm ? "compute" : "memory", 100 * (tc > tm ? tc : tm) / t);
         fflush(stdout);
     }
-    for (int l = 0; l < L; l++) { be->free(be, k[l]); be->free(be, v[l]); }
+    for (int l = 0; l < L; l++) { if (k[l]) be->free(be, k[l]); if (v[l]) be->free(be, v[l]); }
     free(q); free(o);
     be->destroy(be);
+    if (!ok) { fprintf(stderr, "bench: out of memory for the attention caches\n"); return 1; }
     return 0;
 }
 
