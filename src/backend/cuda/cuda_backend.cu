@@ -79,28 +79,37 @@ int upload_buffers(cuda_impl *c, size_t pin_bytes, size_t stage_bytes, bs_err *e
     return 0;
 }
 
-// Weights live until the backend is destroyed.
-static void keep_weight(cuda_impl *c, void *d) {
+// Device memory for a weight about to be uploaded (stored_as: "" or how it is stored, e.g. " in 8 bits"),
+// or a message naming the weight and what the GPU has free.
+static int weight_alloc(cuda_impl *c, const bs_mat *host, size_t bytes, const char *stored_as, void **d, bs_err *err) {
+    *d = NULL;
+    if (cudaMalloc(d, bytes ? bytes : 16) == cudaSuccess) return 0;
+    cudaGetLastError();
+    size_t fr = 0, tot = 0; cudaMemGetInfo(&fr, &tot);
+    return bs_fail(err, "out of GPU memory uploading a %lldx%lld %s weight%s (%.1f MiB; %.1f of %.1f GiB free on %s)",
+                   (long long)host->rows, (long long)host->cols, bs_dtype_name(host->dtype), stored_as, bytes / 1048576.0,
+                   fr / 1073741824.0, tot / 1073741824.0, c->name);
+}
+
+// The uploaded weight d becomes dst (in the given device layout); it lives until the backend is destroyed.
+static int weight_keep(cuda_impl *c, bs_mat *dst, const bs_mat *host, void *d, int layout) {
     if (c->n_weights == c->cap_weights) {
         c->cap_weights = c->cap_weights ? 2 * c->cap_weights : 256;
         c->weights = (void **)realloc(c->weights, sizeof(void *) * c->cap_weights);
     }
     c->weights[c->n_weights++] = d;
+    *dst = *host;
+    dst->data = d;
+    dst->layout = layout;
+    return 0;
 }
 
 static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
     cuda_impl *c = CI(be);
     const bool tiled = mm_tiled_eligible(host);
     size_t bytes = tiled ? mm_tiled_bytes(host) : (size_t)host->rows * host->cols * bs_dtype_size(host->dtype);
-    void *d = NULL;
-    cudaError_t e = cudaMalloc(&d, bytes ? bytes : 16);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        size_t fr = 0, tot = 0; cudaMemGetInfo(&fr, &tot);
-        return bs_fail(err, "out of GPU memory uploading a %lldx%lld %s weight (%.1f MiB; %.1f of %.1f GiB free on %s)",
-                       (long long)host->rows, (long long)host->cols, bs_dtype_name(host->dtype), bytes / 1048576.0,
-                       fr / 1073741824.0, tot / 1073741824.0, c->name);
-    }
+    void *d;
+    if (weight_alloc(c, host, bytes, "", &d, err)) return -1;
     if (tiled) {
         if (mm_tiled_upload(c, d, host, err)) { cudaFree(d); return -1; }
     } else {
@@ -117,11 +126,7 @@ static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *er
         }
         CK(cudaStreamSynchronize(c->st));
     }
-    keep_weight(c, d);
-    *dst = *host;
-    dst->data = d;
-    dst->layout = tiled ? BS_CUDA_TILED : 0;
-    return 0;
+    return weight_keep(c, dst, host, d, tiled ? BS_CUDA_TILED : 0);
 }
 
 // 8-bit tiles with row scales for a BF16 matrix the GEMM can stream (K % 128 == 0): half the bytes of
@@ -131,19 +136,10 @@ static int cu_weight_lossy(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_e
     cuda_impl *c = CI(be);
     if (!mm_fp8_eligible(host)) return 1;
     size_t bytes = mm_fp8_bytes(host);
-    void *d = NULL;
-    if (cudaMalloc(&d, bytes) != cudaSuccess) {
-        cudaGetLastError();
-        size_t fr = 0, tot = 0; cudaMemGetInfo(&fr, &tot);
-        return bs_fail(err, "out of GPU memory uploading a %lldx%lld weight in 8 bits (%.1f MiB; %.1f of %.1f GiB free on %s)",
-                       (long long)host->rows, (long long)host->cols, bytes / 1048576.0, fr / 1073741824.0, tot / 1073741824.0, c->name);
-    }
+    void *d;
+    if (weight_alloc(c, host, bytes, " in 8 bits", &d, err)) return -1;
     if (mm_fp8_upload(c, d, host, err)) { cudaFree(d); return -1; }
-    keep_weight(c, d);
-    *dst = *host;
-    dst->data = d;
-    dst->layout = BS_CUDA_FP8;
-    return 0;
+    return weight_keep(c, dst, host, d, BS_CUDA_FP8);
 }
 
 // BS_CUDA_PDL: 0 = off, 1 = every kernel, gemm = only the tiled GEMM and its fixup, after = as gemm
