@@ -73,6 +73,17 @@ static int upload_mat(dflash *m, const bs_mat *host, bs_mat *dst, bs_err *err) {
     return m->be->weight(m->be, dst, host, err);
 }
 
+// A matrix the drafter otherwise shares (z-lab: the target's LM head; a tied head: the embedding) in
+// 8 bits where asked for and the backend takes it; else it stays shared (never a second exact copy).
+static int lossy_or_shared(dflash *m, const bs_mat *host, const bs_mat *shared, bs_mat *dst, bs_err *err) {
+    if (m->lossy && m->be->weight_lossy) {
+        int rc = m->be->weight_lossy(m->be, dst, host, err);
+        if (rc <= 0) return rc;   // 1: declined
+    }
+    *dst = *shared;
+    return 0;
+}
+
 static int load_w(dflash *m, const char *name, int64_t rows, int64_t cols, bs_mat *dst, bs_err *err) {
     bs_mat host;
     if (get_mat(m, name, rows, cols, &host, err)) return -1;
@@ -183,8 +194,7 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     for (int i = 0; i < b->n_layers; i++) if (load_layer(m, i, err)) goto fail;
     if (c->arch == BS_DRAFTER_ZLAB) {
         m->embed = target->embed;       // z-lab: the target's embedding and LM head
-        m->lm_head = target->lm_head;
-        if (m->lossy && m->be->weight_lossy && upload_mat(m, &target->lm_head_host, &m->lm_head, err)) goto fail;   // its own 8-bit copy
+        if (lossy_or_shared(m, &target->lm_head_host, &target->lm_head, &m->lm_head, err)) goto fail;
     } else {
         // DeepSpec bundles frozen copies; use them for exact parity, but say so if they differ from the target's.
         bs_mat emb_host, head_host;
@@ -192,8 +202,7 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
         int has_head = bs_checkpoint_find(m->ck, "lm_head.weight") || bs_checkpoint_find(m->ck, "model.lm_head.weight");
         if (!has_head && b->tie_embeddings) {
             head_host = emb_host;
-            if (m->lossy && m->be->weight_lossy) { if (upload_mat(m, &head_host, &m->lm_head, err)) goto fail; }
-            else m->lm_head = m->embed;
+            if (lossy_or_shared(m, &head_host, &m->embed, &m->lm_head, err)) goto fail;
         } else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err) || upload_mat(m, &head_host, &m->lm_head, err)) goto fail;
         double de = sample_rows_diff(m, &emb_host, &target->embed_host);
         double dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
