@@ -145,6 +145,15 @@ static void check_drafter_graphs(int *failed_, const char *which) {
             CHECK(r1.n == r0.n && memcmp(r1.tokens, r0.tokens, sizeof(int32_t) * r0.n) == 0, "%s step %d run %d: tokens differ", which, step, run);
             CHECK(memcmp(ref, got, sizeof(float) * nf) == 0, "%s step %d run %d: block hidden / logits differ from the plain pass", which, step, run);
         }
+        // Greedy picks on the device (no inspection): plain, then recorded with the pass and replayed twice;
+        // the drafts and confidences of the plain host walk above every time.
+        for (int run = 0; run < 4 && !*failed_; run++) {
+            bs_draft r2;
+            bs_qwen3_use_graphs = run > 0;
+            CHECK(d->propose(d, anchor, BS_MAX_DRAFT, NULL, NULL, &r2, &err) == 0, "%s", err.msg);
+            CHECK(r2.n == r0.n && memcmp(r2.tokens, r0.tokens, sizeof(int32_t) * r0.n) == 0, "%s step %d device picks run %d: tokens differ", which, step, run);
+            CHECK(r2.has_conf == r0.has_conf && memcmp(r2.conf, r0.conf, sizeof(float) * r0.n) == 0, "%s step %d device picks run %d: confidences differ", which, step, run);
+        }
         CHECK(d->add_context(d, feat + (size_t)(8 + step) * m * H, 1, &err) == 0, "%s", err.msg);
     }
     bs_qwen3_use_graphs = saved;

@@ -92,6 +92,12 @@ static void run_rounds(int *failed_, const char *tdir, const char *ddir, const c
     CHECK(g.has_conf == c->conf_head, "%s", label);
     for (int k = 0; k < n && g.has_conf; k++) CHECK(g.conf[k] > 0 && g.conf[k] < 1, "%s: conf %g", label, g.conf[k]);
     if (c->markov_rank > 0) CHECK(fx_max_abs_diff(lg, st, (long)n * V) > 0, "%s: Markov head added nothing", label);
+    // Without inspection, greedy picks are made by backend ops (argmax_to / embed_from, the path a GPU
+    // records in one graph): the same drafts and confidences as the step-by-step walk above.
+    bs_draft gd;
+    CHECK(d->propose(d, anchor, n, NULL, NULL, &gd, &err) == 0, "%s", err.msg);
+    CHECK(gd.n == g.n && memcmp(gd.tokens, g.tokens, sizeof(int32_t) * n) == 0, "%s: device-side picks differ from the walk", label);
+    CHECK(gd.has_conf == g.has_conf && memcmp(gd.conf, g.conf, sizeof(float) * n) == 0, "%s: device-side confidences differ", label);
     // Sampled: q_k is the processed distribution of the logits d_k was drawn from.
     bs_sampling sm = { .temperature = 0.8f, .top_k = 50, .top_p = 0.95f };
     bs_rng rng; bs_rng_seed(&rng, 11);

@@ -90,6 +90,13 @@ struct bs_backend {
     void (*argmax)(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
     // dst[(row0 + i) * width + j] = src[i * width + j] for i < n, j < width (e.g. new K/V rows into a cache)
     void (*store_rows)(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
+    // The same two picks with the ids in backend memory instead of on the host, so that a chain
+    // argmax -> embed of the winner -> ... (a drafter's greedy Markov walk) runs without a host round
+    // trip and can be recorded: out_ids[i] = argmax of logits row i; out[i] = table[ids[i]] widened
+    // (ids in [0, table.rows): e.g. argmax_to over table.rows logits). Host-memory backends use the
+    // plain ops for these.
+    void (*argmax_to)(bs_backend *be, int32_t *out_ids, const float *logits, int n, int vocab);
+    void (*embed_from)(bs_backend *be, float *out, const bs_mat *table, const int32_t *ids, int n);
 
     // Optional (NULL: the four calls below): one layer's attention inputs in one call, equal to
     //   head_norm_rope(q, n, n_heads, hd, q_norm, eps, pos0, theta); head_norm_rope(k, n, n_kv, hd, k_norm, eps, pos0, theta);
@@ -111,7 +118,8 @@ struct bs_backend {
     // are recorded relative to pos_base, and embed's ids become inputs of the replay. replay(be, rec,
     // pos_base, ids, n_ids) runs the recorded ops as if issued with every position argument shifted by
     // (pos_base - the recording's pos_base) and embed reading `ids`. Every other argument (pointers,
-    // sizes) is frozen. Recording must not call download/argmax/alloc/free (anything that syncs).
+    // sizes) is frozen (embed_from's ids pointer too; argmax_to records like any op). Recording must
+    // not call download/argmax/alloc/free (anything that syncs).
     int   (*record_begin)(bs_backend *be, int pos_base);
     void *(*record_end)(bs_backend *be, bs_err *err);    // the recording, or NULL (err filled)
     void  (*replay)(bs_backend *be, void *rec, int pos_base, const int32_t *ids, int n_ids);

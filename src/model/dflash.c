@@ -31,15 +31,16 @@ typedef struct dflash {
     float *logits;                   // [B][V]
     float *he;                       // [B][H + r]: [h_k ; W1[x_{k-1}]] rows (Markov / confidence input)
     float *vec_r, *vec_z, *vec_3r;   // [r], [2r + H], [3r] (gated / rnn steps)
-    float *conf_out;                 // [B]
+    int32_t *picks;                  // [2B]: greedy picks made on the device (ids), then the confidence logits
+    float *conf_out;                 // = picks + B, read as floats
     // host workspace
     float *logits_host;              // [gamma][V]
     float *q_host;                   // [gamma][V]
     float *scratch;                  // [2V]
     float *hv, *state;               // [3r], [r]
     int lossy;                       // large matrices in 8 bits (bs_dflash_lossy_weights)
-    // recorded block passes (backends with record/replay), one per LM-head row count
-    struct { int n, seen; void *rec; } recs[4];
+    // recorded draft passes (backends with record/replay), one per (LM-head row count, picks on device)
+    struct { int n, picks, seen; void *rec; } recs[8];
     int n_recs;
 } dflash;
 
@@ -247,7 +248,8 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     ALLOC_BE(m->gate, B * m->I * 4); ALLOC_BE(m->up, B * m->I * 4);
     ALLOC_BE(m->logits, B * V * 4);
     ALLOC_BE(m->he, B * (H + r) * 4);
-    ALLOC_BE(m->conf_out, B * 4);
+    ALLOC_BE(m->picks, 2 * B * 4);
+    m->conf_out = (float *)(m->picks + B);
     if (r) { ALLOC_BE(m->vec_r, r * 4); ALLOC_BE(m->vec_z, (2 * r + H) * 4); ALLOC_BE(m->vec_3r, 3 * r * 4); }
     ALLOC_HOST(m->logits_host, (size_t)m->gamma * V * 4);
     ALLOC_HOST(m->q_host, (size_t)m->gamma * V * 4);
@@ -280,7 +282,7 @@ static void dflash_free(bs_drafter *d) {
     if (m->kc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->kc[l]) be->free(be, m->kc[l]);
     if (m->vc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->vc[l]) be->free(be, m->vc[l]);
     free(m->kc); free(m->vc);
-    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->conf_out, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx };
+    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, (float *)m->picks, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     free(m->logits_host); free(m->q_host); free(m->scratch); free(m->hv); free(m->state);
     free(m->gate_b); free(m->joint_b);
@@ -369,24 +371,60 @@ static void block_pass(dflash *m, const int32_t *ids, int n) {
     if (n > 0) m->be->matmul(m->be, m->logits, m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h, n, &m->lm_head, 0);
 }
 
-// block_pass, recorded the second time a row count is seen and replayed from then on (as the target's
-// forward does, qwen3.c); plain on backends without recording, with BS_GRAPHS=0, or if recording fails.
-static void block_pass_recorded(dflash *m, const int32_t *ids, int n) {
+// Greedy picks on the device. Greedy drafting needs no host arithmetic between the picks (z-lab and
+// DeepSpec DFlash: one argmax over the rows; DSpark with the vanilla Markov head: argmax of row k, that
+// token's W1 row, W2 times it added to row k+1, ...), so the picks run as backend ops into m->picks
+// (then the confidence logits beside them) and join the recorded pass: the host waits once per round
+// instead of once per drafted token. Gated and RNN heads (gate arithmetic on the host), sampling (the host
+// draws from q) and inspection (it reads the logits before the walk) take the step-by-step path.
+static int device_picks_ok(const dflash *m, const bs_sampling *s, const bs_dflash_inspect *ins) {
+    return bs_sampling_greedy(s) && !ins && m->be->argmax_to && m->be->embed_from &&
+           (m->cfg.arch == BS_DRAFTER_ZLAB || m->r == 0 || m->cfg.markov_type == BS_MARKOV_VANILLA);
+}
+static void device_picks(dflash *m, int32_t anchor, int n) {
+    bs_backend *be = m->be;
+    int H = m->H, r = m->r, V = m->V;
+    if (m->cfg.arch == BS_DRAFTER_ZLAB || r == 0) be->argmax_to(be, m->picks, m->logits, n, V);
+    else {
+        be->copy_rows(be, m->he, H + r, m->h, H, n, H);
+        for (int k = 0; k < n; k++) {
+            float *e = m->he + (size_t)k * (H + r) + H, *lrow = m->logits + (size_t)k * V;
+            // W1[previous token]: the anchor (id 0 of the pass, a replay input like the block's ids), then the picks
+            if (k == 0) be->embed(be, e, &m->w1, &anchor, 1);
+            else be->embed_from(be, e, &m->w1, m->picks + k - 1, 1);
+            be->matmul(be, lrow, e, 1, &m->w2, 1);
+            be->argmax_to(be, m->picks + k, lrow, 1, V);
+        }
+    }
+    if (m->cfg.arch != BS_DRAFTER_ZLAB && m->cfg.conf_head)
+        be->matmul(be, m->conf_out, m->cfg.conf_with_markov ? m->he : m->h, n, &m->conf_w, 0);
+}
+
+static void draft_pass(dflash *m, const int32_t *ids, int n, int picks) {
+    block_pass(m, ids, n);
+    if (picks) device_picks(m, ids[0], n);
+}
+
+// draft_pass, recorded the second time a (row count, picks) pair is seen and replayed from then on (as
+// the target's forward does, qwen3.c); plain on backends without recording, with BS_GRAPHS=0, or if
+// recording fails.
+static void draft_pass_recorded(dflash *m, const int32_t *ids, int n, int picks) {
     bs_backend *be = m->be;
     if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
+    const int cap = (int)(sizeof m->recs / sizeof *m->recs);
     int i = 0;
-    while (i < m->n_recs && m->recs[i].n != n) i++;
-    if (!bs_qwen3_use_graphs || !be->record_begin || (i == m->n_recs && m->n_recs == 4)) { block_pass(m, ids, n); return; }
-    if (i == m->n_recs) { m->recs[i].n = n; m->recs[i].seen = 0; m->recs[i].rec = NULL; m->n_recs++; }
+    while (i < m->n_recs && (m->recs[i].n != n || m->recs[i].picks != picks)) i++;
+    if (!bs_qwen3_use_graphs || !be->record_begin || (i == m->n_recs && m->n_recs == cap)) { draft_pass(m, ids, n, picks); return; }
+    if (i == m->n_recs) { m->recs[i].n = n; m->recs[i].picks = picks; m->recs[i].seen = 0; m->recs[i].rec = NULL; m->n_recs++; }
     int pos0 = m->iface.n_ctx;
     if (!m->recs[i].rec) {
-        if (m->recs[i].seen++ < 1 || be->record_begin(be, pos0)) { block_pass(m, ids, n); return; }
-        block_pass(m, ids, n);
+        if (m->recs[i].seen++ < 1 || be->record_begin(be, pos0)) { draft_pass(m, ids, n, picks); return; }
+        draft_pass(m, ids, n, picks);
         bs_err err = {0};
         if (!(m->recs[i].rec = be->record_end(be, &err))) {
             fprintf(stderr, "blockspec: drafter: recording the block pass failed (%s); running it plainly\n", err.msg);
             m->recs[i].seen = -1000000;   // do not try again
-            block_pass(m, ids, n);
+            draft_pass(m, ids, n, picks);
             return;
         }
     }
@@ -463,11 +501,24 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
     int32_t ids[BS_MAX_DRAFT + 1];
     ids[0] = anchor;
     for (int i = 1; i < B; i++) ids[i] = c->mask_token_id;
-    block_pass_recorded(m, ids, n);
+    const int on_device = device_picks_ok(m, s, ins);
+    draft_pass_recorded(m, ids, n, on_device);
     if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
     if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
     if (n == 0) return 0;
-    if (c->arch == BS_DRAFTER_ZLAB) {
+    if (on_device) {
+        int32_t got[2 * (BS_MAX_DRAFT + 1)];
+        be->download(be, got, m->picks, sizeof(int32_t) * 2 * B);
+        memcpy(out->tokens, got, sizeof(int32_t) * n);
+        if (c->arch != BS_DRAFTER_ZLAB && c->conf_head) {
+            for (int k = 0; k < n; k++) {
+                float cl;
+                memcpy(&cl, &got[B + k], sizeof cl);
+                out->conf[k] = sigmoidf_(cl + m->conf_b);
+            }
+            out->has_conf = 1;
+        }
+    } else if (c->arch == BS_DRAFTER_ZLAB) {
         // Rows 1..n predict their own positions; rows are independent: q_k = processed(row k).
         if (ins && ins->logits) be->download(be, ins->logits, m->logits, sizeof(float) * n * V);
         if (bs_sampling_greedy(s)) be->argmax(be, out->tokens, m->logits, n, V);

@@ -174,7 +174,7 @@ void bs_cpu_fill_reference(bs_backend *be) {
     be->sync = cpu_sync; be->weight = cpu_weight;
     be->matmul = ref_matmul; be->matmul_multi = ref_matmul_multi; be->rmsnorm = ref_rmsnorm; be->head_norm_rope = ref_head_norm_rope;
     be->attention = ref_attention; be->swiglu = ref_swiglu; be->add = ref_add; be->embed = ref_embed;
-    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->store_rows = cpu_store_rows; be->destroy = cpu_destroy;
+    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->argmax_to = cpu_argmax; be->embed_from = ref_embed; be->store_rows = cpu_store_rows; be->destroy = cpu_destroy;
 }
 
 bs_backend *bs_backend_cpu(int reference) {

@@ -25,25 +25,39 @@ void cu_add(bs_backend *be, float *y, const float *x, size_t n) {
 }
 
 struct ids_arg { int ids[MAX_STEP_IDS]; };
-__global__ void embed_kernel(float *out, const void *table, int dt, int tiled, int cols, ids_arg ids, const step_state *st) {
+// ids from (first non-NULL) dev_ids (device memory: embed_from), the replay's step state, or the launch arguments.
+__global__ void embed_kernel(float *out, const void *table, int dt, int tiled, int cols, ids_arg ids, const step_state *st,
+                             const int32_t *dev_ids) {
     pdl_enter();
     int r = blockIdx.x;
-    int id = st ? st->ids[r] : ids.ids[r];
+    int id = dev_ids ? dev_ids[r] : st ? st->ids[r] : ids.ids[r];
     for (int i = threadIdx.x; i < cols; i += blockDim.x)
         out[(size_t)r * cols + i] = tiled ? __bfloat162float(((const __nv_bfloat16 *)table)[tt_index(id, i, cols)])
                                           : ld_elem(table, dt, (size_t)id * cols + i);
 }
+static void embed_table_check(const bs_mat *t) {
+    if (t->layout == BS_CUDA_FP8) { fprintf(stderr, "blockspec: CUDA embed: a %lldx%lld table stored in 8 bits (lossy weights are for matmuls only)\n", (long long)t->rows, (long long)t->cols); exit(1); }
+}
 void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) {
     cuda_impl *c = CI(be);
-    if (t->layout == BS_CUDA_FP8) { fprintf(stderr, "blockspec: CUDA embed: a %lldx%lld table stored in 8 bits (lossy weights are for matmuls only)\n", (long long)t->rows, (long long)t->cols); exit(1); }
+    embed_table_check(t);
     if (c->capturing && n > MAX_STEP_IDS) { fprintf(stderr, "blockspec: recording an embed of %d > %d rows\n", n, MAX_STEP_IDS); exit(1); }
     for (int r = 0; r < n; r += MAX_STEP_IDS) {
         int nn = n - r < MAX_STEP_IDS ? n - r : MAX_STEP_IDS;
         ids_arg a;
         for (int i = 0; i < nn; i++) a.ids[i] = ids[r + i];
         launch_k(c, "embed", embed_kernel, dim3(nn), dim3(256), 0, out + (size_t)r * t->cols, t->data, (int)t->dtype, (int)(t->layout == BS_CUDA_TILED),
-                 (int)t->cols, a, (const step_state *)(c->capturing ? c->d_state : NULL));
+                 (int)t->cols, a, (const step_state *)(c->capturing ? c->d_state : NULL), (const int32_t *)NULL);
     }
+}
+void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *dev_ids, int n) {
+    cuda_impl *c = CI(be);
+    embed_table_check(t);
+    if (n <= 0) return;
+    ids_arg a;
+    memset(&a, 0, sizeof a);
+    launch_k(c, "embed", embed_kernel, dim3(n), dim3(256), 0, out, t->data, (int)t->dtype, (int)(t->layout == BS_CUDA_TILED),
+             (int)t->cols, a, (const step_state *)NULL, dev_ids);
 }
 
 void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width) {
@@ -106,12 +120,20 @@ __global__ void __launch_bounds__(256) argmax_kernel(int32_t *out, const float *
     }
     if (threadIdx.x == 0) { out[row] = bi < vocab ? bi : 0; ctr[row] = 0; }
 }
+// 64 rows per launch: the per-part scratch and the row counters hold 64 rows.
+void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab) {
+    cuda_impl *c = CI(be);
+    for (int r = 0; r < n; r += 64) {
+        int nn = n - r < 64 ? n - r : 64;
+        launch_k(c, "argmax", argmax_kernel, dim3(AM_PARTS, nn), dim3(256), 0, out_dev + r, logits + (size_t)r * vocab, vocab,
+                 c->am_v, c->am_i, c->am_ctr);
+    }
+}
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab) {
     cuda_impl *c = CI(be);
     for (int r = 0; r < n; r += 64) {
         int nn = n - r < 64 ? n - r : 64;
-        launch_k(c, "argmax", argmax_kernel, dim3(AM_PARTS, nn), dim3(256), 0, c->d_argmax, logits + (size_t)r * vocab, vocab,
-                 c->am_v, c->am_i, c->am_ctr);
+        cu_argmax_to(be, c->d_argmax, logits + (size_t)r * vocab, nn, vocab);
         CK(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * nn, cudaMemcpyDeviceToHost, c->st));
         CK(cudaStreamSynchronize(c->st));
         memcpy(out_host + r, c->h_argmax, sizeof(int32_t) * nn);

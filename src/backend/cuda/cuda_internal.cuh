@@ -138,6 +138,8 @@ void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, i
 void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width);
 void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
+void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab);
+void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *dev_ids, int n);
 
 // BS_CUDA_MM_TRACE=1 (cuda_profile.cu): every tiled-GEMM launch records per-block timestamps
 // (%globaltimer) into a device buffer; the report at exit gives each launch's span, start skew,
