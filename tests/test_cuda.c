@@ -457,6 +457,9 @@ TEST(cuda_op_attention) {
         { 16, 16, 4, 64, 300, 284, 0, 0 },
         { 12, 4, 2, 16, 40, 28, 1, 5 },        // sliding window
         { 5, 8, 8, 128, 3000, 2995, 1, 1000 },
+        { 16, 12, 4, 128, 528, 512, 1, 0 },    // GQA 3: query vectors of a row straddle the 16-row mma tiles
+        { 9, 40, 8, 64, 700, 691, 1, 0 },      // GQA 5, head_dim 64, causal
+        { 3, 96, 1, 64, 200, 197, 1, 0 },      // one row's group (96) larger than a block's 64 query vectors
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
         int nq = cs[ci].nq, nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, nk = cs[ci].nkeys;
