@@ -7,10 +7,6 @@
 
 #define CTX_CHUNK 64
 
-// Recorded op sequences (backends with record/replay), keyed by what their frozen arguments depend on.
-typedef struct { int n, flag; const void *ptr; int seen; void *rec; } rec_slot;
-typedef struct { rec_slot s[24]; int n; } rec_cache;
-
 typedef struct dflash {
     bs_drafter iface;
     bs_drafter_config cfg;
@@ -32,7 +28,6 @@ typedef struct dflash {
     float *ctx;                      // [CTX_CHUNK][H]
     float *x, *xn, *q, *att, *gate, *up, *h;   // block rows
     float *kx, *vx;                  // [B][kd]: the block's K/V rows before they are stored at n_ctx
-    float *ctx_kv;                   // [n_layers][2][CTX_CHUNK][kd]: new context rows' K/V before they are stored
     float *logits;                   // [B][V]
     float *he;                       // [B][H + r]: [h_k ; W1[x_{k-1}]] rows (Markov / confidence input)
     float *vec_r, *vec_z, *vec_3r;   // [r], [2r + H], [3r] (gated / rnn steps)
@@ -44,8 +39,9 @@ typedef struct dflash {
     float *scratch;                  // [2V]
     float *hv, *state;               // [3r], [r]
     int lossy;                       // large matrices in 8 bits (bs_dflash_lossy_weights)
-    rec_cache pass_recs;             // draft passes, by (LM-head row count, picks on device)
-    rec_cache ctx_recs;              // context growth, by (row count, feature buffer)
+    // recorded draft passes (backends with record/replay), one per (LM-head row count, picks on device)
+    struct { int n, picks, seen; void *rec; } recs[8];
+    int n_recs;
 } dflash;
 
 static const bs_drafter_config *cfg_of(const bs_drafter *d) { return &((const dflash *)d->impl)->cfg; }
@@ -249,7 +245,6 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     ALLOC_BE(m->x, B * H * 4); ALLOC_BE(m->xn, B * H * 4); ALLOC_BE(m->h, B * H * 4);
     ALLOC_BE(m->q, B * m->qd * 4); ALLOC_BE(m->att, B * m->qd * 4);
     ALLOC_BE(m->kx, B * m->kd * 4); ALLOC_BE(m->vx, B * m->kd * 4);
-    ALLOC_BE(m->ctx_kv, (size_t)b->n_layers * 2 * CTX_CHUNK * m->kd * 4);
     ALLOC_BE(m->gate, B * m->I * 4); ALLOC_BE(m->up, B * m->I * 4);
     ALLOC_BE(m->logits, B * V * 4);
     ALLOC_BE(m->he, B * (H + r) * 4);
@@ -283,13 +278,11 @@ static void dflash_free(bs_drafter *d) {
     if (!d) return;
     dflash *m = d->impl;
     bs_backend *be = m->be;
-    rec_cache *caches[2] = { &m->pass_recs, &m->ctx_recs };
-    for (int c = 0; c < 2; c++)
-        for (int i = 0; i < caches[c]->n; i++) if (caches[c]->s[i].rec) be->record_free(be, caches[c]->s[i].rec);
+    for (int i = 0; i < m->n_recs; i++) if (m->recs[i].rec) be->record_free(be, m->recs[i].rec);
     if (m->kc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->kc[l]) be->free(be, m->kc[l]);
     if (m->vc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->vc[l]) be->free(be, m->vc[l]);
     free(m->kc); free(m->vc);
-    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, (float *)m->picks, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx, m->ctx_kv };
+    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, (float *)m->picks, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     free(m->logits_host); free(m->q_host); free(m->scratch); free(m->hv); free(m->state);
     free(m->gate_b); free(m->joint_b);
@@ -299,78 +292,32 @@ static void dflash_free(bs_drafter *d) {
     free(m);
 }
 
-// ---- recording ---------------------------------------------------------------------------------------------
-
-// Runs ops(m, arg), recorded the second time its key (n, flag, ptr) is seen and replayed from then on (as
-// the target's forward does, qwen3.c): position arguments relative to pos0, embeds reading the replay's
-// ids. Plain on backends without recording, with BS_GRAPHS=0, when the cache is full, or if recording fails.
-static void run_recorded(dflash *m, rec_cache *rc, int n, int flag, const void *ptr, int pos0, const int32_t *ids, int n_ids,
-                         void (*ops)(dflash *, const void *), const void *arg) {
-    bs_backend *be = m->be;
-    if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
-    const int cap = (int)(sizeof rc->s / sizeof *rc->s);
-    int i = 0;
-    while (i < rc->n && (rc->s[i].n != n || rc->s[i].flag != flag || rc->s[i].ptr != ptr)) i++;
-    if (!bs_qwen3_use_graphs || !be->record_begin || (i == rc->n && rc->n == cap)) { ops(m, arg); return; }
-    rec_slot *sl = &rc->s[i];
-    if (i == rc->n) { sl->n = n; sl->flag = flag; sl->ptr = ptr; sl->seen = 0; sl->rec = NULL; rc->n++; }
-    if (!sl->rec) {
-        if (sl->seen++ < 1 || be->record_begin(be, pos0)) { ops(m, arg); return; }
-        ops(m, arg);
-        bs_err err = {0};
-        if (!(sl->rec = be->record_end(be, &err))) {
-            fprintf(stderr, "blockspec: drafter: recording failed (%s); running plainly\n", err.msg);
-            sl->seen = -1000000;   // do not try again
-            ops(m, arg);
-            return;
-        }
-    }
-    be->replay(be, sl->rec, pos0, ids, n_ids);
-}
-
 // ---- context ----------------------------------------------------------------------------------------------
-
-// rows (<= CTX_CHUNK) new context rows at position pos: fc + norm, then every layer's K (normed, rotated)
-// and V, computed in ctx_kv and stored at pos (a position argument), so a recording replays at any pos.
-typedef struct { const float *feat; int rows, pos; } ctx_args;
-static void context_rows(dflash *m, const void *arg) {
-    const ctx_args *a = arg;
-    const bs_qwen3_config *c = &m->cfg.base;
-    bs_backend *be = m->be;
-    const size_t kd = m->kd, slab = (size_t)CTX_CHUNK * kd;
-    be->matmul(be, m->ctx, a->feat, a->rows, &m->fc, 0);
-    be->rmsnorm(be, m->ctx, m->ctx, a->rows, m->H, &m->hidden_norm, c->rms_eps);
-    // Every layer's K and V projections read the same rows: one call per 8 layers.
-    for (int l0 = 0; l0 < c->n_layers; l0 += 8) {
-        float *ys[16]; const bs_mat *ws[16]; int nm = 0;
-        for (int l = l0; l < c->n_layers && l < l0 + 8; l++) {
-            ys[nm] = m->ctx_kv + (2 * (size_t)l) * slab; ws[nm++] = &m->layers[l].wk;
-            ys[nm] = m->ctx_kv + (2 * (size_t)l + 1) * slab; ws[nm++] = &m->layers[l].wv;
-        }
-        bs_matmul_multi(be, nm, ys, m->ctx, a->rows, ws, 0);
-    }
-    for (int l = 0; l < c->n_layers; l++) {
-        float *k = m->ctx_kv + (2 * (size_t)l) * slab, *v = k + slab;
-        be->head_norm_rope(be, k, a->rows, c->n_kv_heads, c->head_dim, &m->layers[l].k_norm, c->rms_eps, a->pos, m->rope_theta);
-        be->store_rows(be, m->kc[l], a->pos, k, a->rows, (int)kd);
-        be->store_rows(be, m->vc[l], a->pos, v, a->rows, (int)kd);
-    }
-}
 
 static int dflash_add_context(bs_drafter *d, const float *feat, int n, bs_err *err) {
     dflash *m = d->impl;
+    const bs_qwen3_config *c = &m->cfg.base;
+    bs_backend *be = m->be;
     if (n < 0) return bs_fail(err, "drafter: negative context row count %d", n);
     if (d->n_ctx + n > m->max_ctx)
         return bs_fail(err, "drafter context full: %d rows held + %d new exceed its capacity %d", d->n_ctx, n, m->max_ctx);
-    if (n <= CTX_CHUNK) {   // a round's accepted rows: recorded per (row count, feature buffer)
-        ctx_args a = { feat, n, d->n_ctx };
-        run_recorded(m, &m->ctx_recs, n, 0, feat, d->n_ctx, NULL, 0, context_rows, &a);
-    } else {
-        const size_t fw = (size_t)m->cfg.n_taps * m->H;
-        for (int r0 = 0; r0 < n; r0 += CTX_CHUNK) {
-            ctx_args a = { feat + (size_t)r0 * fw, n - r0 < CTX_CHUNK ? n - r0 : CTX_CHUNK, d->n_ctx + r0 };
-            context_rows(m, &a);
+    size_t fw = (size_t)m->cfg.n_taps * m->H;
+    for (int r0 = 0; r0 < n; r0 += CTX_CHUNK) {
+        int rows = n - r0 < CTX_CHUNK ? n - r0 : CTX_CHUNK, pos = d->n_ctx + r0;
+        be->matmul(be, m->ctx, feat + (size_t)r0 * fw, rows, &m->fc, 0);
+        be->rmsnorm(be, m->ctx, m->ctx, rows, m->H, &m->hidden_norm, c->rms_eps);
+        // Every layer's K and V projections read the same rows: one call per 8 layers.
+        for (int l0 = 0; l0 < c->n_layers; l0 += 8) {
+            float *ys[16]; const bs_mat *ws[16]; int nm = 0;
+            for (int l = l0; l < c->n_layers && l < l0 + 8; l++) {
+                ys[nm] = m->kc[l] + (size_t)pos * m->kd; ws[nm++] = &m->layers[l].wk;
+                ys[nm] = m->vc[l] + (size_t)pos * m->kd; ws[nm++] = &m->layers[l].wv;
+            }
+            bs_matmul_multi(be, nm, ys, m->ctx, rows, ws, 0);
         }
+        for (int l = 0; l < c->n_layers; l++)
+            be->head_norm_rope(be, m->kc[l] + (size_t)pos * m->kd, rows, c->n_kv_heads, c->head_dim, &m->layers[l].k_norm,
+                               c->rms_eps, pos, m->rope_theta);
     }
     d->n_ctx += n;
     return 0;
@@ -453,11 +400,35 @@ static void device_picks(dflash *m, int32_t anchor, int n) {
         be->matmul(be, m->conf_out, m->cfg.conf_with_markov ? m->he : m->h, n, &m->conf_w, 0);
 }
 
-typedef struct { const int32_t *ids; int n, picks; } pass_args;
-static void draft_pass(dflash *m, const void *arg) {
-    const pass_args *a = arg;
-    block_pass(m, a->ids, a->n);
-    if (a->picks) device_picks(m, a->ids[0], a->n);
+static void draft_pass(dflash *m, const int32_t *ids, int n, int picks) {
+    block_pass(m, ids, n);
+    if (picks) device_picks(m, ids[0], n);
+}
+
+// draft_pass, recorded the second time a (row count, picks) pair is seen and replayed from then on (as
+// the target's forward does, qwen3.c); plain on backends without recording, with BS_GRAPHS=0, or if
+// recording fails.
+static void draft_pass_recorded(dflash *m, const int32_t *ids, int n, int picks) {
+    bs_backend *be = m->be;
+    if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
+    const int cap = (int)(sizeof m->recs / sizeof *m->recs);
+    int i = 0;
+    while (i < m->n_recs && (m->recs[i].n != n || m->recs[i].picks != picks)) i++;
+    if (!bs_qwen3_use_graphs || !be->record_begin || (i == m->n_recs && m->n_recs == cap)) { draft_pass(m, ids, n, picks); return; }
+    if (i == m->n_recs) { m->recs[i].n = n; m->recs[i].picks = picks; m->recs[i].seen = 0; m->recs[i].rec = NULL; m->n_recs++; }
+    int pos0 = m->iface.n_ctx;
+    if (!m->recs[i].rec) {
+        if (m->recs[i].seen++ < 1 || be->record_begin(be, pos0)) { draft_pass(m, ids, n, picks); return; }
+        draft_pass(m, ids, n, picks);
+        bs_err err = {0};
+        if (!(m->recs[i].rec = be->record_end(be, &err))) {
+            fprintf(stderr, "blockspec: drafter: recording the block pass failed (%s); running it plainly\n", err.msg);
+            m->recs[i].seen = -1000000;   // do not try again
+            draft_pass(m, ids, n, picks);
+            return;
+        }
+    }
+    be->replay(be, m->recs[i].rec, pos0, ids, m->B);
 }
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -531,8 +502,7 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
     ids[0] = anchor;
     for (int i = 1; i < B; i++) ids[i] = c->mask_token_id;
     const int on_device = device_picks_ok(m, s, ins);
-    pass_args pa = { ids, n, on_device };
-    run_recorded(m, &m->pass_recs, n, on_device, NULL, d->n_ctx, ids, B, draft_pass, &pa);
+    draft_pass_recorded(m, ids, n, on_device);
     if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
     if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
     if (n == 0) return 0;
