@@ -149,6 +149,26 @@ TEST(cpu_attention_all_paths) {
                         NEAR_ARRAYS(o0, o1, qn, tol);
                         free(q); free(k); free(v); free(o0); free(o1);
                     }
+        // Long caches: key ranges across the fast path's 256-key segments (partials merged per row),
+        // rows that start a segment, windows inside one segment and across two.
+        static const int pos0s[] = { 250, 511, 700 }, nq2[] = { 1, 6, 20 }, wins[] = { 0, 20, 300 };
+        for (int pi = 0; pi < 3; pi++)
+            for (int qi = 0; qi < 3; qi++)
+                for (int wi = 0; wi < 3; wi++) {
+                    int G = 2, hd = 64, n_kv = 2, n_heads = 4, n_q = nq2[qi], q_pos0 = pos0s[pi], n_keys = q_pos0 + n_q;
+                    size_t qn = (size_t)n_q * n_heads * hd, kn = (size_t)n_keys * n_kv * hd;
+                    float *q = malloc(4 * qn), *k = malloc(4 * kn), *v = malloc(4 * kn), *o0 = malloc(4 * qn), *o1 = malloc(4 * qn);
+                    fill(&rng, q, qn); fill(&rng, k, kn); fill(&rng, v, kn);
+                    for (size_t i = 0; i < qn; i++) q[i] *= 3;
+                    ref->attention(ref, o0, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, 1, wins[wi]);
+                    be->attention(be, o1, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, 1, wins[wi]);
+                    double tol = 2e-5 * maxabs(v, kn);
+                    int bad = -1;
+                    for (size_t i = 0; i < qn && bad < 0; i++) if (!(fabs(o0[i] - o1[i]) <= tol)) bad = (int)i;
+                    if (bad >= 0) fprintf(stderr, "  G=%d n_q=%d keys=%d pos0=%d window=%d\n", G, n_q, n_keys, q_pos0, wins[wi]);
+                    NEAR_ARRAYS(o0, o1, qn, tol);
+                    free(q); free(k); free(v); free(o0); free(o1);
+                }
         be->destroy(be);
     }
     ref->destroy(ref);

@@ -124,6 +124,36 @@ TEST(row_invariance_ops_every_n) {
             }
         free(q); free(k); free(v); free(ob); free(o1);
         }
+        // Long caches: rows across the fast path's 256-key segments (per-segment partials merged per row)
+        // give the bits of the row alone, with windows inside one segment and across two.
+        {
+            int hd = 64, nh = 8, nkv = 4, P = 490, N = 40, keys = P + N;
+            size_t qd = (size_t)nh * hd, kd = (size_t)nkv * hd;
+            float *q = malloc(sizeof(float) * N * qd), *k = malloc(sizeof(float) * keys * kd), *v = malloc(sizeof(float) * keys * kd);
+            float *ob = malloc(sizeof(float) * N * qd), *o1 = malloc(sizeof(float) * qd);
+            for (size_t i = 0; i < N * qd; i++) q[i] = (float)(bs_rng_uniform(&r) * 6 - 3);
+            for (size_t i = 0; i < keys * kd; i++) { k[i] = (float)(bs_rng_uniform(&r) * 2 - 1); v[i] = (float)(bs_rng_uniform(&r) * 2 - 1); }
+            static const int wins[] = { 0, 30, 300 }, ns[] = { 1, 2, 5, 17, 22, 40 };
+            for (int wi = 0; wi < 3; wi++)
+                for (int ni = 0; ni < 6; ni++) {
+                    int n = ns[ni];
+                    be->attention(be, ob, q, k, v, n, nh, nkv, hd, P + n, P, 1, wins[wi]);
+                    for (int i = 0; i < n; i++) {
+                        be->attention(be, o1, q + i * qd, k, v, 1, nh, nkv, hd, P + i + 1, P + i, 1, wins[wi]);
+                        CHECK(memcmp(o1, ob + i * qd, sizeof(float) * qd) == 0, "path %s: long-cache attention row %d of %d (window %d) differs from the row alone",
+                              bs_cpu_path_name(p), i, n, wins[wi]);
+                    }
+                    for (int hg = 1; hg <= 4; hg += 3) {
+                        float *og = malloc(sizeof(float) * n * qd);
+                        bs_cpu_attention_heads_per_task = hg;
+                        be->attention(be, og, q, k, v, n, nh, nkv, hd, P + n, P, 1, wins[wi]);
+                        bs_cpu_attention_heads_per_task = 0;
+                        CHECK(memcmp(og, ob, sizeof(float) * n * qd) == 0, "path %s n %d: long-cache attention with %d kv heads per task differs", bs_cpu_path_name(p), n, hg);
+                        free(og);
+                    }
+                }
+            free(q); free(k); free(v); free(ob); free(o1);
+        }
         be->destroy(be);
     }
 }
