@@ -384,10 +384,219 @@ __global__ void attention2_combine_kernel(att2_args A) {
     attention2_combine_row<NV4>(A, wid, lane);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Attention v3 (default for head_dim 64 and 128; BS_CUDA_ATT=v2 / old select the kernels above): v2's
+// grid, key partition, online softmax per split and combine, with both products on the tensor cores.
+// Why: at 16 query rows v2 is bound by FMA and shared-memory issue (every warp reads all 32 K rows of a
+// chunk for its 2 query vectors).
+// - A warp owns 16 query vectors (the M of mma.m16n8k8), a block 4 warps = 64 (a 16-row GQA-4 verify
+//   block is one block per (kv head, split)). S = Q K^T: 4 key tiles of 8 x hd/8 k-steps; O += P V: hd/8
+//   d tiles x 4 key steps.
+// - fp32 accuracy from TF32 tensor cores: x = hi + lo, hi = x with its low 13 bits dropped (what the
+//   tensor core reads from an fp32 register: no conversion needed), lo = x - hi (exact in fp32, itself
+//   truncated by the tensor core), and a.b ~ a_hi.b_hi + (a_hi.b_lo + a_lo.b_hi): three mmas into three
+//   accumulators (short dependency chains), summed at the end. Error ~2^-20 relative per product.
+// - P goes from S's accumulator layout straight into P V's A operand without shuffles: A column t of a key
+//   step stands for key 2t and column t + 4 for key 2t + 1 (V's rows are read in the same order).
+// - Batch invariance: a row of an mma result depends only on that row of A, and every query vector runs
+//   the same instruction sequence wherever it sits in the tile, so a row alone == the row in a block, bit
+//   for bit. A chunk that the warp needs but a row of it does not is an exact no-op for that row (p = 0,
+//   alpha = 1); padding rows of a partial tile are zeros with empty key ranges.
+#define AT3_WARPS 4
+#define AT3_QV (AT3_WARPS * 16)
+
+__device__ __forceinline__ uint32_t tf32_lo(float x) { return __float_as_uint(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u)); }
+__device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// hh += a_hi b_hi, x += a_hi b_lo + a_lo b_hi (a, b: fp32 values; hi is the register itself)
+__device__ __forceinline__ void mma_3xtf32(float (&hh)[4], float (&x)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
+    const uint32_t A0 = __float_as_uint(a0), A1 = __float_as_uint(a1), A2 = __float_as_uint(a2), A3 = __float_as_uint(a3);
+    const uint32_t B0 = __float_as_uint(b0), B1 = __float_as_uint(b1);
+    mma_tf32(x, tf32_lo(a0), tf32_lo(a1), tf32_lo(a2), tf32_lo(a3), B0, B1);
+    mma_tf32(x, A0, A1, A2, A3, tf32_lo(b0), tf32_lo(b1));
+    mma_tf32(hh, A0, A1, A2, A3, B0, B1);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A) {
+    pdl_enter();
+    constexpr int HDP = HD + 4, NT = HD / 8, HD4 = HD / 4;   // HDP = 4 mod 32: conflict-free fragment reads
+    static_assert(ATT_CHUNK == 32, "4 key tiles of 8 per chunk");
+    const att_args &a = A.a;
+    extern __shared__ __align__(16) float sm[];
+    const int kh = blockIdx.x, s = blockIdx.y;
+    const int G = a.n_heads / a.n_kv;
+    const int r0 = blockIdx.z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
+    if (nr <= 0) return;
+    const int nqv = nr * G, R = a.n_q * a.n_heads;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float *Kb = sm, *Vb = Kb + 2 * ATT_CHUNK * HDP, *Qs = Vb + 2 * ATT_CHUNK * HDP;
+    const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
+    const int kvd = a.n_kv * HD;
+    int ulo, uhi, t0, t1;
+    key_range(a, r0, nk, qp0, ulo, t0);
+    key_range(a, r0 + nr - 1, nk, qp0, t1, uhi);
+    if (t0 > uhi) uhi = t0;
+    const bool skip = s * ATT_CHUNK >= uhi;   // no key of this split is visible to these rows
+    const int STEP = ATT_SPLITS * ATT_CHUNK;
+    int need = ulo - ATT_CHUNK - s * ATT_CHUNK;
+    const int tfirst = need < 0 ? 0 : need / STEP + 1;
+    const int tend = (uhi - s * ATT_CHUNK + STEP - 1) / STEP;
+    const int w0 = warp * 16;   // this warp's first query vector in the block's tile
+    for (int qv0 = 0; qv0 < nqv && !skip; qv0 += AT3_QV) {
+        const int nv = min(AT3_QV, nqv - qv0);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < AT3_QV * HD4; idx += blockDim.x) {
+            const int qv = idx / HD4, d4 = idx - qv * HD4;
+            if (qv < nv) {
+                const int gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
+                cp_async16(Qs + qv * HDP + d4 * 4, a.q + ((size_t)i * a.n_heads + h) * HD + d4 * 4, 16);
+            } else if (qv < ((nv + 15) & ~15)) {   // padding rows of the last used tile
+                *(float4 *)(Qs + qv * HDP + d4 * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
+        cp_async_commit();
+        auto load = [&](int tt, int b) {
+            const int c0 = s * ATT_CHUNK + tt * STEP, nkeys = min(ATT_CHUNK, nk - c0);
+            for (int idx = threadIdx.x; idx < ATT_CHUNK * HD4; idx += blockDim.x) {
+                const int j = idx / HD4, d4 = idx - j * HD4;
+                const bool ok = j < nkeys;
+                const size_t off = (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * HD + d4 * 4;
+                cp_async16(Kb + (b * ATT_CHUNK + j) * HDP + d4 * 4, a.k + off, ok ? 16 : 0);
+                cp_async16(Vb + (b * ATT_CHUNK + j) * HDP + d4 * 4, a.v + off, ok ? 16 : 0);
+            }
+            cp_async_commit();
+        };
+        // mma rows g and g + 8 of this warp: query vectors w0 + g and w0 + g + 8 (key range empty past nv)
+        int lo[2], hi[2];
+        int wlo = 1 << 30, whi = 0;
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            const int qv = w0 + g + 8 * h2;
+            lo[h2] = hi[h2] = 0;
+            if (qv < nv) {
+                key_range(a, r0 + qv_row(qv0 + qv, G, A.gsh), nk, qp0, lo[h2], hi[h2]);
+                if (hi[h2] > lo[h2]) { wlo = min(wlo, lo[h2]); whi = max(whi, hi[h2]); }
+            }
+        }
+        for (int off = 1; off < 32; off <<= 1) {
+            wlo = min(wlo, __shfl_xor_sync(0xffffffffu, wlo, off));
+            whi = max(whi, __shfl_xor_sync(0xffffffffu, whi, off));
+        }
+        float o[NT][4], ox[NT][4], mx[2] = { -INFINITY, -INFINITY }, ls[2] = { 0.f, 0.f };
+#pragma unroll
+        for (int dn = 0; dn < NT; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = ox[dn][0] = ox[dn][1] = ox[dn][2] = ox[dn][3] = 0.f;
+        if (tfirst < tend) load(tfirst, 0);
+        for (int tt = tfirst, it = 0; tt < tend; tt++, it++) {
+            const int b = it & 1;
+            if (tt + 1 < tend) { load(tt + 1, b ^ 1); cp_async_wait<1>(); } else cp_async_wait<0>();
+            __syncthreads();
+            const float *Kc = Kb + b * ATT_CHUNK * HDP, *Vc = Vb + b * ATT_CHUNK * HDP;
+            const int c0 = s * ATT_CHUNK + tt * STEP;
+            if (w0 < nv && c0 < whi && c0 + ATT_CHUNK > wlo) {   // warp-uniform
+                // S = Q K^T: sc[nt] = S[rows g, g + 8][keys c0 + 8 nt + 2t, + 1]
+                float sc[4][4], sx[4][4];
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = sx[nt][0] = sx[nt][1] = sx[nt][2] = sx[nt][3] = 0.f;
+#pragma unroll 4
+                for (int ks = 0; ks < NT; ks++) {
+                    const float *qa = Qs + (w0 + g) * HDP + ks * 8 + t;
+                    const float a0 = qa[0], a1 = qa[8 * HDP], a2 = qa[4], a3 = qa[8 * HDP + 4];
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++) {
+                        const float *kb = Kc + (nt * 8 + g) * HDP + ks * 8 + t;
+                        mma_3xtf32(sc[nt], sx[nt], a0, a1, a2, a3, kb[0], kb[4]);
+                    }
+                }
+                // online softmax per row (a row's 32 scores sit in the 4 lanes of its quad)
+#pragma unroll
+                for (int h2 = 0; h2 < 2; h2++) {
+                    float m = -INFINITY;
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int r = 2 * h2 + e, j = c0 + nt * 8 + 2 * t + e;
+                            const float v = j >= lo[h2] && j < hi[h2] ? (sc[nt][r] + sx[nt][r]) * a.scale : -INFINITY;
+                            sc[nt][r] = v;
+                            m = fmaxf(m, v);
+                        }
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                    const float mold = mx[h2], mnew = fmaxf(mold, m);
+                    float ps = 0.f;
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const float v = sc[nt][2 * h2 + e], p = v == -INFINITY ? 0.f : expf(v - mnew);
+                            sc[nt][2 * h2 + e] = p;
+                            ps += p;
+                        }
+                    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+                    ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+                    const float alpha = mold == -INFINITY ? 0.f : expf(mold - mnew);
+#pragma unroll
+                    for (int dn = 0; dn < NT; dn++) {
+                        o[dn][2 * h2] *= alpha; o[dn][2 * h2 + 1] *= alpha;
+                        ox[dn][2 * h2] *= alpha; ox[dn][2 * h2 + 1] *= alpha;
+                    }
+                    mx[h2] = mnew; ls[h2] = ls[h2] * alpha + ps;
+                }
+                // O += P V, key step kt: A column t <-> key 2t, column t + 4 <-> key 2t + 1
+#pragma unroll
+                for (int kt = 0; kt < 4; kt++) {
+                    const float *vb = Vc + (kt * 8 + 2 * t) * HDP + g;
+#pragma unroll
+                    for (int dn = 0; dn < NT; dn++)
+                        mma_3xtf32(o[dn], ox[dn], sc[kt][0], sc[kt][2], sc[kt][1], sc[kt][3], vb[dn * 8], vb[HDP + dn * 8]);
+                }
+            }
+            __syncthreads();   // buffer b is refilled by the next iteration's prefetch
+        }
+        cp_async_wait<0>();
+        // partials of this split: thread holds d = 8 dn + 2t, + 1 of rows g and g + 8
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            const int qv = w0 + g + 8 * h2;
+            if (qv >= nv) continue;
+            const int gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
+            const size_t row = (size_t)s * R + (size_t)i * a.n_heads + h;
+            if (t == 0) { A.ml[row * 2] = mx[h2]; A.ml[row * 2 + 1] = ls[h2]; }
+#pragma unroll
+            for (int dn = 0; dn < NT; dn++)
+                *(float2 *)(A.acc + row * HD + dn * 8 + 2 * t) = make_float2(o[dn][2 * h2] + ox[dn][2 * h2], o[dn][2 * h2 + 1] + ox[dn][2 * h2 + 1]);
+        }
+    }
+}
+
+// 0: v1 (BS_CUDA_ATT=old), 1: v2 (BS_CUDA_ATT=v2), 2: v3 where the head dim has it (default)
 static int att_variant(void) {
     static int v = -1;
-    if (v < 0) { const char *e = getenv("BS_CUDA_ATT"); v = e && !strcmp(e, "old") ? 0 : 1; }
+    if (v < 0) { const char *e = getenv("BS_CUDA_ATT"); v = e && !strcmp(e, "old") ? 0 : e && !strcmp(e, "v2") ? 1 : 2; }
     return v;
+}
+
+template <int HD>
+static void attention3_launch(cuda_impl *c, float *out, const att_args &a0) {
+    static size_t smem_set = 48 * 1024;
+    size_t smem = sizeof(float) * (4 * ATT_CHUNK * (HD + 4) + (size_t)AT3_QV * (HD + 4));
+    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention3_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
+    att2_args A;
+    A.a = a0;
+    const int G = a0.n_heads / a0.n_kv;
+    A.rows_per_z = G >= AT3_QV ? 1 : AT3_QV / G;
+    A.gsh = (G & (G - 1)) == 0 ? __builtin_ctz((unsigned)G) : -1;
+    const size_t R = (size_t)a0.n_q * a0.n_heads;
+    A.ml = c->att_ws;
+    A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
+    dim3 grid(a0.n_kv, ATT_SPLITS, (a0.n_q + A.rows_per_z - 1) / A.rows_per_z);
+    A.out = out;
+    launch_k(c, "attention", attention3_kernel<HD>, grid, dim3(AT3_WARPS * 32), smem, A);
+    launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((R + 3) / 4)), dim3(128), 0, A);
 }
 
 template <int NV4, int HDC>
@@ -431,7 +640,9 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
         a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
         if (v2) {
             float *o = out + (size_t)r * n_heads * hd;
-            if (hd == 128) attention2_launch<1, 128>(c, o, a);
+            if (att_variant() == 2 && hd == 128) attention3_launch<128>(c, o, a);
+            else if (att_variant() == 2 && hd == 64) attention3_launch<64>(c, o, a);
+            else if (hd == 128) attention2_launch<1, 128>(c, o, a);
             else if (hd == 64) attention2_launch<1, 64>(c, o, a);
             else if (hd == 256) attention2_launch<2, 256>(c, o, a);
             else if (hd <= 128) attention2_launch<1, 0>(c, o, a);
