@@ -168,6 +168,37 @@ struct att2_args {
     float *out;
 };
 
+// The chunks split s walks for block rows [r0, r0 + nr): t in [tfirst, tend) (chunk t starts at key
+// s ATT_CHUNK + t ATT_SPLITS ATT_CHUNK); skip: no key of the split is visible to these rows (nothing is
+// written, and the combine never reads its partials).
+struct split_walk { int tfirst, tend; bool skip; };
+__device__ __forceinline__ split_walk walk_of(const att_args &a, int r0, int nr, int s, int nk, int qp0) {
+    int ulo, uhi, t0, t1;
+    key_range(a, r0, nk, qp0, ulo, t0);
+    key_range(a, r0 + nr - 1, nk, qp0, t1, uhi);
+    if (t0 > uhi) uhi = t0;
+    const int STEP = ATT_SPLITS * ATT_CHUNK, need = ulo - ATT_CHUNK - s * ATT_CHUNK;
+    split_walk w;
+    w.skip = s * ATT_CHUNK >= uhi;
+    w.tfirst = need < 0 ? 0 : need / STEP + 1;                  // first chunk with keys >= ulo
+    w.tend = (uhi - s * ATT_CHUNK + STEP - 1) / STEP;            // chunks below uhi
+    return w;
+}
+
+// Chunk t of split s of kv head kh into K/V buffer b (rows hdp floats apart), zeros past n_keys; one
+// commit group.
+__device__ __forceinline__ void load_chunk(const att_args &a, float *Kb, float *Vb, int hd, int hdp, int kh, int s, int t, int nk, int b) {
+    const int c0 = s * ATT_CHUNK + t * ATT_SPLITS * ATT_CHUNK, nkeys = min(ATT_CHUNK, nk - c0), hd4 = hd / 4, kvd = a.n_kv * hd;
+    for (int idx = threadIdx.x; idx < ATT_CHUNK * hd4; idx += blockDim.x) {
+        const int j = idx / hd4, d4 = idx - j * hd4;
+        const bool ok = j < nkeys;
+        const size_t off = (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * hd + d4 * 4;
+        cp_async16(Kb + (b * ATT_CHUNK + j) * hdp + d4 * 4, a.k + off, ok ? 16 : 0);
+        cp_async16(Vb + (b * ATT_CHUNK + j) * hdp + d4 * 4, a.v + off, ok ? 16 : 0);
+    }
+    cp_async_commit();
+}
+
 // Query vector gq of a block (row-major over (row, head of the group)) -> its row; a shift for the usual
 // power-of-two groups instead of an integer division.
 __device__ __forceinline__ int qv_row(int gq, int G, int gsh) { return gsh >= 0 ? gq >> gsh : gq / G; }
@@ -237,18 +268,9 @@ __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *Kb = sm, *Vb = Kb + 2 * ATT_CHUNK * hdp, *Qs = Vb + 2 * ATT_CHUNK * hdp;
     const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
-    const int kvd = a.n_kv * hd;
-    int ulo, uhi, t0, t1;
-    key_range(a, r0, nk, qp0, ulo, t0);
-    key_range(a, r0 + nr - 1, nk, qp0, t1, uhi);
-    if (t0 > uhi) uhi = t0;
-    // skip: no key of this split is visible to these rows (the combine never reads its partials)
-    const bool skip = s * ATT_CHUNK >= uhi;
-    const int STEP = ATT_SPLITS * ATT_CHUNK;
-    int need = ulo - ATT_CHUNK - s * ATT_CHUNK;
-    const int tfirst = need < 0 ? 0 : need / STEP + 1;               // first chunk with keys >= ulo
-    const int tend = (uhi - s * ATT_CHUNK + STEP - 1) / STEP;         // chunks below uhi
-    for (int qv0 = 0; qv0 < nqv && !skip; qv0 += AT2_QV) {
+    const split_walk W = walk_of(a, r0, nr, s, nk, qp0);
+    const int tfirst = W.tfirst, tend = W.tend, STEP = ATT_SPLITS * ATT_CHUNK;
+    for (int qv0 = 0; qv0 < nqv && !W.skip; qv0 += AT2_QV) {
         const int nv = min(AT2_QV, nqv - qv0);
         __syncthreads();
         for (int idx = threadIdx.x; idx < nv * hd4; idx += blockDim.x) {
@@ -256,17 +278,7 @@ __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A)
             cp_async16(Qs + qv * hd + d4 * 4, a.q + ((size_t)i * a.n_heads + h) * hd + d4 * 4, 16);
         }
         cp_async_commit();
-        auto load = [&](int t, int b) {
-            int c0 = s * ATT_CHUNK + t * STEP, nkeys = min(ATT_CHUNK, nk - c0);
-            for (int idx = threadIdx.x; idx < ATT_CHUNK * hd4; idx += blockDim.x) {
-                int j = idx / hd4, d4 = idx - j * hd4;
-                bool ok = j < nkeys;
-                size_t off = (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * hd + d4 * 4;
-                cp_async16(Kb + (b * ATT_CHUNK + j) * hdp + d4 * 4, a.k + off, ok ? 16 : 0);
-                cp_async16(Vb + (b * ATT_CHUNK + j) * hdp + d4 * 4, a.v + off, ok ? 16 : 0);
-            }
-            cp_async_commit();
-        };
+        auto load = [&](int t, int b) { load_chunk(a, Kb, Vb, hd, hdp, kh, s, t, nk, b); };
         float acc[QPW][NV4][4], mx[QPW], ls[QPW];
         int lo[QPW], hi[QPW];   // each query vector's key range (empty for a warp without one)
 #pragma unroll
@@ -435,18 +447,10 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float *Kb = sm, *Vb = Kb + 2 * ATT_CHUNK * HDP, *Qs = Vb + 2 * ATT_CHUNK * HDP;
     const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
-    const int kvd = a.n_kv * HD;
-    int ulo, uhi, t0, t1;
-    key_range(a, r0, nk, qp0, ulo, t0);
-    key_range(a, r0 + nr - 1, nk, qp0, t1, uhi);
-    if (t0 > uhi) uhi = t0;
-    const bool skip = s * ATT_CHUNK >= uhi;   // no key of this split is visible to these rows
-    const int STEP = ATT_SPLITS * ATT_CHUNK;
-    int need = ulo - ATT_CHUNK - s * ATT_CHUNK;
-    const int tfirst = need < 0 ? 0 : need / STEP + 1;
-    const int tend = (uhi - s * ATT_CHUNK + STEP - 1) / STEP;
+    const split_walk W = walk_of(a, r0, nr, s, nk, qp0);
+    const int tfirst = W.tfirst, tend = W.tend, STEP = ATT_SPLITS * ATT_CHUNK;
     const int w0 = warp * 16;   // this warp's first query vector in the block's tile
-    for (int qv0 = 0; qv0 < nqv && !skip; qv0 += AT3_QV) {
+    for (int qv0 = 0; qv0 < nqv && !W.skip; qv0 += AT3_QV) {
         const int nv = min(AT3_QV, nqv - qv0);
         __syncthreads();
         for (int idx = threadIdx.x; idx < AT3_QV * HD4; idx += blockDim.x) {
@@ -459,17 +463,7 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
             }
         }
         cp_async_commit();
-        auto load = [&](int tt, int b) {
-            const int c0 = s * ATT_CHUNK + tt * STEP, nkeys = min(ATT_CHUNK, nk - c0);
-            for (int idx = threadIdx.x; idx < ATT_CHUNK * HD4; idx += blockDim.x) {
-                const int j = idx / HD4, d4 = idx - j * HD4;
-                const bool ok = j < nkeys;
-                const size_t off = (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * HD + d4 * 4;
-                cp_async16(Kb + (b * ATT_CHUNK + j) * HDP + d4 * 4, a.k + off, ok ? 16 : 0);
-                cp_async16(Vb + (b * ATT_CHUNK + j) * HDP + d4 * 4, a.v + off, ok ? 16 : 0);
-            }
-            cp_async_commit();
-        };
+        auto load = [&](int tt, int b) { load_chunk(a, Kb, Vb, HD, HDP, kh, s, tt, nk, b); };
         // mma rows g and g + 8 of this warp: query vectors w0 + g and w0 + g + 8 (key range empty past nv)
         int lo[2], hi[2];
         int wlo = 1 << 30, whi = 0;
@@ -580,23 +574,31 @@ static int att_variant(void) {
     return v;
 }
 
+// v2 / v3 launch arguments: blocks of qv_per_block query vectors (whole rows, or one row's group in
+// several passes), partials in the attention workspace, grid (kv heads, splits, row groups).
+static att2_args att2_setup(cuda_impl *c, float *out, const att_args &a0, int qv_per_block, dim3 *grid) {
+    att2_args A;
+    A.a = a0;
+    const int G = a0.n_heads / a0.n_kv;
+    A.rows_per_z = G >= qv_per_block ? 1 : qv_per_block / G;
+    A.gsh = (G & (G - 1)) == 0 ? __builtin_ctz((unsigned)G) : -1;
+    const size_t R = (size_t)a0.n_q * a0.n_heads;
+    A.ml = c->att_ws;
+    A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
+    A.out = out;
+    *grid = dim3(a0.n_kv, ATT_SPLITS, (a0.n_q + A.rows_per_z - 1) / A.rows_per_z);
+    return A;
+}
+
 template <int HD>
 static void attention3_launch(cuda_impl *c, float *out, const att_args &a0) {
     static size_t smem_set = 48 * 1024;
     size_t smem = sizeof(float) * (4 * ATT_CHUNK * (HD + 4) + (size_t)AT3_QV * (HD + 4));
     if (smem > smem_set) { CK(cudaFuncSetAttribute(attention3_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
-    att2_args A;
-    A.a = a0;
-    const int G = a0.n_heads / a0.n_kv;
-    A.rows_per_z = G >= AT3_QV ? 1 : AT3_QV / G;
-    A.gsh = (G & (G - 1)) == 0 ? __builtin_ctz((unsigned)G) : -1;
-    const size_t R = (size_t)a0.n_q * a0.n_heads;
-    A.ml = c->att_ws;
-    A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
-    dim3 grid(a0.n_kv, ATT_SPLITS, (a0.n_q + A.rows_per_z - 1) / A.rows_per_z);
-    A.out = out;
+    dim3 grid;
+    att2_args A = att2_setup(c, out, a0, AT3_QV, &grid);
     launch_k(c, "attention", attention3_kernel<HD>, grid, dim3(AT3_WARPS * 32), smem, A);
-    launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((R + 3) / 4)), dim3(128), 0, A);
+    launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
 }
 
 template <int NV4, int HDC>
@@ -605,18 +607,10 @@ static void attention2_launch(cuda_impl *c, float *out, const att_args &a0) {
     const int hd = a0.hd;
     size_t smem = sizeof(float) * (4 * ATT_CHUNK * (hd + 4) + (size_t)AT2_QV * hd);
     if (smem > smem_set) { CK(cudaFuncSetAttribute(attention2_kernel<NV4, HDC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
-    att2_args A;
-    A.a = a0;
-    const int G = a0.n_heads / a0.n_kv;
-    A.rows_per_z = G >= AT2_QV ? 1 : AT2_QV / G;
-    A.gsh = (G & (G - 1)) == 0 ? __builtin_ctz((unsigned)G) : -1;
-    const size_t R = (size_t)a0.n_q * a0.n_heads;
-    A.ml = c->att_ws;
-    A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
-    dim3 grid(a0.n_kv, ATT_SPLITS, (a0.n_q + A.rows_per_z - 1) / A.rows_per_z);
-    A.out = out;
+    dim3 grid;
+    att2_args A = att2_setup(c, out, a0, AT2_QV, &grid);
     launch_k(c, "attention", attention2_kernel<NV4, HDC>, grid, dim3(AT2_WARPS * 32), smem, A);
-    launch_k(c, "attention combine", attention2_combine_kernel<NV4>, dim3((unsigned)((R + 3) / 4)), dim3(128), 0, A);
+    launch_k(c, "attention combine", attention2_combine_kernel<NV4>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
 }
 
 void cu_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int n_heads,
