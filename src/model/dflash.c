@@ -522,7 +522,11 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
         // Rows 1..n predict their own positions; rows are independent: q_k = processed(row k).
         if (ins && ins->logits) be->download(be, ins->logits, m->logits, sizeof(float) * n * V);
         if (bs_sampling_greedy(s)) be->argmax(be, out->tokens, m->logits, n, V);
-        else for (int k = 0; k < n; k++) out->tokens[k] = pick(m, m->logits + (size_t)k * V, k, s, rng);
+        else {   // the rows' distributions in parallel (one download), then the draws in row order
+            be->download(be, m->logits_host, m->logits, sizeof(float) * n * V);
+            bs_sampling_probs_rows(s, m->logits_host, n, V, m->q_host);
+            for (int k = 0; k < n; k++) out->tokens[k] = bs_sample_probs(m->q_host + (size_t)k * V, V, rng);
+        }
     } else {
         // Rows 0..n-1 predict the next position; Markov walk from the anchor.
         if (ins && ins->logits) be->download(be, ins->logits, m->logits, sizeof(float) * n * V);

@@ -110,7 +110,7 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
             a = bs_accept_greedy(targ, ids + 1, n, &next);
         } else {
             be->download(be, p, logits, sizeof(float) * (size_t)(n + 1) * V);
-            for (int k = 0; k <= n; k++) bs_sampling_probs(&s->sampling, p + (size_t)k * V, V, p + (size_t)k * V, s->scratch);
+            bs_sampling_probs_rows(&s->sampling, p, n + 1, V, p);
             a = bs_accept_sampled(p, dr.q, ids + 1, n, V, &s->rng, s->scratch, &next);
         }
         st->t_target += bs_now() - t0;
