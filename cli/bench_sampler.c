@@ -25,6 +25,18 @@ int bench_sampler(int vocab) {
         for (int i = 0; i < reps; i++) sink += bs_sample_logits(&C[c].s, l, vocab, p, scr, &r);
         printf("  %-28s %8.1f us/token\n", C[c].name, (bs_now() - t0) / reps * 1e6);
     }
+    // Flat logits (a random-weight checkpoint, or a high temperature): top-p keeps most of the vocabulary.
+    float *lf = malloc(sizeof(float) * vocab);
+    if (!lf) { fprintf(stderr, "bench: out of memory\n"); return 1; }
+    for (int i = 0; i < vocab; i++) lf[i] = (float)(bs_rng_uniform(&r) - 0.5);
+    const bs_sampling flat = { 0.8f, 0, 0.9f, 0 };
+    {
+        volatile int32_t sink = 0;
+        double t0 = bs_now();
+        for (int i = 0; i < 20; i++) sink += bs_sample_logits(&flat, lf, vocab, p, scr, &r);
+        printf("  %-28s %8.1f us/token\n", "T 0.8, top-p 0.9, flat", (bs_now() - t0) / 20 * 1e6);
+    }
+    free(lf);
     // Rejection-sampling acceptance of 8 drafts (processed p and q rows already built).
     bs_sampling s = { 0.7f, 0, 1, 0 };
     for (int k = 0; k < 9; k++) bs_sampling_probs(&s, l, vocab, p + (size_t)k * vocab, scr);

@@ -2,6 +2,7 @@
 // draws that follow them (chi-square over many draws, fixed seeds).
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "harness.h"
 #include "test_util_models.h"
 #include "spec/sampler.h"
@@ -63,4 +64,50 @@ TEST(sampler_draws_follow_distribution) {
             CHECK(tu_chi2_gof(counts, expect, V, N, &df) < 1e-6, "the chi-square test cannot tell distributions apart");
         }
     }
+}
+
+static int cmp_desc_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+// top-p against a brute-force reference (sort everything, walk the mass in double): the same kept set
+// on flat, peaked, tied and mixed distributions, large and small vocabularies, top_p from 0.05 to
+// 0.999. (A difference is allowed only where the reference's running mass is within 1e-6 of top_p at
+// the boundary: the two sum in different orders.) The fast path buckets by float bits and, for a
+// bucket of more than 4096 tokens, by the next 8 bits, so the flat cases exercise both levels.
+TEST(sampler_top_p_matches_sorting) {
+    enum { VMAX = 151936 };
+    float *l = malloc(sizeof(float) * VMAX), *p0 = malloc(sizeof(float) * VMAX), *p = malloc(sizeof(float) * VMAX);
+    float *srt = malloc(sizeof(float) * VMAX);
+    CHECK(l && p0 && p && srt);
+    bs_rng r; bs_rng_seed(&r, 7);
+    static const double tps[] = { 0.05, 0.5, 0.8, 0.9, 0.999 };
+    static const int vocabs[] = { 151936, 5000, 7 };
+    for (int vi = 0; vi < 3; vi++)
+        for (int shape = 0; shape < 4; shape++)
+            for (int ti = 0; ti < 5; ti++) {
+                int V = vocabs[vi];
+                for (int i = 0; i < V; i++) {
+                    double u = bs_rng_uniform(&r);
+                    l[i] = shape == 0 ? (float)(u - 0.5)                                 // flat
+                         : shape == 1 ? (float)(u * 6 - 3) + (i % 997 == 0 ? 8.0f : 0)   // a few strong ones
+                         : shape == 2 ? (float)(int)(u * 4)                               // 4 values: many exact ties
+                                      : (float)(u * 30 - 15);                             // wide range of exponents
+                }
+                bs_sampling full = { 0.9f, 0, 1.0f, 0 }, tp = { 0.9f, 0, (float)tps[ti], 0 };
+                bs_sampling_probs(&full, l, V, p0, NULL);
+                bs_sampling_probs(&tp, l, V, p, NULL);
+                memcpy(srt, p0, sizeof(float) * V);
+                qsort(srt, V, sizeof(float), cmp_desc_f);
+                double acc = 0, at_thr = 0;
+                float thr = srt[0];
+                for (int i = 0; i < V; i++) { thr = srt[i]; acc += srt[i]; if (acc >= (float)tps[ti]) break; }
+                at_thr = acc;
+                int diff = 0;
+                for (int i = 0; i < V; i++) diff += (p0[i] >= thr) != (p[i] > 0);
+                CHECK(diff == 0 || fabs(at_thr - (float)tps[ti]) < 1e-6 || fabs(at_thr - thr - (float)tps[ti]) < 1e-6,
+                      "V %d shape %d top_p %g: %d tokens kept differently from the sorted reference", V, shape, tps[ti], diff);
+            }
+    free(l); free(p0); free(p); free(srt);
 }

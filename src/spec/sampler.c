@@ -74,6 +74,66 @@ static inline float exp_nonpos(float x) {
     return e * scale;
 }
 
+// Mass and count of the p[i] (>= 0) whose bits >> (shift + 8) equal `match` (any when match < 0), by
+// the 8 bits above `shift`. Branch-free (the others land in a 257th key that is never read) over four
+// interleaved histograms, since consecutive tokens often share a key and one histogram would chain
+// every add through memory. Zeros count in key 0 of the exponents, where top_p is never reached.
+static void mass_by_key(const float *p, int vocab, int shift, int64_t match, double mass[256], int count[256]) {
+    double h[4][257] = { { 0 } };
+    int c[4][257] = { { 0 } };
+    const uint32_t want = match < 0 ? 0 : (uint32_t)match, any = match < 0;
+    int i = 0;
+#define KEY(b) ((any | ((b) >> (shift + 8) == want)) ? ((b) >> shift) & 0xff : 256)
+    for (; i + 4 <= vocab; i += 4)
+        for (int u = 0; u < 4; u++) {
+            const uint32_t b = bs_f32_bits(p[i + u]), k = KEY(b);
+            h[u][k] += p[i + u]; c[u][k]++;
+        }
+    for (; i < vocab; i++) {
+        const uint32_t b = bs_f32_bits(p[i]), k = KEY(b);
+        h[0][k] += p[i]; c[0][k]++;
+    }
+#undef KEY
+    for (int k = 0; k < 256; k++) { mass[k] = (h[0][k] + h[1][k]) + (h[2][k] + h[3][k]); count[k] = c[0][k] + c[1][k] + c[2][k] + c[3][k]; }
+}
+
+// The smallest probability top-p keeps: sorted by probability, the shortest prefix whose mass reaches
+// top_p ends at it. Found without sorting the vocabulary: positive floats order like their bit
+// patterns, so the mass by the top 8 bits (sign and exponent) finds the key where the running mass from
+// the top crosses top_p, and when that key holds many tokens the mass by the next 8 bits narrows it to
+// ~1/256; only the tokens left are sorted. (A flat distribution puts most of the vocabulary in one
+// exponent: sorting it was ~13 ms per row at 151,936 tokens.) If rounding leaves the total short of
+// top_p, everything is kept.
+static float top_p_threshold(const float *p, int vocab, double top_p, float *scratch) {
+    double above = 0, mass[256];
+    int count[256];
+    int64_t prefix = -1;   // the bits >> shift fixed so far (none)
+    int shift = 23;
+    for (;; shift -= 8) {
+        mass_by_key(p, vocab, shift, prefix, mass, count);
+        int k = 255, lowest_nonempty = -1;
+        for (; k >= 0; k--) {
+            if (mass[k] > 0) lowest_nonempty = k;
+            if (above + mass[k] >= top_p) break;
+            above += mass[k];
+        }
+        if (k < 0) {
+            if (shift == 23) return 0.0f;   // never reached: keep every positive token
+            k = lowest_nonempty;            // rounding: the narrower histogram summed a little less
+            above -= mass[k];
+        }
+        prefix = ((prefix < 0 ? 0 : prefix) << 8) | k;
+        if (count[k] <= 4096 || shift == 15) break;
+    }
+    int m = 0;
+    for (int i = 0; i < vocab; i++) if (p[i] > 0 && (int64_t)(bs_f32_bits(p[i]) >> shift) == prefix) scratch[m++] = p[i];
+    qsort(scratch, m, sizeof(float), cmp_desc);
+    float thr = m ? scratch[0] : 0.0f;
+    double acc = above;
+    for (int i = 0; i < m; i++) { thr = scratch[i]; acc += scratch[i]; if (acc >= top_p) break; }
+    return thr;
+}
+
 int bs_sampling_probs(const bs_sampling *s, const float *logits, int vocab, float *p, float *scratch) {
     if (bs_sampling_greedy(s)) {
         memset(p, 0, sizeof(float) * vocab);
@@ -106,32 +166,7 @@ int bs_sampling_probs(const bs_sampling *s, const float *logits, int vocab, floa
     if (s->top_p > 0 && s->top_p < 1) {
         // Smallest set of the most probable tokens whose mass reaches top_p; tokens tied with the
         // last one admitted are kept too, so the result does not depend on index order.
-        // Only tokens in the binary orders of magnitude that can matter are sorted: bucket by the
-        // float exponent, walk buckets from the top until their mass reaches top_p.
-        // (Four interleaved histograms: consecutive tokens often share a bucket, and one histogram
-        // would chain every add through memory.)
-        double bm[4][256] = { { 0 } }, bmass[256];
-        int i4 = 0;
-        for (; i4 + 4 <= vocab; i4 += 4)
-            for (int u = 0; u < 4; u++) bm[u][(bs_f32_bits(p[i4 + u]) >> 23) & 0xff] += p[i4 + u];
-        for (; i4 < vocab; i4++) bm[0][(bs_f32_bits(p[i4]) >> 23) & 0xff] += p[i4];
-        for (int b = 0; b < 256; b++) bmass[b] = (bm[0][b] + bm[1][b]) + (bm[2][b] + bm[3][b]);
-        bmass[0] = 0;   // zeros and subnormals: never needed to reach top_p
-        int lowest = 255; double acc = 0;
-        for (; lowest > 0; lowest--) { acc += bmass[lowest]; if (acc >= s->top_p) break; }
-        // Every bucket above `lowest` is kept whole (their mass is below top_p), so only the tokens of
-        // bucket `lowest` are sorted (all positive ones if the walk ran out: rounding left the mass short).
-        double above = 0;
-        if (lowest > 0) for (int b = 255; b > lowest; b--) above += bmass[b];
-        int m = 0;
-        for (int i = 0; i < vocab; i++) {
-            int e = (int)((bs_f32_bits(p[i]) >> 23) & 0xff);
-            if (p[i] > 0 && (lowest > 0 ? e == lowest : 1)) scratch[m++] = p[i];
-        }
-        qsort(scratch, m, sizeof(float), cmp_desc);
-        float thr = m ? scratch[0] : 0.0f;
-        acc = above;
-        for (int i = 0; i < m; i++) { thr = scratch[i]; acc += scratch[i]; if (acc >= s->top_p) break; }
+        float thr = top_p_threshold(p, vocab, s->top_p, scratch);
         float keep[8] = { 0 };
         for (i = 0; i < vocab; i++) p[i] = p[i] < thr ? 0.0f : p[i];
         for (i = 0; i + 8 <= vocab; i += 8)
