@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include "spec/sampler.h"
 #include "spec/verify.h"
+#include "util/threadpool.h"
 #include "util/timer.h"
 
 int bench_sampler(int vocab) {
@@ -17,7 +18,7 @@ int bench_sampler(int vocab) {
         { "T 0.7, top-k 20", { 0.7f, 20, 1, 0 } }, { "T 0.7, top-p 0.8", { 0.7f, 0, 0.8f, 0 } },
         { "T 0.7, top-k 20, top-p 0.8", { 0.7f, 20, 0.8f, 0 } },
     };
-    printf("sampler over a %d-token vocabulary (one thread):\n", vocab);
+    printf("sampler over a %d-token vocabulary (one row; its chunks on a pool of %d threads, BS_THREADS=1: one):\n", vocab, bs_pool_size());
     for (size_t c = 0; c < sizeof C / sizeof *C; c++) {
         int reps = 50;
         volatile int32_t sink = 0;

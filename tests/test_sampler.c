@@ -111,3 +111,22 @@ TEST(sampler_top_p_matches_sorting) {
             }
     free(l); free(p0); free(p); free(srt);
 }
+
+// A row's distribution does not depend on how its chunks were scheduled: the pool (bs_sampling_probs)
+// and one thread (a row of bs_sampling_probs_rows, whose rows already run in parallel) give the same bits.
+TEST(sampler_chunks_same_bits_any_threads) {
+    enum { V = 151936 };
+    float *l = malloc(sizeof(float) * 3 * V), *a = malloc(sizeof(float) * 3 * V), *b = malloc(sizeof(float) * 3 * V);
+    CHECK(l && a && b);
+    bs_rng r; bs_rng_seed(&r, 3);
+    for (int i = 0; i < 3 * V; i++) l[i] = (float)(bs_rng_uniform(&r) * (i < V ? 1 : i < 2 * V ? 8 : 30)) + (i % 1013 == 0 ? 6.0f : 0);
+    const bs_sampling cfgs[] = { { 0.8f, 0, 1.0f, 0 }, { 0.7f, 40, 1.0f, 0 }, { 0.9f, 0, 0.9f, 0 }, { 1.1f, 100, 0.5f, 0 } };
+    for (int c = 0; c < 4; c++) {
+        bs_sampling_probs_rows(&cfgs[c], l, 3, V, a);
+        for (int row = 0; row < 3; row++) {
+            bs_sampling_probs(&cfgs[c], l + (size_t)row * V, V, b + (size_t)row * V, NULL);
+            CHECK(memcmp(a + (size_t)row * V, b + (size_t)row * V, sizeof(float) * V) == 0, "config %d row %d: chunked on the pool != one thread", c, row);
+        }
+    }
+    free(l); free(a); free(b);
+}

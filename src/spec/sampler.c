@@ -97,6 +97,87 @@ static void mass_by_key(const float *p, int vocab, int shift, int64_t match, dou
     for (int k = 0; k < 256; k++) { mass[k] = (h[0][k] + h[1][k]) + (h[2][k] + h[3][k]); count[k] = c[0][k] + c[1][k] + c[2][k] + c[3][k]; }
 }
 
+// A row is processed in SAMPLE_CHUNKS fixed chunks (multiples of 8 tokens); their partial maxima, sums
+// and histograms are combined in chunk order, so a row's distribution is the same bits whether the
+// chunks ran on one thread or on the pool (they do when the caller is not itself a pool task: plain
+// sampled decoding on a GPU waits for this one row).
+#define SAMPLE_CHUNKS 16
+enum { P_SCALE_MAX, P_EXP_SUM, P_NORM, P_HIST, P_CUT_SUM, P_DIV };
+typedef struct {
+    const float *logits; float *p; int vocab, pass;
+    float inv_t, mx, cut, inv, thr, fsum;
+    int shift; int64_t match;               // P_HIST: mass_by_key's arguments
+    float cmax[SAMPLE_CHUNKS];
+    double csum[SAMPLE_CHUNKS];
+    int ckept[SAMPLE_CHUNKS];
+    double hmass[SAMPLE_CHUNKS][256];
+    int hcount[SAMPLE_CHUNKS][256];
+} probs_job;
+
+static void chunk_of(int vocab, int c, int *lo, int *hi) {
+    int per = ((vocab + SAMPLE_CHUNKS - 1) / SAMPLE_CHUNKS + 7) & ~7;
+    *lo = c * per < vocab ? c * per : vocab;
+    *hi = *lo + per < vocab ? *lo + per : vocab;
+}
+
+// Written as simple, separate loops with 8 partial accumulators so that each one vectorises.
+static void probs_chunk(probs_job *j, int c) {
+    int lo, hi;
+    chunk_of(j->vocab, c, &lo, &hi);
+    float *p = j->p + lo, acc8[8] = { 0 };
+    const int n = hi - lo;
+    int i = 0, kept = 0;
+    switch (j->pass) {
+    case P_SCALE_MAX: {
+        const float *l = j->logits + lo;
+        for (i = 0; i < n; i++) p[i] = l[i] * j->inv_t;
+        for (int u = 0; u < 8; u++) acc8[u] = -INFINITY;
+        for (i = 0; i + 8 <= n; i += 8)
+            for (int u = 0; u < 8; u++) acc8[u] = p[i + u] > acc8[u] ? p[i + u] : acc8[u];
+        float mx = acc8[0];
+        for (int u = 1; u < 8; u++) mx = acc8[u] > mx ? acc8[u] : mx;
+        for (; i < n; i++) mx = p[i] > mx ? p[i] : mx;
+        j->cmax[c] = mx;
+        return;
+    }
+    case P_EXP_SUM:
+        for (i = 0; i < n; i++) p[i] = p[i] >= j->cut ? exp_nonpos(p[i] - j->mx) : 0.0f;
+        break;
+    case P_CUT_SUM:
+        for (i = 0; i < n; i++) p[i] = p[i] < j->thr ? 0.0f : p[i];
+        break;
+    case P_NORM:
+        for (i = 0; i < n; i++) { p[i] *= j->inv; kept += p[i] > 0; }
+        j->ckept[c] = kept;
+        return;
+    case P_DIV:
+        for (i = 0; i < n; i++) { p[i] /= j->fsum; kept += p[i] > 0; }
+        j->ckept[c] = kept;
+        return;
+    case P_HIST:
+        mass_by_key(p, n, j->shift, j->match, j->hmass[c], j->hcount[c]);
+        return;
+    }
+    for (i = 0; i + 8 <= n; i += 8)   // P_EXP_SUM, P_CUT_SUM: the chunk's sum
+        for (int u = 0; u < 8; u++) acc8[u] += p[i + u];
+    for (; i < n; i++) acc8[0] += p[i];
+    double sum = 0;
+    for (int u = 0; u < 8; u++) sum += acc8[u];
+    j->csum[c] = sum;
+}
+static void probs_task(void *ctx, int t, int nt) {
+    for (int c = t; c < SAMPLE_CHUNKS; c += nt) probs_chunk(ctx, c);
+}
+static void run_pass(probs_job *j, int pass, int parallel) {
+    j->pass = pass;
+    int nt = parallel ? bs_pool_size() : 1;
+    if (nt > SAMPLE_CHUNKS) nt = SAMPLE_CHUNKS;
+    if (nt > 1 && j->vocab >= 8192) bs_parallel_for(nt, probs_task, j);
+    else probs_task(j, 0, 1);
+}
+static double chunk_sum(const probs_job *j) { double s = 0; for (int c = 0; c < SAMPLE_CHUNKS; c++) s += j->csum[c]; return s; }
+static int chunk_kept(const probs_job *j) { int k = 0; for (int c = 0; c < SAMPLE_CHUNKS; c++) k += j->ckept[c]; return k; }
+
 // The smallest probability top-p keeps: sorted by probability, the shortest prefix whose mass reaches
 // top_p ends at it. Found without sorting the vocabulary: positive floats order like their bit
 // patterns, so the mass by the top 8 bits (sign and exponent) finds the key where the running mass from
@@ -104,13 +185,19 @@ static void mass_by_key(const float *p, int vocab, int shift, int64_t match, dou
 // ~1/256; only the tokens left are sorted. (A flat distribution puts most of the vocabulary in one
 // exponent: sorting it was ~13 ms per row at 151,936 tokens.) If rounding leaves the total short of
 // top_p, everything is kept.
-static float top_p_threshold(const float *p, int vocab, double top_p, float *scratch) {
+static float top_p_threshold(probs_job *j, double top_p, float *scratch, int parallel) {
+    const float *p = j->p;
     double above = 0, mass[256];
     int count[256];
     int64_t prefix = -1;   // the bits >> shift fixed so far (none)
     int shift = 23;
     for (;; shift -= 8) {
-        mass_by_key(p, vocab, shift, prefix, mass, count);
+        j->shift = shift; j->match = prefix;
+        run_pass(j, P_HIST, parallel);
+        for (int k = 0; k < 256; k++) {
+            mass[k] = 0; count[k] = 0;
+            for (int c = 0; c < SAMPLE_CHUNKS; c++) { mass[k] += j->hmass[c][k]; count[k] += j->hcount[c][k]; }
+        }
         int k = 255, lowest_nonempty = -1;
         for (; k >= 0; k--) {
             if (mass[k] > 0) lowest_nonempty = k;
@@ -126,7 +213,7 @@ static float top_p_threshold(const float *p, int vocab, double top_p, float *scr
         if (count[k] <= 4096 || shift == 15) break;
     }
     int m = 0;
-    for (int i = 0; i < vocab; i++) if (p[i] > 0 && (int64_t)(bs_f32_bits(p[i]) >> shift) == prefix) scratch[m++] = p[i];
+    for (int i = 0; i < j->vocab; i++) if (p[i] > 0 && (int64_t)(bs_f32_bits(p[i]) >> shift) == prefix) scratch[m++] = p[i];
     qsort(scratch, m, sizeof(float), cmp_desc);
     float thr = m ? scratch[0] : 0.0f;
     double acc = above;
@@ -134,7 +221,7 @@ static float top_p_threshold(const float *p, int vocab, double top_p, float *scr
     return thr;
 }
 
-int bs_sampling_probs(const bs_sampling *s, const float *logits, int vocab, float *p, float *scratch) {
+static int probs_row(const bs_sampling *s, const float *logits, int vocab, float *p, float *scratch, int parallel) {
     if (bs_sampling_greedy(s)) {
         memset(p, 0, sizeof(float) * vocab);
         p[bs_argmax(logits, vocab)] = 1.0f;
@@ -142,43 +229,32 @@ int bs_sampling_probs(const bs_sampling *s, const float *logits, int vocab, floa
     }
     float *own = NULL;
     if (!scratch) scratch = own = malloc(sizeof(float) * 2 * vocab);
-    // Written as simple, separate passes with 8 partial accumulators so that each one vectorises.
-    float inv_t = 1.0f / s->temperature, m8[8], part[8] = { 0 };
-    for (int i = 0; i < vocab; i++) p[i] = logits[i] * inv_t;
-    for (int j = 0; j < 8; j++) m8[j] = -INFINITY;
-    int i = 0;
-    for (; i + 8 <= vocab; i += 8)
-        for (int j = 0; j < 8; j++) m8[j] = p[i + j] > m8[j] ? p[i + j] : m8[j];
-    float mx = m8[0];
-    for (int j = 1; j < 8; j++) mx = m8[j] > mx ? m8[j] : mx;
-    for (; i < vocab; i++) mx = p[i] > mx ? p[i] : mx;
-    float cut = -INFINITY;
-    if (s->top_k > 0 && s->top_k < vocab) cut = kth_largest(p, vocab, s->top_k, scratch);
-    for (i = 0; i < vocab; i++) p[i] = p[i] >= cut ? exp_nonpos(p[i] - mx) : 0.0f;
-    for (i = 0; i + 8 <= vocab; i += 8)
-        for (int j = 0; j < 8; j++) part[j] += p[i + j];
-    for (; i < vocab; i++) part[0] += p[i];
-    double sum = 0;
-    for (int j = 0; j < 8; j++) sum += part[j];
-    float inv = (float)(1.0 / sum);
-    int kept = 0;
-    for (i = 0; i < vocab; i++) { p[i] *= inv; kept += p[i] > 0; }
+    probs_job j;
+    j.logits = logits; j.p = p; j.vocab = vocab; j.inv_t = 1.0f / s->temperature;
+    run_pass(&j, P_SCALE_MAX, parallel);
+    j.mx = j.cmax[0];
+    for (int c = 1; c < SAMPLE_CHUNKS; c++) j.mx = j.cmax[c] > j.mx ? j.cmax[c] : j.mx;
+    j.cut = -INFINITY;
+    if (s->top_k > 0 && s->top_k < vocab) j.cut = kth_largest(p, vocab, s->top_k, scratch);
+    run_pass(&j, P_EXP_SUM, parallel);
+    j.inv = (float)(1.0 / chunk_sum(&j));
+    run_pass(&j, P_NORM, parallel);
+    int kept = chunk_kept(&j);
     if (s->top_p > 0 && s->top_p < 1) {
         // Smallest set of the most probable tokens whose mass reaches top_p; tokens tied with the
         // last one admitted are kept too, so the result does not depend on index order.
-        float thr = top_p_threshold(p, vocab, s->top_p, scratch);
-        float keep[8] = { 0 };
-        for (i = 0; i < vocab; i++) p[i] = p[i] < thr ? 0.0f : p[i];
-        for (i = 0; i + 8 <= vocab; i += 8)
-            for (int j = 0; j < 8; j++) keep[j] += p[i + j];
-        for (; i < vocab; i++) keep[0] += p[i];
-        sum = 0; kept = 0;
-        for (int j = 0; j < 8; j++) sum += keep[j];
-        const float fsum = (float)sum;
-        for (i = 0; i < vocab; i++) { p[i] /= fsum; kept += p[i] > 0; }
+        j.thr = top_p_threshold(&j, s->top_p, scratch, parallel);
+        run_pass(&j, P_CUT_SUM, parallel);
+        j.fsum = (float)chunk_sum(&j);
+        run_pass(&j, P_DIV, parallel);
+        kept = chunk_kept(&j);
     }
     free(own);
     return kept;
+}
+
+int bs_sampling_probs(const bs_sampling *s, const float *logits, int vocab, float *p, float *scratch) {
+    return probs_row(s, logits, vocab, p, scratch, 1);
 }
 
 typedef struct { const bs_sampling *s; const float *logits; float *probs; int n, vocab; } rows_job;
@@ -193,7 +269,7 @@ static void rows_task(void *ctx, int t, int nt) {
         row_scratch_n = row_scratch ? need : 0;
     }
     for (int r = t; r < j->n; r += nt)   // NULL scratch (out of memory): bs_sampling_probs allocates its own
-        bs_sampling_probs(j->s, j->logits + (size_t)r * j->vocab, j->vocab, j->probs + (size_t)r * j->vocab, row_scratch);
+        probs_row(j->s, j->logits + (size_t)r * j->vocab, j->vocab, j->probs + (size_t)r * j->vocab, row_scratch, 0);
 }
 void bs_sampling_probs_rows(const bs_sampling *s, const float *logits, int n, int vocab, float *probs) {
     rows_job j = { s, logits, probs, n, vocab };
