@@ -3,6 +3,7 @@
 // values are the same bits either way. Measured, temperature 0.7 over 151,936 logits: 0.88 -> 0.2 ms.
 #pragma GCC optimize ("no-trapping-math")
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "spec/sampler.h"
@@ -228,7 +229,10 @@ static int probs_row(const bs_sampling *s, const float *logits, int vocab, float
         return 1;
     }
     float *own = NULL;
-    if (!scratch) scratch = own = malloc(sizeof(float) * 2 * vocab);
+    if (!scratch && !(scratch = own = malloc(sizeof(float) * 2 * vocab))) {
+        fprintf(stderr, "blockspec: sampler: out of memory for %zu bytes of scratch\n", sizeof(float) * 2 * (size_t)vocab);
+        exit(1);
+    }
     probs_job j;
     j.logits = logits; j.p = p; j.vocab = vocab; j.inv_t = 1.0f / s->temperature;
     run_pass(&j, P_SCALE_MAX, parallel);
