@@ -377,6 +377,20 @@ static void block_pass(dflash *m, const int32_t *ids, int n) {
 // (then the confidence logits beside them) and join the recorded pass: the host waits once per round
 // instead of once per drafted token. Gated and RNN heads (gate arithmetic on the host), sampling (the host
 // draws from q) and inspection (it reads the logits before the walk) take the step-by-step path.
+// The confidence head's logits of rows [0, n) into conf_out: w . [h_k ; W1[x_{k-1}]] (or w . h_k).
+static void conf_head_logits(dflash *m, int n) {
+    m->be->matmul(m->be, m->conf_out, m->cfg.conf_with_markov ? m->he : m->h, n, &m->conf_w, 0);
+}
+static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+// cl[k] (downloaded conf_out) += the head's bias; out->conf[k] = sigmoid(cl[k]).
+static void set_confidences(const dflash *m, bs_draft *out, float *cl, int n) {
+    for (int k = 0; k < n; k++) {
+        cl[k] += m->conf_b;
+        out->conf[k] = sigmoidf_(cl[k]);
+    }
+    out->has_conf = 1;
+}
+
 static int device_picks_ok(const dflash *m, const bs_sampling *s, const bs_dflash_inspect *ins) {
     return bs_sampling_greedy(s) && !ins && m->be->argmax_to && m->be->embed_from &&
            (m->cfg.arch == BS_DRAFTER_ZLAB || m->r == 0 || m->cfg.markov_type == BS_MARKOV_VANILLA);
@@ -396,8 +410,7 @@ static void device_picks(dflash *m, int32_t anchor, int n) {
             be->argmax_to(be, m->picks + k, lrow, 1, V);
         }
     }
-    if (m->cfg.arch != BS_DRAFTER_ZLAB && m->cfg.conf_head)
-        be->matmul(be, m->conf_out, m->cfg.conf_with_markov ? m->he : m->h, n, &m->conf_w, 0);
+    if (m->cfg.arch != BS_DRAFTER_ZLAB && m->cfg.conf_head) conf_head_logits(m, n);
 }
 
 static void draft_pass(dflash *m, const int32_t *ids, int n, int picks) {
@@ -430,8 +443,6 @@ static void draft_pass_recorded(dflash *m, const int32_t *ids, int n, int picks)
     }
     be->replay(be, m->recs[i].rec, pos0, ids, m->B);
 }
-
-static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // Picks d_k from logits row (device) k; fills q row k when sampling.
 static int32_t pick(dflash *m, const float *dev_row, int k, const bs_sampling *s, bs_rng *rng) {
@@ -511,12 +522,9 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
         be->download(be, got, m->picks, sizeof(int32_t) * 2 * B);
         memcpy(out->tokens, got, sizeof(int32_t) * n);
         if (c->arch != BS_DRAFTER_ZLAB && c->conf_head) {
-            for (int k = 0; k < n; k++) {
-                float cl;
-                memcpy(&cl, &got[B + k], sizeof cl);
-                out->conf[k] = sigmoidf_(cl + m->conf_b);
-            }
-            out->has_conf = 1;
+            float cl[BS_MAX_DRAFT];
+            memcpy(cl, got + B, sizeof(float) * n);
+            set_confidences(m, out, cl, n);
         }
     } else if (c->arch == BS_DRAFTER_ZLAB) {
         // Rows 1..n predict their own positions; rows are independent: q_k = processed(row k).
@@ -542,14 +550,9 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
         if (ins && ins->step_logits) be->download(be, ins->step_logits, m->logits, sizeof(float) * n * V);
         if (c->conf_head) {
             float cl[BS_MAX_DRAFT];
-            if (c->conf_with_markov) be->matmul(be, m->conf_out, m->he, n, &m->conf_w, 0);
-            else be->matmul(be, m->conf_out, m->h, n, &m->conf_w, 0);
+            conf_head_logits(m, n);
             be->download(be, cl, m->conf_out, sizeof(float) * n);
-            for (int k = 0; k < n; k++) {
-                cl[k] += m->conf_b;
-                out->conf[k] = sigmoidf_(cl[k]);
-            }
-            out->has_conf = 1;
+            set_confidences(m, out, cl, n);
             if (ins && ins->conf_logits) memcpy(ins->conf_logits, cl, sizeof(float) * n);
         }
     }

@@ -261,7 +261,7 @@ int bs_sampling_probs(const bs_sampling *s, const float *logits, int vocab, floa
     return probs_row(s, logits, vocab, p, scratch, 1);
 }
 
-typedef struct { const bs_sampling *s; const float *logits; float *probs; int n, vocab; } rows_job;
+typedef struct { const bs_sampling *s; const float *logits; float *probs; int n, vocab, parallel; } rows_job;
 static __thread float *row_scratch;
 static __thread size_t row_scratch_n;
 static void rows_task(void *ctx, int t, int nt) {
@@ -272,14 +272,15 @@ static void rows_task(void *ctx, int t, int nt) {
         row_scratch = malloc(sizeof(float) * need);
         row_scratch_n = row_scratch ? need : 0;
     }
-    for (int r = t; r < j->n; r += nt)   // NULL scratch (out of memory): bs_sampling_probs allocates its own
-        probs_row(j->s, j->logits + (size_t)r * j->vocab, j->vocab, j->probs + (size_t)r * j->vocab, row_scratch, 0);
+    for (int r = t; r < j->n; r += nt)   // NULL scratch (out of memory): probs_row allocates its own
+        probs_row(j->s, j->logits + (size_t)r * j->vocab, j->vocab, j->probs + (size_t)r * j->vocab, row_scratch, j->parallel);
 }
+// Rows on the pool, or (one row, or one thread) on the caller with each row's chunks on the pool.
 void bs_sampling_probs_rows(const bs_sampling *s, const float *logits, int n, int vocab, float *probs) {
-    rows_job j = { s, logits, probs, n, vocab };
     int tasks = n < bs_pool_size() ? n : bs_pool_size();
-    if (tasks <= 1) { rows_task(&j, 0, 1); return; }
-    bs_parallel_for(tasks, rows_task, &j);
+    rows_job j = { s, logits, probs, n, vocab, tasks <= 1 };
+    if (tasks <= 1) rows_task(&j, 0, 1);
+    else bs_parallel_for(tasks, rows_task, &j);
 }
 
 int32_t bs_sample_probs(const float *p, int vocab, bs_rng *rng) {
