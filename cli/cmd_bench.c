@@ -21,7 +21,7 @@
 
 int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int prefill, const bs_roofline *rl, int profile);
 int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_roofline *rl);
-int bench_sampler(int vocab);
+int bench_sampler(int vocab, const char *device);
 // --device for --model / --round (cpu by default); timings sync the device before reading the clock.
 const char *bench_device = "cpu";
 
@@ -156,13 +156,13 @@ static int bench_attention(const int32_t *rows, int n_rows, const bs_roofline *r
 }
 
 int cmd_bench(int argc, char **argv) {
-    int ops = 0, ctx = 512, prefill = 512, profile = 0;
+    int ops = 0, ctx = 512, prefill = 512, profile = 0, sampler = 0;
     long bw_mib = 1024;
     const char *model = NULL, *dts = "bf16", *rows_s = NULL, *round = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (!strcmp(a, "--sampler")) return bench_sampler(151936);
-        if (!strcmp(a, "--ops")) ops = 1;
+        if (!strcmp(a, "--sampler")) sampler = 1;
+        else if (!strcmp(a, "--ops")) ops = 1;
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (!strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--device")) { if (!(bench_device = cli_value(argc, argv, &i))) return 2; }
@@ -176,8 +176,8 @@ int cmd_bench(int argc, char **argv) {
             printf("usage: blockspec bench --ops [--dtype bf16|f16|f32] [--rows 1,2,4,8,16,32] [--bw-mib 1024]\n"
                    "       blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024] [--profile]\n"
                    "       blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512]\n"
-                   "       blockspec bench --sampler   (logits -> token at a 151936-token vocabulary)\n"
-                   "--device cpu|cuda[:N] runs --model/--round there (the rooflines printed stay this CPU's;\n"
+                   "       blockspec bench --sampler   (logits -> tokens at a 151936-token vocabulary, 1 and 16 rows)\n"
+                   "--device cpu|cuda[:N] runs --model/--round/--sampler there (the rooflines printed stay this CPU's;\n"
                    "GPU figures beside the GPU's copy bandwidth: build-cuda/backend_bench, docs/benchmarks.md).\n"
                    "Prints figures beside the rooflines (read GB/s, GFMA/s) measured first on all threads.\n"
                    "BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernel path, BS_THREADS the threads,\n"
@@ -185,7 +185,8 @@ int cmd_bench(int argc, char **argv) {
             return 0;
         } else { fprintf(stderr, "bench: unknown option '%s' (see --help)\n", a); return 2; }
     }
-    if (!ops && !model) { fprintf(stderr, "bench: give --ops or --model DIR (see --help)\n"); return 2; }
+    if (sampler) return bench_sampler(151936, bench_device);
+    if (!ops && !model) { fprintf(stderr, "bench: give --ops, --model DIR or --sampler (see --help)\n"); return 2; }
     bs_dtype dt;
     if (!strcmp(dts, "bf16")) dt = BS_BF16; else if (!strcmp(dts, "f16")) dt = BS_F16;
     else if (!strcmp(dts, "f32")) dt = BS_F32; else { fprintf(stderr, "bench: --dtype must be bf16, f16 or f32\n"); return 2; }

@@ -89,47 +89,60 @@ static int make_target_and_drafters(int V, int H, int L, int hd, int inter, uint
     return make_drafter(target, dz, "zlab", V, H, L, 2, 1, hd, inter) || make_drafter(target, dd, "dspark", V, H, L, 2, 1, hd, inter) ? -1 : 0;
 }
 
+// The p-value of the first three tokens' counts against their exact joint under the target, over `runs`
+// seeded generations: speculative with `drafter`, or plain (drafter NULL). The joint is computed on the
+// host sampler from the engine's own logits, whatever backend samples the runs.
 static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const bs_sampling *smp, long runs, double *accept_rate) {
     int V = e->cfg.vocab_size;
     int32_t prompt[3] = { 1, 5, 2 }, out[3];
-    // Exact joint of the first three tokens.
     double *joint = malloc(sizeof(double) * V * V * V);
     long *counts = calloc((size_t)V * V * V, sizeof(long));
     bs_err err; bs_kv_cache kv; bs_kv_init(&kv, &e->cfg, 64, e->be, &err);
+    float *lg_be = e->be->alloc(e->be, sizeof(float) * V, &err);
     float *lg = malloc(sizeof(float) * V), *p[3], *scr = malloc(sizeof(float) * 2 * V);
     for (int i = 0; i < 3; i++) p[i] = malloc(sizeof(float) * V);
-    bs_fwd_out fo = { .logits = lg };
+    bs_fwd_out fo = { .logits = lg_be };
+#define ROW_PROBS(dst) (e->be->download(e->be, lg, lg_be, sizeof(float) * V), bs_sampling_probs(smp, lg, V, dst, scr))
     bs_qwen3_forward(&e->target, &kv, prompt, 3, &fo, &err);
-    bs_sampling_probs(smp, lg, V, p[0], scr);
+    ROW_PROBS(p[0]);
     for (int a = 0; a < V; a++) {
         bs_kv_rollback(&kv, 3, &err); bs_qwen3_forward(&e->target, &kv, &a, 1, &fo, &err);
-        bs_sampling_probs(smp, lg, V, p[1], scr);
+        ROW_PROBS(p[1]);
         for (int b = 0; b < V; b++) {
             bs_kv_rollback(&kv, 4, &err); bs_qwen3_forward(&e->target, &kv, &b, 1, &fo, &err);
-            bs_sampling_probs(smp, lg, V, p[2], scr);
+            ROW_PROBS(p[2]);
             for (int c = 0; c < V; c++) joint[(a * V + b) * V + c] = (double)p[0][a] * p[1][b] * p[2][c];
         }
     }
-    bs_session s; bs_drafter *d;
+#undef ROW_PROBS
+    bs_session s; bs_drafter *d = NULL;
     bs_sampling sm = *smp;
     bs_session_init(&s, e, 64, &sm, &err);
-    if (bs_drafter_open(&d, drafter, e, 64, &err)) { fprintf(stderr, "  %s\n", err.msg); return -1; }
+    if (drafter && bs_drafter_open(&d, drafter, e, 64, &err)) { fprintf(stderr, "  %s\n", err.msg); return -1; }
     long acc = 0, drafted = 0;
     for (long r = 0; r < runs; r++) {
         bs_rng_seed(&s.rng, 7919ull * r + 3);
-        bs_kv_rollback(&s.kv, 0, &err); d->rollback(d, 0, &err);
-        bs_spec_opts o = { 0 };
-        bs_spec_stats st; int n;
-        if (bs_generate_spec(&s, d, prompt, 3, 3, &o, out, &n, NULL, NULL, &st, &err) || n != 3) { fprintf(stderr, "  %s\n", err.msg); return -1; }
-        acc += st.accepted; drafted += st.drafted;
-        bs_spec_stats_free(&st);
+        bs_kv_rollback(&s.kv, 0, &err);
+        int n;
+        if (d) {
+            d->rollback(d, 0, &err);
+            bs_spec_opts o = { 0 };
+            bs_spec_stats st;
+            if (bs_generate_spec(&s, d, prompt, 3, 3, &o, out, &n, NULL, NULL, &st, &err) || n != 3) { fprintf(stderr, "  %s\n", err.msg); return -1; }
+            acc += st.accepted; drafted += st.drafted;
+            bs_spec_stats_free(&st);
+        } else if (bs_generate_plain(&s, prompt, 3, 3, 0, out, &n, NULL, NULL, &err) || n != 3) {
+            fprintf(stderr, "  %s\n", err.msg); return -1;
+        }
         counts[(out[0] * V + out[1]) * V + out[2]]++;
     }
     *accept_rate = drafted ? (double)acc / drafted : 0;
     int df;
     double pv = tu_chi2_gof(counts, joint, V * V * V, runs, &df);
-    d->free(d); bs_session_free(&s); bs_kv_free(&kv);
+    if (d) d->free(d);
+    bs_session_free(&s); bs_kv_free(&kv);
     for (int i = 0; i < 3; i++) free(p[i]);
+    e->be->free(e->be, lg_be);
     free(lg); free(scr); free(joint); free(counts);
     return pv;
 }
@@ -151,6 +164,31 @@ TEST(spec_drafters_sampling_lossless) {
             CHECK(pv > 1e-4, "speculative sampling with a real drafter is not distributed as the target (p = %g)", pv);
             CHECK(ar > 0.05 && ar < 0.95, "acceptance %.2f gives the test little power", ar);
         }
+    bs_engine_close(e);
+}
+
+// The same on the GPU, where the distributions, draws and acceptance tests run on the device
+// (cuda_sample.cu): plain sampled decoding and both drafters follow the target's exact joint. Fewer runs
+// than on the CPU (each round synchronises with the device), so one sampling configuration per check.
+TEST(spec_drafters_sampling_lossless_cuda) {
+    NEED_CUDA_DEVICE();
+    int V = 12, H = 16, L = 2;
+    char target[256], dz[300], dd[300];
+    CHECK(make_target_and_drafters(V, H, L, 8, 32, 11, target, dz, dd) == 0, "make-random target or drafters failed");
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, target, "cuda", &err) == 0, "%s", err.msg);
+    bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 0.8f, 6, 0.9f, 0 } };
+    struct { const char *dir, *name; int cfg, power; } runs[] = {
+        { NULL, "plain", 1, 0 }, { dz, "dflash", 0, 1 }, { dd, "dspark", 1, 1 }, { dz, "dflash", 1, 0 },
+    };
+    for (int k = 0; k < 4; k++) {
+        const bs_sampling *c = &cfgs[runs[k].cfg];
+        double ar = 0, pv = drafter_sampling_pvalue(e, runs[k].dir, c, 6000, &ar);
+        printf("  cuda %s T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", runs[k].name, c->temperature, c->top_k,
+               c->top_p, pv, ar);
+        CHECK(pv > 1e-4, "%s sampling on the GPU is not distributed as the target (p = %g)", runs[k].name, pv);
+        if (runs[k].power) CHECK(ar > 0.05 && ar < 0.95, "acceptance %.2f gives the test little power", ar);
+    }
     bs_engine_close(e);
 }
 

@@ -112,6 +112,22 @@ struct bs_backend {
     // caller then runs the two ops, see bs_swiglu_matmul). gate and up are not modified.
     int (*swiglu_matmul)(bs_backend *be, float *y, const float *gate, const float *up, int n, const bs_mat *W, int accumulate);
 
+    // Sampling where the logits are (the semantics are src/spec/sampler.c's and verify.c's; see
+    // bs_sample_rows / bs_accept_sampled_on). Optional for backends whose memory is host memory (NULL:
+    // the host code runs on the buffers in place), required for the others:
+    // sample_rows: probs[n][V] = the processed distribution of each logits row (temperature <= 0: one-hot
+    //   at the argmax; else softmax(logits / temperature), then top_k (0: off; ties with the k-th value
+    //   kept), then top_p (>= 1: off; the most probable tokens until their mass reaches top_p, ties kept),
+    //   renormalised); probs may alias logits. With ids_host != NULL, ids_host[i] = the inverse CDF of row
+    //   i (index order) at u[i] in [0, 1). Returns 0 when done, nonzero to decline (host memory only).
+    // accept_sampled: speculative acceptance over p [n+1][V] and q [n][V] (NULL: point-mass drafts),
+    //   drafts and u[0..n] on the host, as bs_accept_sampled_u; returns the accepted count, *next_host
+    //   the emitted token. n <= 64.
+    int (*sample_rows)(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k,
+                       float top_p, const double *u, int32_t *ids_host);
+    int (*accept_sampled)(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int V,
+                          const double *u, int32_t *next_host);
+
     // Optional recording of a sequence of ops for cheap replay (CUDA graphs); NULL where unsupported.
     // record_begin(be, pos_base) starts recording: nothing executes until a replay. While recording,
     // the *position arguments* of ops (head_norm_rope pos0; attention n_keys and q_pos0; store_rows row0)

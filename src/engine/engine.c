@@ -61,16 +61,14 @@ int bs_session_init(bs_session *s, bs_engine *e, int max_ctx, const bs_sampling 
     int V = e->cfg.vocab_size;
     if (bs_kv_init(&s->kv, &e->cfg, max_ctx, e->be, err)) return -1;
     s->logits = e->be->alloc(e->be, sizeof(float) * V, err);
-    s->logits_host = malloc(sizeof(float) * V);
-    s->probs = malloc(sizeof(float) * V);
     s->scratch = malloc(sizeof(float) * 2 * V);
-    if (!s->logits || !s->logits_host || !s->probs || !s->scratch) { bs_session_free(s); return bs_fail(err, "out of memory"); }
+    if (!s->logits || !s->scratch) { bs_session_free(s); return bs_fail(err, "out of memory"); }
     return 0;
 }
 
 void bs_session_free(bs_session *s) {
     if (s->logits) s->eng->be->free(s->eng->be, s->logits);
-    free(s->logits_host); free(s->probs); free(s->scratch);
+    free(s->scratch);
     bs_kv_free(&s->kv);
     memset(s, 0, sizeof *s);
 }
@@ -78,9 +76,12 @@ void bs_session_free(bs_session *s) {
 static int32_t next_token(bs_session *s) {
     bs_backend *be = s->eng->be;
     int V = s->eng->cfg.vocab_size;
-    if (bs_sampling_greedy(&s->sampling)) { int32_t t; be->argmax(be, &t, s->logits, 1, V); return t; }
-    be->download(be, s->logits_host, s->logits, sizeof(float) * V);
-    return bs_sample_logits(&s->sampling, s->logits_host, V, s->probs, s->scratch, &s->rng);
+    int32_t t;
+    if (bs_sampling_greedy(&s->sampling)) { be->argmax(be, &t, s->logits, 1, V); return t; }
+    // Processed where the logits are (in place: the next forward rewrites them).
+    double u = bs_rng_uniform(&s->rng);
+    bs_sample_rows(be, &s->sampling, s->logits, s->logits, 1, V, &u, &t);
+    return t;
 }
 
 int bs_generate_plain(bs_session *s, const int32_t *prompt, int n_prompt, int n_new, int stop_at_eos,

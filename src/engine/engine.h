@@ -33,9 +33,8 @@ typedef struct bs_session {
     bs_kv_cache kv;
     bs_rng rng;
     bs_sampling sampling;
-    float *logits;            // backend [V]: the last row of the latest forward
-    float *logits_host;       // host copy of one row [V]
-    float *probs, *scratch;   // host [V], [2V]
+    float *logits;            // backend [V]: the last row of the latest forward (sampling processes it in place)
+    float *scratch;           // host [2V]: the host sampler's residual row
     bs_gen_stats stats;
 } bs_session;
 

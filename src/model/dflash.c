@@ -29,14 +29,12 @@ typedef struct dflash {
     float *x, *xn, *q, *att, *gate, *up, *h;   // block rows
     float *kx, *vx;                  // [B][kd]: the block's K/V rows before they are stored at n_ctx
     float *logits;                   // [B][V]
+    float *qdist;                    // [gamma][V]: processed draft distributions when sampling (bs_draft.q)
     float *he;                       // [B][H + r]: [h_k ; W1[x_{k-1}]] rows (Markov / confidence input)
     float *vec_r, *vec_z, *vec_3r;   // [r], [2r + H], [3r] (gated / rnn steps)
     int32_t *picks;                  // [2B]: greedy picks made on the device (ids), then the confidence logits
     float *conf_out;                 // = picks + B, read as floats
     // host workspace
-    float *logits_host;              // [gamma][V]
-    float *q_host;                   // [gamma][V]
-    float *scratch;                  // [2V]
     float *hv, *state;               // [3r], [r]
     int lossy;                       // large matrices in 8 bits (bs_dflash_lossy_weights)
     // recorded draft passes (backends with record/replay), one per (LM-head row count, picks on device)
@@ -247,13 +245,11 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     ALLOC_BE(m->kx, B * m->kd * 4); ALLOC_BE(m->vx, B * m->kd * 4);
     ALLOC_BE(m->gate, B * m->I * 4); ALLOC_BE(m->up, B * m->I * 4);
     ALLOC_BE(m->logits, B * V * 4);
+    ALLOC_BE(m->qdist, (size_t)m->gamma * V * 4);
     ALLOC_BE(m->he, B * (H + r) * 4);
     ALLOC_BE(m->picks, 2 * B * 4);
     m->conf_out = (float *)(m->picks + B);
     if (r) { ALLOC_BE(m->vec_r, r * 4); ALLOC_BE(m->vec_z, (2 * r + H) * 4); ALLOC_BE(m->vec_3r, 3 * r * 4); }
-    ALLOC_HOST(m->logits_host, (size_t)m->gamma * V * 4);
-    ALLOC_HOST(m->q_host, (size_t)m->gamma * V * 4);
-    ALLOC_HOST(m->scratch, 2 * V * 4);
     ALLOC_HOST(m->hv, (3 * r + 1) * 4);
     ALLOC_HOST(m->state, (r + 1) * 4);
 
@@ -282,9 +278,9 @@ static void dflash_free(bs_drafter *d) {
     if (m->kc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->kc[l]) be->free(be, m->kc[l]);
     if (m->vc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->vc[l]) be->free(be, m->vc[l]);
     free(m->kc); free(m->vc);
-    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, (float *)m->picks, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx };
+    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, (float *)m->picks, m->qdist, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
-    free(m->logits_host); free(m->q_host); free(m->scratch); free(m->hv); free(m->state);
+    free(m->hv); free(m->state);
     free(m->gate_b); free(m->joint_b);
     free(m->layers);
     bs_checkpoint_close(m->ck);
@@ -449,10 +445,10 @@ static int32_t pick(dflash *m, const float *dev_row, int k, const bs_sampling *s
     bs_backend *be = m->be;
     int V = m->V;
     if (bs_sampling_greedy(s)) { int32_t t; be->argmax(be, &t, dev_row, 1, V); return t; }
-    float *host = m->logits_host + (size_t)k * V, *q = m->q_host + (size_t)k * V;
-    be->download(be, host, dev_row, sizeof(float) * V);
-    bs_sampling_probs(s, host, V, q, m->scratch);
-    return bs_sample_probs(q, V, rng);
+    int32_t t;
+    double u = bs_rng_uniform(rng);
+    bs_sample_rows(be, s, m->qdist + (size_t)k * V, dev_row, 1, V, &u, &t);
+    return t;
 }
 
 // Adds the Markov bias for step k (row k of logits, previous token prev) on the device.
@@ -530,10 +526,10 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
         // Rows 1..n predict their own positions; rows are independent: q_k = processed(row k).
         if (ins && ins->logits) be->download(be, ins->logits, m->logits, sizeof(float) * n * V);
         if (bs_sampling_greedy(s)) be->argmax(be, out->tokens, m->logits, n, V);
-        else {   // the rows' distributions in parallel (one download), then the draws in row order
-            be->download(be, m->logits_host, m->logits, sizeof(float) * n * V);
-            bs_sampling_probs_rows(s, m->logits_host, n, V, m->q_host);
-            for (int k = 0; k < n; k++) out->tokens[k] = bs_sample_probs(m->q_host + (size_t)k * V, V, rng);
+        else {   // the rows' distributions and draws where the logits are, one uniform per row in order
+            double u[BS_MAX_DRAFT];
+            for (int k = 0; k < n; k++) u[k] = bs_rng_uniform(rng);
+            bs_sample_rows(be, s, m->qdist, m->logits, n, V, u, out->tokens);
         }
     } else {
         // Rows 0..n-1 predict the next position; Markov walk from the anchor.
@@ -557,7 +553,7 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
         }
     }
     out->n = n;
-    out->q = bs_sampling_greedy(s) ? NULL : m->q_host;
+    out->q = bs_sampling_greedy(s) ? NULL : m->qdist;
     return 0;
 }
 

@@ -11,7 +11,7 @@
 typedef struct bs_draft {
     int n;                          // drafted tokens d_1..d_n (n <= max_n asked for)
     int32_t tokens[BS_MAX_DRAFT];
-    // Processed draft distributions q_1..q_n, host memory [n][vocab], owned by the drafter and valid
+    // Processed draft distributions q_1..q_n, backend memory [n][vocab], owned by the drafter and valid
     // until its next call. q_k is the distribution d_k was actually drawn from (for DSpark: the Markov
     // step given the drafted prefix), processed with the same bs_sampling as the target.
     // NULL when sampling is greedy (q is then one-hot at d_k).

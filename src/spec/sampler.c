@@ -8,6 +8,7 @@
 #include <string.h>
 #include "spec/sampler.h"
 #include "util/threadpool.h"
+#include "backend/backend.h"
 
 static inline uint32_t bs_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
@@ -283,17 +284,21 @@ void bs_sampling_probs_rows(const bs_sampling *s, const float *logits, int n, in
     else bs_parallel_for(tasks, rows_task, &j);
 }
 
-int32_t bs_sample_probs(const float *p, int vocab, bs_rng *rng) {
+int32_t bs_sample_probs(const float *p, int vocab, bs_rng *rng) { return bs_sample_probs_u(p, vocab, bs_rng_uniform(rng)); }
+
+int32_t bs_sample_probs_u(const float *p, int vocab, double u01) {
     // The total first (robust to rounding in the normalisation, and to unnormalised residuals),
-    // then a scan that stops at the drawn token.
-    float part[8] = { 0 };
+    // then a scan that stops at the drawn token. Partial sums in double: in float, 19,000 terms per
+    // partial put the total ~1e-4 off at a 151,936-token vocabulary, which moved flat rows' draws by
+    // dozens of tokens against an exact sum (the device sampler's, cuda_sample.cu).
+    double part[8] = { 0 };
     int i = 0;
     for (; i + 8 <= vocab; i += 8)
         for (int j = 0; j < 8; j++) part[j] += p[i + j];
     double total = 0, acc = 0;
     for (; i < vocab; i++) total += p[i];
     for (int j = 0; j < 8; j++) total += part[j];
-    double u = bs_rng_uniform(rng) * total;
+    double u = u01 * total;
     int last = -1;
     for (i = 0; i < vocab; i++) {
         if (p[i] <= 0) continue;
@@ -307,4 +312,14 @@ int32_t bs_sample_logits(const bs_sampling *s, const float *logits, int vocab, f
     if (bs_sampling_greedy(s)) return bs_argmax(logits, vocab);
     bs_sampling_probs(s, logits, vocab, probs, scratch);
     return bs_sample_probs(probs, vocab, rng);
+}
+
+void bs_sample_rows(bs_backend *be, const bs_sampling *s, float *probs, const float *logits, int n, int vocab,
+                    const double *u, int32_t *ids) {
+    if (be->sample_rows &&
+        be->sample_rows(be, probs, logits, n, vocab, bs_sampling_greedy(s) ? 0.0f : s->temperature, s->top_k, s->top_p, u, ids) == 0)
+        return;
+    bs_sampling_probs_rows(s, logits, n, vocab, probs);
+    if (ids)
+        for (int i = 0; i < n; i++) ids[i] = bs_sample_probs_u(probs + (size_t)i * vocab, vocab, u[i]);
 }

@@ -21,7 +21,18 @@ int bs_sampling_probs(const bs_sampling *s, const float *logits, int vocab, floa
 // thread pool: a verify block's rows are independent, and at a 151,936-token vocabulary one row is
 // ~0.3-1.3 ms of host time (one thread), which beside a GPU step of a few ms is not small.
 void bs_sampling_probs_rows(const bs_sampling *s, const float *logits, int n, int vocab, float *probs);
-// Draws from a distribution that sums to ~1 (zeros never drawn).
+// Draws from a distribution that sums to ~1 (zeros never drawn): the inverse CDF in index order at
+// u * total (u uniform in [0, 1)). bs_sample_probs takes u from rng.
+int32_t bs_sample_probs_u(const float *probs, int vocab, double u);
 int32_t bs_sample_probs(const float *probs, int vocab, bs_rng *rng);
 // logits -> token (greedy or sampled from the processed distribution); scratch as above.
 int32_t bs_sample_logits(const bs_sampling *s, const float *logits, int vocab, float *probs, float *scratch, bs_rng *rng);
+
+typedef struct bs_backend bs_backend;
+// Sampling where the logits are: probs[n][vocab] = the processed distributions of logits[n][vocab]
+// (backend memory; probs may alias logits) and, with ids != NULL, ids[i] (host) = the token drawn from
+// row i at uniform u[i]. Runs as the backend's sample_rows op where it has one (CUDA: on the device,
+// without downloading the rows), else on the host (the backend's memory is host memory then). Up to
+// 64 rows per call.
+void bs_sample_rows(bs_backend *be, const bs_sampling *s, float *probs, const float *logits, int n, int vocab,
+                    const double *u, int32_t *ids);

@@ -63,9 +63,8 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
     if (feat_rows < B + 1) feat_rows = B + 1;
     float *logits = be->alloc(be, sizeof(float) * (size_t)(B + 1) * V, err);
     float *feat = logits ? be->alloc(be, sizeof(float) * (size_t)feat_rows * F, err) : NULL;
-    float *p = greedy ? NULL : malloc(sizeof(float) * (size_t)(B + 1) * V);
     int rc = -1;
-    if (!logits || !feat || (!greedy && !p)) { if (logits) bs_fail(err, "out of memory"); goto out; }
+    if (!logits || !feat) goto out;
 
     double t_start = bs_now(), t0;
     // Prefill in chunks: each chunk's taps become drafter context right away.
@@ -76,7 +75,7 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
     }
     int32_t anchor;
     if (greedy) be->argmax(be, &anchor, logits, 1, V);
-    else { be->download(be, p, logits, sizeof(float) * V); anchor = bs_sample_logits(&s->sampling, p, V, p, s->scratch, &s->rng); }
+    else { double u = bs_rng_uniform(&s->rng); bs_sample_rows(be, &s->sampling, logits, logits, 1, V, &u, &anchor); }
     st->n_prompt = n_prompt;
     st->t_prefill = bs_now() - t_start;
     emitter em = { out, n_out, n_new, opts ? opts->stop_at_eos : 1, 0, cb, cb_ctx, eng };
@@ -109,9 +108,11 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
             be->argmax(be, targ, logits, n + 1, V);
             a = bs_accept_greedy(targ, ids + 1, n, &next);
         } else {
-            be->download(be, p, logits, sizeof(float) * (size_t)(n + 1) * V);
-            bs_sampling_probs_rows(&s->sampling, p, n + 1, V, p);
-            a = bs_accept_sampled(p, dr.q, ids + 1, n, V, &s->rng, s->scratch, &next);
+            // p rows in place of the logits, then the acceptance where p and q are.
+            double u[BS_MAX_DRAFT + 1];
+            for (int k = 0; k <= n; k++) u[k] = bs_rng_uniform(&s->rng);
+            bs_sample_rows(be, &s->sampling, logits, logits, n + 1, V, NULL, NULL);
+            a = bs_accept_sampled_on(be, logits, dr.q, ids + 1, n, V, u, s->scratch, &next);
         }
         st->t_target += bs_now() - t0;
         // Keep the anchor's and the accepted drafts' K/V; the next token has none yet. Their taps
@@ -131,6 +132,5 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
 out:
     if (logits) be->free(be, logits);
     if (feat) be->free(be, feat);
-    free(p);
     return rc;
 }

@@ -1,4 +1,5 @@
 #include <stddef.h>
+#include "backend/backend.h"
 #include "spec/sampler.h"
 #include "spec/verify.h"
 
@@ -9,23 +10,34 @@ int bs_accept_greedy(const int32_t *t, const int32_t *d, int n, int32_t *next) {
     return a;
 }
 
-int bs_accept_sampled(const float *p, const float *q, const int32_t *d, int n, int V, bs_rng *rng, float *res, int32_t *next) {
+int bs_accept_sampled_u(const float *p, const float *q, const int32_t *d, int n, int V, const double *u, float *res, int32_t *next) {
     for (int k = 0; k < n; k++) {
         const float *pk = p + (size_t)k * V;
         const float *qk = q ? q + (size_t)k * V : NULL;
         float px = pk[d[k]], qx = qk ? qk[d[k]] : 1.0f;
-        double u = bs_rng_uniform(rng);
         // u < min(1, px/qx) written without the division; qx > 0 whenever d_k was drawn from q.
-        if (u * qx < px) continue;
+        if (u[k] * qx < px) continue;
         double mass = 0;
         for (int i = 0; i < V; i++) {
             float r = pk[i] - (qk ? qk[i] : (i == d[k] ? 1.0f : 0.0f));
             res[i] = r > 0 ? r : 0;
             mass += res[i];
         }
-        *next = mass > 1e-8 ? bs_sample_probs(res, V, rng) : bs_sample_probs(pk, V, rng);
+        *next = mass > 1e-8 ? bs_sample_probs_u(res, V, u[n]) : bs_sample_probs_u(pk, V, u[n]);
         return k;
     }
-    *next = bs_sample_probs(p + (size_t)n * V, V, rng);
+    *next = bs_sample_probs_u(p + (size_t)n * V, V, u[n]);
     return n;
+}
+
+int bs_accept_sampled(const float *p, const float *q, const int32_t *d, int n, int V, bs_rng *rng, float *res, int32_t *next) {
+    double u[n + 1];
+    for (int k = 0; k <= n; k++) u[k] = bs_rng_uniform(rng);
+    return bs_accept_sampled_u(p, q, d, n, V, u, res, next);
+}
+
+int bs_accept_sampled_on(bs_backend *be, const float *p, const float *q, const int32_t *d, int n, int V, const double *u,
+                         float *res, int32_t *next) {
+    if (be->accept_sampled) return be->accept_sampled(be, p, q, d, n, V, u, next);
+    return bs_accept_sampled_u(p, q, d, n, V, u, res, next);
 }

@@ -1,6 +1,6 @@
 // Shared internals of the CUDA backend (one translation unit per job: cuda_backend.cu = device,
 // memory, weights, graphs and the op table; cuda_gemm.cu, cuda_attention.cu, cuda_norm_rope.cu,
-// cuda_elementwise.cu = the ops; cuda_profile.cu = BS_CUDA_PROFILE).
+// cuda_elementwise.cu, cuda_sample.cu = the ops; cuda_profile.cu = BS_CUDA_PROFILE).
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -140,6 +140,10 @@ void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
 void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab);
 void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *dev_ids, int n);
+int cu_sample_rows(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
+                   const double *u, int32_t *ids_host);
+int cu_accept_sampled(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int V, const double *u,
+                      int32_t *next_host);
 
 // BS_CUDA_MM_TRACE=1 (cuda_profile.cu): every tiled-GEMM launch records per-block timestamps
 // (%globaltimer) into a device buffer; the report at exit gives each launch's span, start skew,

@@ -1,0 +1,303 @@
+// Sampling on the device: the backend ops sample_rows (processed distributions and draws) and
+// accept_sampled (the speculative acceptance test and the residual or bonus draw). Without them a
+// sampled step downloads every logits row (0.6 MB at a 151,936-token vocabulary) and processes it on
+// the host; with them it downloads the drawn ids.
+//
+// The semantics are the host sampler's (src/spec/sampler.c, src/spec/verify.c): temperature, then top-k
+// (ties with the k-th value kept), then top-p (the most probable tokens until their mass reaches top_p,
+// ties kept), renormalised; draws are the inverse CDF in index order at u * total. The arithmetic is
+// not the host's bit for bit (sums run in another order), so a device distribution matches the host's
+// to rounding, and a draw can differ only where u * total falls within rounding of a CDF step.
+//
+// One block of 1024 threads per row, the row itself (probs, in L2) as working memory:
+//   - every reduction is a fixed shuffle tree, and histograms count with integer atomics (mass in
+//     2^-50 fixed point), so a row's result is the same bits on every run: a seeded run repeats;
+//   - top-k and top-p find their thresholds by radix selection over the float bits (positive floats
+//     order like their bit patterns): 4 histogram passes of 8 bits each, no sort. The mass histograms
+//     are exact integers, so each narrower level sums to exactly the bin it refines and the crossing
+//     bin always exists.
+#include <limits.h>
+#include "backend/cuda/cuda_internal.cuh"
+
+#define SR_THREADS 1024
+#define SR_MAX_ROWS 64
+struct sr_uniforms { double u[SR_MAX_ROWS + 1]; };
+struct sr_drafts { int d[SR_MAX_ROWS]; };
+
+struct sr_shared {
+    union {
+        unsigned long long mass[16][256];   // top-p: per warp pair
+        unsigned count[32][256];            // top-k: per warp
+    } h;
+    unsigned long long merged_mass[256];
+    unsigned merged_count[256];
+    double d[33];
+    float f[33];
+    int i[33];
+    unsigned prefix;
+    unsigned long long above;
+    int k_left, flag;
+};
+
+// Reductions over the block (1024 threads): the same shuffle tree on every run. Every thread gets the result.
+template <typename T, typename Op>
+__device__ T sr_reduce(T v, T *sh, Op op) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = sh[lane];
+#pragma unroll
+        for (int o = 16; o; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0) sh[32] = v;
+    }
+    __syncthreads();
+    return sh[32];
+}
+// One pass over a row, thread t taking t, t + 1024, ...: U loads issued before any of them is used. A
+// plain loop is latency-bound here: with probs aliasing logits (in place) the compiler cannot move a
+// load above the previous element's store, so every element waited a full L2 round trip.
+template <int U = 8, typename Load, typename Op>
+__device__ __forceinline__ void sr_pass(int V, Load load, Op op) {
+    for (int base = threadIdx.x; base < V; base += U * SR_THREADS) {
+        float v[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) { const int i = base + j * SR_THREADS; v[j] = i < V ? load(i) : 0.0f; }
+#pragma unroll
+        for (int j = 0; j < U; j++) { const int i = base + j * SR_THREADS; if (i < V) op(i, v[j]); }
+    }
+}
+
+struct sr_add { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct sr_max { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+struct sr_imax { __device__ int operator()(int a, int b) const { return a > b ? a : b; } };
+struct sr_imin { __device__ int operator()(int a, int b) const { return a < b ? a : b; } };
+
+// Exclusive prefix sum of v over the threads in index order.
+__device__ double sr_exclusive_scan(double v, double *sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    double incl = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) { double t = __shfl_up_sync(0xffffffffu, incl, o); if (lane >= o) incl += t; }
+    __syncthreads();
+    if (lane == 31) sh[w] = incl;
+    __syncthreads();
+    if (w == 0) {
+        double t = sh[lane], s = t;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) { double u = __shfl_up_sync(0xffffffffu, s, o); if (lane >= o) s += u; }
+        sh[lane] = s - t;   // exclusive over the warps
+    }
+    __syncthreads();
+    return sh[w] + incl - v;
+}
+
+// The inverse CDF of the weights value(i) >= 0, i < V, at u * (their total), in index order; the last
+// positive weight when rounding leaves u * total past the end. Thread t scans the contiguous slice
+// [t * seg, (t + 1) * seg) once its slice is known to hold the point.
+template <typename F>
+__device__ int sr_draw(F value, int V, double u, sr_shared &S) {
+    const int seg = (V + SR_THREADS - 1) / SR_THREADS, lo = min(V, (int)threadIdx.x * seg), hi = min(V, lo + seg);
+    double own = 0; int last = -1;
+    for (int i0 = lo; i0 < hi; i0 += 8) {
+        float x[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) x[j] = i0 + j < hi ? value(i0 + j) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) if (x[j] > 0) { own += x[j]; last = i0 + j; }
+    }
+    const double excl = sr_exclusive_scan(own, S.d);
+    const double total = sr_reduce(own, S.d, sr_add());
+    const int last_all = sr_reduce(last, S.i, sr_imax());
+    const double target = u * total;
+    int pick = INT_MAX;
+    if (own > 0 && target >= excl && target < excl + own) {
+        double acc = excl; pick = last;
+        for (int i = lo; i < hi; i++) {
+            float x = value(i);
+            if (x <= 0) continue;
+            acc += x;
+            if (target < acc) { pick = i; break; }
+        }
+    }
+    // Neighbouring slices can both claim a point within rounding of their border: the first one wins.
+    pick = sr_reduce(pick, S.i, sr_imin());
+    return pick != INT_MAX ? pick : last_all < 0 ? 0 : last_all;
+}
+
+// Order-preserving key of a float (for top-k over possibly negative scaled logits).
+__device__ __forceinline__ unsigned sr_key(float f) { unsigned b = __float_as_uint(f); return b & 0x80000000u ? ~b : b | 0x80000000u; }
+__device__ __forceinline__ float sr_unkey(unsigned k) { return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k); }
+
+// The k-th largest of p[0..V) (1 <= k < V), by four 8-bit radix levels over sr_key.
+__device__ float sr_kth_largest(const float *p, int V, int k, sr_shared &S) {
+    const int w = threadIdx.x >> 5;
+    unsigned prefix = 0;
+    for (int level = 0; level < 4; level++) {
+        const int shift = 24 - 8 * level;
+        for (int i = threadIdx.x; i < 32 * 256; i += SR_THREADS) (&S.h.count[0][0])[i] = 0;
+        __syncthreads();
+        sr_pass(V, [&](int i) { return p[i]; }, [&](int, float x) {
+            const unsigned key = sr_key(x);
+            if (level == 0 || key >> (shift + 8) == prefix) atomicAdd(&S.h.count[w][(key >> shift) & 255], 1u);
+        });
+        __syncthreads();
+        if (threadIdx.x < 256) { unsigned c = 0; for (int q = 0; q < 32; q++) c += S.h.count[q][threadIdx.x]; S.merged_count[threadIdx.x] = c; }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int left = level == 0 ? k : S.k_left, b = 255;
+            for (; b > 0; b--) { if ((int)S.merged_count[b] >= left) break; left -= S.merged_count[b]; }
+            S.k_left = left;
+            S.prefix = (prefix << 8) | (unsigned)b;
+        }
+        __syncthreads();
+        prefix = S.prefix;
+    }
+    return sr_unkey(prefix);
+}
+
+// The smallest probability top-p keeps (0: keep every token): the value where the mass counted from the
+// most probable token down first reaches top_p. Levels over the bits of positive floats: 30..23,
+// 22..15, 14..7, 6..0.
+__device__ float sr_top_p_threshold(const float *p, int V, float top_p, sr_shared &S) {
+    const int w2 = threadIdx.x >> 6;
+    const unsigned long long T = (unsigned long long)((double)top_p * 0x1p50);
+    const int shifts[4] = { 23, 15, 7, 0 }, widths[4] = { 8, 8, 8, 7 };
+    unsigned prefix = 0;
+    for (int level = 0; level < 4; level++) {
+        const int shift = shifts[level], width = widths[level];
+        for (int i = threadIdx.x; i < 16 * 256; i += SR_THREADS) (&S.h.mass[0][0])[i] = 0;
+        __syncthreads();
+        sr_pass(V, [&](int i) { return p[i]; }, [&](int, float x) {
+            const unsigned b = __float_as_uint(x);
+            if (x > 0 && (level == 0 || b >> (shift + width) == prefix))
+                atomicAdd(&S.h.mass[w2][(b >> shift) & ((1u << width) - 1)], (unsigned long long)__double2ull_rn((double)x * 0x1p50));
+        });
+        __syncthreads();
+        if (threadIdx.x < 256) {
+            unsigned long long m = 0;
+            for (int q = 0; q < 16; q++) m += S.h.mass[q][threadIdx.x];
+            S.merged_mass[threadIdx.x] = m;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long above = level == 0 ? 0 : S.above;
+            int b = (1 << width) - 1;
+            for (; b >= 0; b--) { if (above + S.merged_mass[b] >= T) break; above += S.merged_mass[b]; }
+            // Level 0 never reaching top_p: the total is short of it by rounding, keep everything. A
+            // narrower level always reaches it (its bins sum exactly to the bin it refines).
+            S.flag = b < 0;
+            S.above = above;
+            S.prefix = (prefix << width) | (unsigned)(b < 0 ? 0 : b);
+        }
+        __syncthreads();
+        if (S.flag) return 0.0f;
+        prefix = S.prefix;
+    }
+    return __uint_as_float(prefix);
+}
+
+__global__ void __launch_bounds__(SR_THREADS) sr_rows_kernel(float *probs, const float *logits, int V, float temperature, int top_k,
+                                                             float top_p, sr_uniforms U, int *ids) {
+    __shared__ sr_shared S;
+    const int r = blockIdx.x, tid = threadIdx.x;
+    const float *l = logits + (size_t)r * V;
+    float *p = probs + (size_t)r * V;
+    if (temperature <= 0) {   // greedy: one-hot at the argmax (first index on ties)
+        float bv = -INFINITY; int bi = INT_MAX;
+        sr_pass(V, [&](int i) { return l[i]; }, [&](int i, float v) { if (v > bv || bi == INT_MAX) { bv = v; bi = i; } });
+        const float mv = sr_reduce(bv, S.f, sr_max());
+        const int best = sr_reduce(bv == mv ? bi : INT_MAX, S.i, sr_imin());
+        for (int i = tid; i < V; i += SR_THREADS) p[i] = i == best ? 1.0f : 0.0f;   // stores only: no round trips
+        if (ids && tid == 0) ids[r] = best == INT_MAX ? 0 : best;
+        return;
+    }
+    const float inv_t = 1.0f / temperature;
+    float mx = -INFINITY;
+    sr_pass(V, [&](int i) { return l[i]; }, [&](int i, float x) { const float v = x * inv_t; p[i] = v; mx = fmaxf(mx, v); });
+    mx = sr_reduce(mx, S.f, sr_max());   // its barriers also publish p to the block
+    const float cut = top_k > 0 && top_k < V ? sr_kth_largest(p, V, top_k, S) : -INFINITY;
+    double sum = 0;
+    sr_pass(V, [&](int i) { return p[i]; }, [&](int i, float v) { const float e = v >= cut ? expf(v - mx) : 0.0f; p[i] = e; sum += e; });
+    const float inv = (float)(1.0 / sr_reduce(sum, S.d, sr_add()));
+    sr_pass(V, [&](int i) { return p[i]; }, [&](int i, float v) { p[i] = v * inv; });
+    if (top_p > 0 && top_p < 1) {
+        __syncthreads();
+        const float thr = sr_top_p_threshold(p, V, top_p, S);
+        double fsum = 0;
+        sr_pass(V, [&](int i) { return p[i]; }, [&](int i, float x) { const float v = x < thr ? 0.0f : x; p[i] = v; fsum += v; });
+        const float fs = (float)sr_reduce(fsum, S.d, sr_add());
+        sr_pass(V, [&](int i) { return p[i]; }, [&](int i, float x) { p[i] = x / fs; });
+    }
+    if (!ids) return;
+    __syncthreads();
+    const int t = sr_draw([&](int i) { return p[i]; }, V, U.u[r], S);
+    if (tid == 0) ids[r] = t;
+}
+
+// Speculative acceptance (bs_accept_sampled_u): out[0] = accepted count, out[1] = the emitted token.
+__global__ void __launch_bounds__(SR_THREADS) sr_accept_kernel(const float *p, const float *q, int n, int V, sr_drafts D, sr_uniforms U,
+                                                               int *out) {
+    __shared__ sr_shared S;
+    int a = n;   // every thread decides the same (the same n values)
+    for (int k = 0; k < n; k++) {
+        const int d = D.d[k];
+        const float px = p[(size_t)k * V + d], qx = q ? q[(size_t)k * V + d] : 1.0f;
+        if (U.u[k] * qx < px) continue;
+        a = k;
+        break;
+    }
+    const float *pa = p + (size_t)a * V, *qa = q && a < n ? q + (size_t)a * V : NULL;
+    const int da = a < n ? D.d[a] : -1;
+    auto residual = [&](int i) { const float r = pa[i] - (qa ? qa[i] : (i == da ? 1.0f : 0.0f)); return r > 0 ? r : 0.0f; };
+    bool use_residual = false;
+    if (a < n) {
+        double m = 0;
+        sr_pass(V, residual, [&](int, float r) { m += r; });
+        use_residual = sr_reduce(m, S.d, sr_add()) > 1e-8;
+    }
+    const int t = use_residual ? sr_draw(residual, V, U.u[n], S) : sr_draw([&](int i) { return pa[i]; }, V, U.u[n], S);
+    if (threadIdx.x == 0) { out[0] = a; out[1] = t; }
+}
+
+static void ids_download(cuda_impl *c, int32_t *host, int n) {
+    CK(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * n, cudaMemcpyDeviceToHost, c->st));
+    CK(cudaStreamSynchronize(c->st));
+    memcpy(host, c->h_argmax, sizeof(int32_t) * n);
+}
+
+int cu_sample_rows(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
+                   const double *u, int32_t *ids_host) {
+    cuda_impl *c = CI(be);
+    c->after_gemm = 0;
+    for (int r = 0; r < n; r += SR_MAX_ROWS) {
+        const int nn = n - r < SR_MAX_ROWS ? n - r : SR_MAX_ROWS;
+        sr_uniforms U; memset(&U, 0, sizeof U);
+        if (ids_host) for (int i = 0; i < nn; i++) U.u[i] = u[r + i];
+        sr_rows_kernel<<<nn, SR_THREADS, 0, c->st>>>(probs + (size_t)r * V, logits + (size_t)r * V, V, temperature, top_k, top_p, U,
+                                                     ids_host ? c->d_argmax : NULL);
+        LAUNCHED("sample_rows");
+        if (ids_host) ids_download(c, ids_host + r, nn);
+    }
+    return 0;
+}
+
+int cu_accept_sampled(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int V, const double *u,
+                      int32_t *next_host) {
+    cuda_impl *c = CI(be);
+    if (n > SR_MAX_ROWS) { fprintf(stderr, "blockspec: accept_sampled: %d drafts (at most %d)\n", n, SR_MAX_ROWS); exit(1); }
+    c->after_gemm = 0;
+    sr_drafts D; sr_uniforms U;
+    memset(&D, 0, sizeof D); memset(&U, 0, sizeof U);
+    for (int k = 0; k < n; k++) D.d[k] = drafts[k];
+    for (int k = 0; k <= n; k++) U.u[k] = u[k];
+    sr_accept_kernel<<<1, SR_THREADS, 0, c->st>>>(p, q, n, V, D, U, c->d_argmax);
+    LAUNCHED("accept_sampled");
+    int32_t got[2];
+    ids_download(c, got, 2);
+    *next_host = got[1];
+    return got[0];
+}
