@@ -66,6 +66,45 @@ TEST(sampler_draws_follow_distribution) {
     }
 }
 
+// The draw is the inverse CDF in index order at u * total, exactly (to rounding) wherever u falls: rows of
+// 1 to 151,936 tokens (one to ~300 of the draw's 512-token blocks, a partial last one), zeros inside and
+// at the ends, all-zero blocks, unnormalised weights (a residual), u = 0 and u just below 1.
+TEST(sampler_draw_is_the_inverse_cdf) {
+    const int sizes[] = { 1, 7, 511, 512, 513, 1500, 151936 };
+    bs_rng r; bs_rng_seed(&r, 99);
+    int checked = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        const int V = sizes[si];
+        float *p = malloc(sizeof(float) * V);
+        long double *cdf = malloc(sizeof(long double) * V);
+        CHECK(p && cdf, "out of memory");
+        for (int rep = 0; rep < 4; rep++) {
+            for (int i = 0; i < V; i++) {
+                double x = bs_rng_uniform(&r);
+                p[i] = rep == 0 ? 1.0f / V : (x < 0.3 || (i / 512) % 3 == 1) ? 0.0f : (float)(x * x * 3);
+            }
+            if (rep == 3 && V > 1) { p[0] = 0; p[V - 1] = 0; }
+            long double acc = 0;
+            int first = -1, last = -1;
+            for (int i = 0; i < V; i++) { acc += p[i]; cdf[i] = acc; if (p[i] > 0) { if (first < 0) first = i; last = i; } }
+            const double us[] = { 0.0, 0.5, 0.25, 0.999, 1.0 - 0x1p-53, bs_rng_uniform(&r), bs_rng_uniform(&r), bs_rng_uniform(&r) };
+            for (size_t k = 0; k < sizeof us / sizeof *us; k++) {
+                const int32_t t = bs_sample_probs_u(p, V, us[k]);
+                if (last < 0) { CHECK(t == 0, "an all-zero row drew %d", t); continue; }
+                CHECK(t >= 0 && t < V && p[t] > 0, "V %d: drew %d, which has no mass", V, t);
+                const long double target = us[k] * acc, eps = 1e-9L * acc;
+                const long double lo = t > 0 ? cdf[t - 1] : 0;
+                CHECK(target >= lo - eps && (target < cdf[t] + eps || t == last), "V %d u %.17g: drew %d, whose CDF step [%.12Lg, %.12Lg) misses %.12Lg",
+                      V, us[k], t, lo / acc, cdf[t] / acc, target / acc);
+                if (us[k] == 0.0) CHECK(t == first, "u = 0 drew %d, not the first positive token %d", t, first);
+                checked++;
+            }
+        }
+        free(p); free(cdf);
+    }
+    printf("  %d draws at their CDF steps\n", checked);
+}
+
 static int cmp_desc_f(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? 1 : x > y ? -1 : 0;

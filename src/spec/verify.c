@@ -1,4 +1,7 @@
+// As in sampler.c: no FP trap is ever enabled, and without this GCC keeps the compare-select loops scalar.
+#pragma GCC optimize ("no-trapping-math")
 #include <stddef.h>
+#include <string.h>
 #include "backend/backend.h"
 #include "spec/sampler.h"
 #include "spec/verify.h"
@@ -17,12 +20,20 @@ int bs_accept_sampled_u(const float *p, const float *q, const int32_t *d, int n,
         float px = pk[d[k]], qx = qk ? qk[d[k]] : 1.0f;
         // u < min(1, px/qx) written without the division; qx > 0 whenever d_k was drawn from q.
         if (u[k] * qx < px) continue;
-        double mass = 0;
-        for (int i = 0; i < V; i++) {
-            float r = pk[i] - (qk ? qk[i] : (i == d[k] ? 1.0f : 0.0f));
-            res[i] = r > 0 ? r : 0;
-            mass += res[i];
+        // The residual max(p - q, 0), written as separate simple loops so that they vectorise.
+        if (qk) {
+            for (int i = 0; i < V; i++) { float r = pk[i] - qk[i]; res[i] = r > 0 ? r : 0; }
+        } else {   // q = onehot(d_k)
+            memcpy(res, pk, sizeof(float) * V);
+            float r = pk[d[k]] - 1.0f;
+            res[d[k]] = r > 0 ? r : 0;
         }
+        double part[8] = { 0 }, mass = 0;
+        int i = 0;
+        for (; i + 8 <= V; i += 8)
+            for (int j = 0; j < 8; j++) part[j] += res[i + j];
+        for (; i < V; i++) mass += res[i];
+        for (int j = 0; j < 8; j++) mass += part[j];
         *next = mass > 1e-8 ? bs_sample_probs_u(res, V, u[n]) : bs_sample_probs_u(pk, V, u[n]);
         return k;
     }
