@@ -289,13 +289,12 @@ void bs_sampling_probs_rows(const bs_sampling *s, const float *logits, int n, in
 
 int32_t bs_sample_probs(const float *p, int vocab, bs_rng *rng) { return bs_sample_probs_u(p, vocab, bs_rng_uniform(rng)); }
 
-// Sum of p[lo, hi) in double, 8 partial sums (vectorises).
-static double sum_range(const float *p, int lo, int hi) {
+double bs_sum_f32(const float *p, int n) {
     double part[8] = { 0 }, s = 0;
-    int i = lo;
-    for (; i + 8 <= hi; i += 8)
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++) part[j] += p[i + j];
-    for (; i < hi; i++) s += p[i];
+    for (; i < n; i++) s += p[i];
     for (int j = 0; j < 8; j++) s += part[j];
     return s;
 }
@@ -308,11 +307,11 @@ int32_t bs_sample_probs_u(const float *p, int vocab, double u01) {
     // 151,936-token vocabulary, which moved flat rows' draws by dozens of tokens against an exact sum
     // (the device sampler's, cuda_sample.cu). Measured (bench --sampler, temperature 0.7, one row): the
     // token-by-token walk over the whole prefix was ~100 us of the ~300.
-    const double u = u01 * sum_range(p, 0, vocab);
+    const double u = u01 * bs_sum_f32(p, vocab);
     double acc = 0;
     for (int b0 = 0; b0 < vocab; b0 += DRAW_BLOCK) {
         const int b1 = b0 + DRAW_BLOCK < vocab ? b0 + DRAW_BLOCK : vocab;
-        const double bs = sum_range(p, b0, b1);
+        const double bs = bs_sum_f32(p + b0, b1 - b0);
         if (!(u < acc + bs)) { acc += bs; continue; }
         for (int i = b0; i < b1; i++) {   // the point is in this block, to rounding
             if (p[i] <= 0) continue;

@@ -24,6 +24,8 @@ void bs_sampling_probs_rows(const bs_sampling *s, const float *logits, int n, in
 // Draws from a distribution that sums to ~1 (zeros never drawn): the inverse CDF in index order at
 // u * total (u uniform in [0, 1)). bs_sample_probs takes u from rng.
 int32_t bs_sample_probs_u(const float *probs, int vocab, double u);
+// Sum of p[0..n) in double (8 partial sums, so it vectorises; the draw's and the acceptance's totals).
+double bs_sum_f32(const float *p, int n);
 int32_t bs_sample_probs(const float *probs, int vocab, bs_rng *rng);
 // logits -> token (greedy or sampled from the processed distribution); scratch as above.
 int32_t bs_sample_logits(const bs_sampling *s, const float *logits, int vocab, float *probs, float *scratch, bs_rng *rng);
@@ -32,7 +34,6 @@ typedef struct bs_backend bs_backend;
 // Sampling where the logits are: probs[n][vocab] = the processed distributions of logits[n][vocab]
 // (backend memory; probs may alias logits) and, with ids != NULL, ids[i] (host) = the token drawn from
 // row i at uniform u[i]. Runs as the backend's sample_rows op where it has one (CUDA: on the device,
-// without downloading the rows), else on the host (the backend's memory is host memory then). Up to
-// 64 rows per call.
+// without downloading the rows), else on the host (the backend's memory is host memory then).
 void bs_sample_rows(bs_backend *be, const bs_sampling *s, float *probs, const float *logits, int n, int vocab,
                     const double *u, int32_t *ids);

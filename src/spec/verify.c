@@ -28,23 +28,11 @@ int bs_accept_sampled_u(const float *p, const float *q, const int32_t *d, int n,
             float r = pk[d[k]] - 1.0f;
             res[d[k]] = r > 0 ? r : 0;
         }
-        double part[8] = { 0 }, mass = 0;
-        int i = 0;
-        for (; i + 8 <= V; i += 8)
-            for (int j = 0; j < 8; j++) part[j] += res[i + j];
-        for (; i < V; i++) mass += res[i];
-        for (int j = 0; j < 8; j++) mass += part[j];
-        *next = mass > 1e-8 ? bs_sample_probs_u(res, V, u[n]) : bs_sample_probs_u(pk, V, u[n]);
+        *next = bs_sum_f32(res, V) > 1e-8 ? bs_sample_probs_u(res, V, u[n]) : bs_sample_probs_u(pk, V, u[n]);
         return k;
     }
     *next = bs_sample_probs_u(p + (size_t)n * V, V, u[n]);
     return n;
-}
-
-int bs_accept_sampled(const float *p, const float *q, const int32_t *d, int n, int V, bs_rng *rng, float *res, int32_t *next) {
-    double u[n + 1];
-    for (int k = 0; k <= n; k++) u[k] = bs_rng_uniform(rng);
-    return bs_accept_sampled_u(p, q, d, n, V, u, res, next);
 }
 
 int bs_accept_sampled_on(bs_backend *be, const float *p, const float *q, const int32_t *d, int n, int V, const double *u,

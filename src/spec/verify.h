@@ -2,7 +2,6 @@
 // forward: row k of its output predicts the token after position k, so d_{k+1} is judged by row k.
 #pragma once
 #include <stdint.h>
-#include "util/rng.h"
 
 // Greedy: the longest prefix with d_k == argmax(row k-1), then the target's own token after it.
 // target_argmax[0..n], drafts[0..n-1] (= d_1..d_n). Returns the accepted count a; *next = target_argmax[a].
@@ -15,12 +14,10 @@ int bs_accept_greedy(const int32_t *target_argmax, const int32_t *drafts, int n,
 //   distributions, or NULL for point-mass drafts (q_k = onehot(d_k)); residual: scratch [vocab].
 // Returns a; *next is the token emitted after the accepted drafts.
 // The uniforms are u[0..n]: u[k] decides d_{k+1}, u[n] draws the emitted token (residual or bonus); the
-// rng form draws all n + 1 first. bs_accept_sampled_on runs it where p and q are (backend memory:
+// caller draws all n + 1 first. bs_accept_sampled_on runs it where p and q are (backend memory:
 // CUDA tests and draws on the device; a host-memory backend calls bs_accept_sampled_u).
 int bs_accept_sampled_u(const float *p, const float *q, const int32_t *drafts, int n, int vocab,
                         const double *u, float *residual, int32_t *next);
-int bs_accept_sampled(const float *p, const float *q, const int32_t *drafts, int n, int vocab,
-                      bs_rng *rng, float *residual, int32_t *next);
 typedef struct bs_backend bs_backend;
 int bs_accept_sampled_on(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int vocab,
                          const double *u, float *residual, int32_t *next);
