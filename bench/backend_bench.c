@@ -19,7 +19,7 @@ static double mat_bytes(const bs_mat *m) { return (double)m->rows * m->cols * bs
 int main(int argc, char **argv) {
     const char *model = NULL, *device = "cuda";
     int ctx = 512, steps = 64, B = 16;
-    const char *drafters[8]; int n_drafters = 0, lossy[8] = { 0 }, fp8 = 0;
+    const char *drafters[16], *vocab[16] = { 0 }, *draft_vocab = NULL; int n_drafters = 0, lossy[16] = { 0 }, fp8 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -28,9 +28,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--block") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--drafter") && i + 1 < argc && n_drafters < 4) drafters[n_drafters++] = argv[++i];
         else if (!strcmp(argv[i], "--drafter-fp8")) fp8 = 1;   // each drafter also with 8-bit weights (bs_dflash_lossy_weights)
-        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16] [--drafter DIR]... [--drafter-fp8]\n"); return 2; }
+        else if (!strcmp(argv[i], "--draft-vocab") && i + 1 < argc) draft_vocab = argv[++i];   // ... and with this draft vocabulary
+        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16] [--drafter DIR]... [--drafter-fp8] [--draft-vocab FILE]\n"); return 2; }
     }
     for (int i = 0, n0 = n_drafters; fp8 && i < n0; i++) { drafters[n_drafters] = drafters[i]; lossy[n_drafters++] = 1; }
+    for (int i = 0, n0 = n_drafters; draft_vocab && i < n0; i++) { drafters[n_drafters] = drafters[i]; lossy[n_drafters] = lossy[i]; vocab[n_drafters++] = draft_vocab; }
     if (!model || ctx < 1 || steps < 1 || B < 1 || B > 64) { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16]\n"); return 2; }
     bs_err err = {0};
     bs_engine *e = NULL;
@@ -170,12 +172,12 @@ int main(int argc, char **argv) {
 
     // 5. speculative rounds: drafter pass, verify [anchor, drafts] (all logits + taps + argmax), context
     //    growth for a full accept; each timed to completion (host sync), best of 10
-    double dr_draft[8] = { 0 }, dr_ver[8] = { 0 }, dr_ctx[8] = { 0 }, dec_step = 1.0 / decode_tps[0];
-    int dr_n[8] = { 0 };
+    double dr_draft[16] = { 0 }, dr_ver[16] = { 0 }, dr_ctx[16] = { 0 }, dec_step = 1.0 / decode_tps[0];
+    int dr_n[16] = { 0 };
     for (int di = 0; di < n_drafters; di++) {
         bs_drafter *d = NULL;
-        bs_dflash_lossy_weights = lossy[di];
-        if (bs_dflash_open(&d, drafters[di], &e->target, ctx + 200, &err)) { fprintf(stderr, "backend_bench: %s\n", err.msg); continue; }
+        bs_drafter_opts dop = { .lossy_weights = lossy[di], .draft_vocab = vocab[di] };
+        if (bs_dflash_open_opts(&d, drafters[di], &e->target, ctx + 200, &dop, &err)) { fprintf(stderr, "backend_bench: %s\n", err.msg); continue; }
         int n = d->max_drafts, F = d->n_taps * H;
         dr_n[di] = n;
         float *taps = be->alloc(be, sizeof(float) * (size_t)(ctx + 80) * F, &err);
@@ -213,7 +215,7 @@ int main(int argc, char **argv) {
             d->rollback(d, ctx, &err);
         }
         qsort(tv, 10, sizeof *tv, cmp_d); dr_ctx[di] = tv[0];
-        printf("drafter %s%s n %d draft_ms %.3f verify_ms %.3f ctx_ms %.3f round_ms %.3f\n", drafters[di], lossy[di] ? " (8-bit)" : "", n, dr_draft[di] * 1e3,
+        printf("drafter %s%s%s n %d draft_ms %.3f verify_ms %.3f ctx_ms %.3f round_ms %.3f\n", drafters[di], lossy[di] ? " (8-bit)" : "", vocab[di] ? " (draft vocabulary)" : "", n, dr_draft[di] * 1e3,
                dr_ver[di] * 1e3, dr_ctx[di] * 1e3, (dr_draft[di] + dr_ver[di] + dr_ctx[di]) * 1e3);
         bs_kv_rollback(&s.kv, ctx, &err);
         be->free(be, taps);
@@ -235,7 +237,8 @@ int main(int argc, char **argv) {
     printf("| grouped q/k/v, gate/up: %d rows | %.1f us, %.1f us |\n", B, grp_us[0][1], grp_us[1][1]);
     for (int di = 0; di < n_drafters; di++) {
         char nm[300];
-        snprintf(nm, sizeof nm, "%s%s", strrchr(drafters[di], '/') ? strrchr(drafters[di], '/') + 1 : drafters[di], lossy[di] ? " (8-bit weights)" : "");
+        snprintf(nm, sizeof nm, "%s%s%s", strrchr(drafters[di], '/') ? strrchr(drafters[di], '/') + 1 : drafters[di], lossy[di] ? " (8-bit weights)" : "",
+                 vocab[di] ? " (draft vocabulary)" : "");
         double rd = dr_draft[di] + dr_ver[di] + dr_ctx[di];
         printf("| %s (%d drafts): drafter pass / decode step | %.3f ms = %.1f%% |\n", nm, dr_n[di], dr_draft[di] * 1e3, 100 * dr_draft[di] / dec_step);
         printf("| %s: verify %d rows / context growth | %.3f ms / %.3f ms |\n", nm, dr_n[di] + 1, dr_ver[di] * 1e3, dr_ctx[di] * 1e3);

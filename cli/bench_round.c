@@ -73,7 +73,9 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
     snprintf(list, sizeof list, "%s", drafters);
     for (char *dir = strtok(list, ","); dir; dir = strtok(NULL, ",")) {
         bs_drafter *d = NULL;
-        if (bs_dflash_open(&d, dir, &e->target, ctx + 80, &err)) { fprintf(stderr, "bench: %s\n", err.msg); goto out; }
+        extern const char *bench_draft_vocab;
+        bs_drafter_opts dop = { .lossy_weights = -1, .draft_vocab = bench_draft_vocab };
+        if (bs_dflash_open_opts(&d, dir, &e->target, ctx + 80, &dop, &err)) { fprintf(stderr, "bench: %s\n", err.msg); goto out; }
         const bs_drafter_config *dc = bs_dflash_config(d);
         int n = d->max_drafts, B = dc->block_size, F = d->n_taps * H;
         if (taps) be->free(be, taps);

@@ -24,6 +24,8 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
 int bench_sampler(int vocab, const char *device);
 // --device for --model / --round (cpu by default); timings sync the device before reading the clock.
 const char *bench_device = "cpu";
+// --draft-vocab for --round: the drafters are opened with this draft vocabulary (io/draft_vocab.h).
+const char *bench_draft_vocab;
 
 // Other processes on the machine skew every figure: print the kernel's CPU pressure (share of time some
 // runnable task waited for a CPU, last 10 s) so a contended run is recognisable.
@@ -167,6 +169,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--device")) { if (!(bench_device = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--round")) { if (!(round = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--draft-vocab")) { if (!(bench_draft_vocab = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--dtype")) { if (!(dts = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--rows")) { if (!(rows_s = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--bw-mib")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 64, 1 << 16, &bw_mib)) return 2; }
@@ -175,7 +178,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: blockspec bench --ops [--dtype bf16|f16|f32] [--rows 1,2,4,8,16,32] [--bw-mib 1024]\n"
                    "       blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024] [--profile]\n"
-                   "       blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512]\n"
+                   "       blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512] [--draft-vocab FILE]\n"
                    "       blockspec bench --sampler   (logits -> tokens at a 151936-token vocabulary, 1 and 16 rows)\n"
                    "--device cpu|cuda[:N] runs --model/--round/--sampler there (the rooflines printed stay this CPU's;\n"
                    "GPU figures beside the GPU's copy bandwidth: build-cuda/backend_bench, docs/benchmarks.md).\n"

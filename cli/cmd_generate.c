@@ -22,6 +22,8 @@ static void usage(void) {
         "  -d DIR                   drafter checkpoint (DFlash or DSpark): speculative decoding\n"
         "  --drafter-fp8            keep the drafter's large matrices in 8 bits (CUDA): a faster drafter pass;\n"
         "                           the output is unchanged, only the acceptance rate may differ\n"
+        "  --draft-vocab FILE       draft only from these token ids (JSON list or uint32 file; see\n"
+        "                           `blockspec draft-vocab`): a smaller drafter LM head; output unchanged\n"
         "  -n N                     tokens to generate (default 64)\n"
         "  --temp T                 temperature (default 0 = greedy)\n"
         "  --top-k K, --top-p P     filters applied after temperature (transformers' order)\n"
@@ -37,7 +39,7 @@ static void usage(void) {
 }
 
 typedef struct gen_args {
-    const char *model, *drafter, *device, *text, *prompt_file, *system, *chat_template;
+    const char *model, *drafter, *device, *text, *prompt_file, *system, *chat_template, *draft_vocab;
     int chat, no_think;
     int32_t *prompt; int n_prompt;
     long n_new, ctx, draft_max;
@@ -71,6 +73,7 @@ static int parse(int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "--chat")) a->chat = 1;
         else if (!strcmp(o, "--no-think")) a->no_think = 1;
         else if (!strcmp(o, "--drafter-fp8")) a->drafter_fp8 = 1;
+        else if (!strcmp(o, "--draft-vocab")) { if (!(a->draft_vocab = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--print-ids")) a->print_ids = 1;
         else if (!strcmp(o, "--stats")) a->stats = 1;
         else if (!strcmp(o, "--json")) a->json = 1;
@@ -189,8 +192,9 @@ int cmd_generate(int argc, char **argv) {
     if (bs_engine_open(&e, a.model, a.device, &err) || tokenize_prompt(&a, e, &err)) goto out;
     // Without -c, the KV cache is sized for this request (prompt + output + one verify block).
     if (bs_session_init(&s, e, a.ctx ? (int)a.ctx : bs_request_ctx(&e->cfg, a.n_prompt, (int)a.n_new), &a.sampling, &err)) goto out;
-    if (a.drafter_fp8) bs_dflash_lossy_weights = 1;
-    if (a.drafter && bs_drafter_open(&d, a.drafter, e, s.kv.max_ctx, &err)) goto out;
+    bs_drafter_opts dop = { .lossy_weights = a.drafter_fp8 ? 1 : -1, .draft_vocab = a.draft_vocab };
+    if (a.draft_vocab && !a.drafter) { bs_fail(&err, "--draft-vocab needs a drafter (-d DIR)"); goto out; }
+    if (a.drafter && bs_drafter_open_opts(&d, a.drafter, e, s.kv.max_ctx, &dop, &err)) goto out;
     bs_detok dt;
     if (e->tok) bs_detok_init(&dt, e->tok, 1);
     printer pr = { .print_ids = !a.json && (a.print_ids || !e->tok), .n = 0, .dt = !a.json && e->tok ? &dt : NULL };

@@ -6,3 +6,4 @@ int cmd_bench(int argc, char **argv);
 int cmd_make_random(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_tokenizer_train(int argc, char **argv);
+int cmd_draft_vocab(int argc, char **argv);

@@ -50,6 +50,15 @@ blockspec_params blockspec_default_params(void);
 // DFlash/DSpark folder; device: "cpu", "cpu-ref" or "cuda[:N]". Returns 0, or -1 with a message in err.
 int  blockspec_open(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device,
                     char *err, size_t err_len);
+// The same with drafter options (o may be NULL: the defaults).
+typedef struct blockspec_open_options {
+    const char *draft_vocab;    // NULL, or a draft vocabulary file (JSON list of token ids, or uint32 ids; see
+                                // `blockspec draft-vocab`): the drafter proposes only these tokens, reading a
+                                // smaller LM head. Output unchanged; acceptance may move.
+    int drafter_fp8;            // 1: the drafter's large matrices in 8 bits where the device supports it (CUDA)
+} blockspec_open_options;
+int  blockspec_open_ex(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device,
+                       const blockspec_open_options *o, char *err, size_t err_len);
 void blockspec_close(blockspec *bs);
 
 // Token ids in, token ids out (*n_out <= cap).

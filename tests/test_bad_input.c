@@ -152,4 +152,19 @@ TEST(bad_prompts_and_flags) {
     CHECK(run_capture(cmd, out, sizeof out) == 2 && strstr(out, "--temp"), "bad temperature: %s", out);
     snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids 1,2 --device tpu", bs_cli_path(), m);
     EXPECT_ERROR(cmd, "unknown device 'tpu'");
+    // draft vocabularies: no drafter, a missing file, an id past the vocabulary
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids 1,2 --draft-vocab /nonexistent.json", bs_cli_path(), m);
+    EXPECT_ERROR(cmd, "needs a drafter");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -d %s/dflash --prompt-ids 1,2 --draft-vocab /nonexistent/v.json", bs_cli_path(), m, bs_fixtures_dir());
+    EXPECT_ERROR(cmd, "/nonexistent/v.json");
+    const char *dir = bs_test_tmpdir("badvocab");
+    CHECK(dir);
+    char vp[600];
+    snprintf(vp, sizeof vp, "%s/v.json", dir);
+    FILE *f = fopen(vp, "w");
+    CHECK(f);
+    fputs("[1, 2, 384]", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -d %s/dspark --prompt-ids 1,2 --draft-vocab %s", bs_cli_path(), m, bs_fixtures_dir(), vp);
+    EXPECT_ERROR(cmd, "entry 2 (384) is not a token id in [0, 384)");
 }

@@ -92,7 +92,7 @@ static int make_target_and_drafters(int V, int H, int L, int hd, int inter, uint
 // The p-value of the first three tokens' counts against their exact joint under the target, over `runs`
 // seeded generations: speculative with `drafter`, or plain (drafter NULL). The joint is computed on the
 // host sampler from the engine's own logits, whatever backend samples the runs.
-static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const bs_sampling *smp, long runs, double *accept_rate) {
+static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const char *vocab, const bs_sampling *smp, long runs, double *accept_rate) {
     int V = e->cfg.vocab_size;
     int32_t prompt[3] = { 1, 5, 2 }, out[3];
     double *joint = malloc(sizeof(double) * V * V * V);
@@ -118,7 +118,8 @@ static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const b
     bs_session s; bs_drafter *d = NULL;
     bs_sampling sm = *smp;
     bs_session_init(&s, e, 64, &sm, &err);
-    if (drafter && bs_drafter_open(&d, drafter, e, 64, &err)) { fprintf(stderr, "  %s\n", err.msg); return -1; }
+    bs_drafter_opts dop = { .lossy_weights = -1, .draft_vocab = vocab };
+    if (drafter && bs_drafter_open_opts(&d, drafter, e, 64, &dop, &err)) { fprintf(stderr, "  %s\n", err.msg); return -1; }
     long acc = 0, drafted = 0;
     for (long r = 0; r < runs; r++) {
         bs_rng_seed(&s.rng, 7919ull * r + 3);
@@ -158,12 +159,26 @@ TEST(spec_drafters_sampling_lossless) {
     for (int c = 0; c < 2; c++)
         for (int k = 0; k < 2; k++) {
             double ar = 0;
-            double pv = drafter_sampling_pvalue(e, drafters[k], &cfgs[c], 20000, &ar);
+            double pv = drafter_sampling_pvalue(e, drafters[k], NULL, &cfgs[c], 20000, &ar);
             printf("  %s T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", k ? "dspark" : "dflash",
                    cfgs[c].temperature, cfgs[c].top_k, cfgs[c].top_p, pv, ar);
             CHECK(pv > 1e-4, "speculative sampling with a real drafter is not distributed as the target (p = %g)", pv);
             CHECK(ar > 0.05 && ar < 0.95, "acceptance %.2f gives the test little power", ar);
         }
+    // With a draft vocabulary: q has no mass outside the listed tokens, the target still decides.
+    char vp[400];
+    snprintf(vp, sizeof vp, "%s/vocab.json", target);
+    FILE *vf = fopen(vp, "w");
+    CHECK(vf);
+    fputs("[0, 2, 3, 5, 8, 11]", vf);   // 11 = V - 1, the mask id, never drafted otherwise
+    fclose(vf);
+    for (int k = 0; k < 2; k++) {
+        double ar = 0, pv = drafter_sampling_pvalue(e, drafters[k], vp, &cfgs[k], 20000, &ar);
+        printf("  %s with a draft vocabulary, T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", k ? "dspark" : "dflash",
+               cfgs[k].temperature, cfgs[k].top_k, cfgs[k].top_p, pv, ar);
+        CHECK(pv > 1e-4, "speculative sampling with a draft vocabulary is not distributed as the target (p = %g)", pv);
+        CHECK(ar > 0.02 && ar < 0.95, "acceptance %.2f gives the test little power", ar);
+    }
     bs_engine_close(e);
 }
 
@@ -178,12 +193,19 @@ TEST(spec_drafters_sampling_lossless_cuda) {
     bs_engine *e; bs_err err = {0};
     CHECK(bs_engine_open(&e, target, "cuda", &err) == 0, "%s", err.msg);
     bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 0.8f, 6, 0.9f, 0 } };
-    struct { const char *dir, *name; int cfg, power; } runs[] = {
-        { NULL, "plain", 1, 0 }, { dz, "dflash", 0, 1 }, { dd, "dspark", 1, 1 }, { dz, "dflash", 1, 0 },
+    char vp[400];
+    snprintf(vp, sizeof vp, "%s/vocab.json", target);
+    FILE *vf = fopen(vp, "w");
+    CHECK(vf);
+    fputs("[0, 2, 3, 5, 8, 11]", vf);
+    fclose(vf);
+    struct { const char *dir, *name, *vocab; int cfg, power; } runs[] = {
+        { NULL, "plain", NULL, 1, 0 }, { dz, "dflash", NULL, 0, 1 }, { dd, "dspark", NULL, 1, 1 }, { dz, "dflash", NULL, 1, 0 },
+        { dd, "dspark with a draft vocabulary", vp, 0, 1 },
     };
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         const bs_sampling *c = &cfgs[runs[k].cfg];
-        double ar = 0, pv = drafter_sampling_pvalue(e, runs[k].dir, c, 6000, &ar);
+        double ar = 0, pv = drafter_sampling_pvalue(e, runs[k].dir, runs[k].vocab, c, 6000, &ar);
         printf("  cuda %s T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", runs[k].name, c->temperature, c->top_k,
                c->top_p, pv, ar);
         CHECK(pv > 1e-4, "%s sampling on the GPU is not distributed as the target (p = %g)", runs[k].name, pv);

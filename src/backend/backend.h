@@ -97,6 +97,11 @@ struct bs_backend {
     // plain ops for these.
     void (*argmax_to)(bs_backend *be, int32_t *out_ids, const float *logits, int n, int vocab);
     void (*embed_from)(bs_backend *be, float *out, const bs_mat *table, const int32_t *ids, int n);
+    // Rows of a column subset back to full width: out[i][cols[c]] = in[i][c] for c < in_w, and every
+    // other element of out's rows (out_w wide) = fill, for i < n. cols: in_w strictly increasing ids in
+    // [0, out_w), int32, in backend memory. (A draft vocabulary's logits into the whole vocabulary.)
+    void (*scatter_cols)(bs_backend *be, float *out, int out_w, const float *in, int in_w, int n, const int32_t *cols,
+                         float fill);
 
     // Optional (NULL: the four calls below): one layer's attention inputs in one call, equal to
     //   head_norm_rope(q, n, n_heads, hd, q_norm, eps, pos0, theta); head_norm_rope(k, n, n_kv, hd, k_norm, eps, pos0, theta);

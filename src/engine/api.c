@@ -17,13 +17,20 @@ blockspec_params blockspec_default_params(void) {
 }
 
 int blockspec_open(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device, char *err, size_t err_len) {
+    return blockspec_open_ex(out, target_dir, drafter_dir, device, NULL, err, err_len);
+}
+
+int blockspec_open_ex(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device,
+                      const blockspec_open_options *o, char *err, size_t err_len) {
     *out = NULL;
     bs_err e = {0};
     blockspec *bs = calloc(1, sizeof *bs);
     if (!bs) return fail(err, err_len, "out of memory");
     if (bs_engine_open(&bs->eng, target_dir, device ? device : "cpu", &e)) { free(bs); return fail(err, err_len, e.msg); }
     // Context rows up to the model's limit: host buffers fill lazily, so only what is used costs memory.
-    if (drafter_dir && bs_drafter_open(&bs->drafter, drafter_dir, bs->eng, bs->eng->cfg.max_position, &e)) {
+    bs_drafter_opts dop = { .lossy_weights = o && o->drafter_fp8 ? 1 : -1, .draft_vocab = o ? o->draft_vocab : NULL };
+    if (o && o->draft_vocab && !drafter_dir) { blockspec_close(bs); return fail(err, err_len, "a draft vocabulary needs a drafter"); }
+    if (drafter_dir && bs_drafter_open_opts(&bs->drafter, drafter_dir, bs->eng, bs->eng->cfg.max_position, &dop, &e)) {
         blockspec_close(bs);
         return fail(err, err_len, e.msg);
     }

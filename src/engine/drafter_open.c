@@ -7,3 +7,6 @@
 int bs_drafter_open(bs_drafter **out, const char *dir, bs_engine *e, int max_ctx, bs_err *err) {
     return bs_dflash_open(out, dir, &e->target, max_ctx, err);
 }
+int bs_drafter_open_opts(bs_drafter **out, const char *dir, bs_engine *e, int max_ctx, const bs_drafter_opts *o, bs_err *err) {
+    return bs_dflash_open_opts(out, dir, &e->target, max_ctx, o, err);
+}

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "io/draft_vocab.h"
 #include "model/dflash.h"
 
 #define CTX_CHUNK 64
@@ -37,6 +38,13 @@ typedef struct dflash {
     // host workspace
     float *hv, *state;               // [3r], [r]
     int lossy;                       // large matrices in 8 bits (bs_dflash_lossy_weights)
+    // draft vocabulary (io/draft_vocab.h): vd > 0 = the LM head (and Markov W2) hold only rows vids[0..vd);
+    // their logits go to logits_d [B][vd], then scatter_cols spreads them over logits (-inf elsewhere)
+    int vd;
+    int32_t *vids;                   // host, sorted
+    int32_t *vids_dev;               // backend copy (scatter_cols' column map)
+    float *logits_d;
+    void *rows_host[2];              // the gathered host rows of the LM head and W2 (the CPU backend's weights view them)
     // recorded draft passes (backends with record/replay), one per (LM-head row count, picks on device)
     struct { int n, picks, seen; void *rec; } recs[8];
     int n_recs;
@@ -92,6 +100,30 @@ static int load_mat(dflash *m, const char *name, int64_t rows, int64_t cols, bs_
     bs_mat host;
     if (get_mat(m, name, rows, cols, &host, err)) return -1;
     return upload_mat(m, &host, dst, err);
+}
+
+// The rows vids[0..vd) of a host matrix, gathered into host memory the drafter keeps (slot: rows_host index).
+static int gather_rows(dflash *m, const bs_mat *host, bs_mat *out, int slot, bs_err *err) {
+    size_t rb = (size_t)host->cols * bs_dtype_size(host->dtype);
+    char *buf = bs_malloc(rb * (size_t)m->vd, err);
+    if (!buf) return bs_wrap(err, "drafter %s: draft-vocabulary rows", m->dir);
+    for (int i = 0; i < m->vd; i++) memcpy(buf + (size_t)i * rb, (const char *)host->data + (size_t)m->vids[i] * rb, rb);
+    free(m->rows_host[slot]);
+    m->rows_host[slot] = buf;
+    *out = *host;
+    out->data = buf;
+    out->rows = m->vd;
+    return 0;
+}
+
+// An output-vocabulary matrix ([V][cols]: the LM head, Markov W2): with a draft vocabulary only its rows
+// vids (uploaded like any large matrix); else as given (shared: the view *shared, unless lossy).
+static int vocab_mat(dflash *m, const bs_mat *host, const bs_mat *shared, bs_mat *dst, int slot, bs_err *err) {
+    if (m->vd) {
+        bs_mat rows;
+        return gather_rows(m, host, &rows, slot, err) || upload_mat(m, &rows, dst, err) ? -1 : 0;
+    }
+    return shared ? lossy_or_shared(m, host, shared, dst, err) : upload_mat(m, host, dst, err);
 }
 
 // A small vector (bias) widened to fp32 on the host.
@@ -161,6 +193,10 @@ static int dflash_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sam
 #define ALLOC_HOST(p, bytes) do { if (!((p) = bs_calloc(1, (bytes), err))) goto fail; } while (0)
 
 int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, bs_err *err) {
+    return bs_dflash_open_opts(out, dir, target, max_ctx, NULL, err);
+}
+
+int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, const bs_drafter_opts *o, bs_err *err) {
     *out = NULL;
     dflash *m = calloc(1, sizeof *m);
     if (!m) return bs_fail(err, "out of memory");
@@ -168,7 +204,7 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     m->target = target; m->be = target->be;
     m->iface.impl = m;
     if (bs_dflash_lossy_weights < 0) { const char *e = getenv("BS_DRAFTER_FP8"); bs_dflash_lossy_weights = e && strcmp(e, "0") != 0; }
-    m->lossy = bs_dflash_lossy_weights;
+    m->lossy = o && o->lossy_weights >= 0 ? o->lossy_weights : bs_dflash_lossy_weights;
     bs_drafter_config *c = &m->cfg;
     if (bs_drafter_config_load(c, dir, err)) goto fail;
     if (check_target(m, err)) goto fail;
@@ -181,6 +217,12 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     if (max_ctx <= 0) max_ctx = target->cfg.max_position;
     m->max_ctx = max_ctx;
     for (int i = 0; i < c->n_taps; i++) m->taps[i] = c->target_layer_ids[i] + 1;
+    if (o && o->draft_vocab) {
+        // the target's end-of-sequence ids are always proposable
+        bs_draft_vocab dv;
+        if (bs_draft_vocab_load(&dv, o->draft_vocab, m->V, target->cfg.eos_ids, target->cfg.n_eos, err)) goto fail;
+        m->vids = dv.ids; m->vd = dv.n;
+    }
 
     // weights
     if (load_mat(m, "fc.weight", m->H, (int64_t)c->n_taps * m->H, &m->fc, err) ||
@@ -193,7 +235,7 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     for (int i = 0; i < b->n_layers; i++) if (load_layer(m, i, err)) goto fail;
     if (c->arch == BS_DRAFTER_ZLAB) {
         m->embed = target->embed;       // z-lab: the target's embedding and LM head
-        if (lossy_or_shared(m, &target->lm_head_host, &target->lm_head, &m->lm_head, err)) goto fail;
+        if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
     } else {
         // DeepSpec bundles frozen copies; use them for exact parity, but say so if they differ from the target's.
         bs_mat emb_host, head_host;
@@ -201,8 +243,8 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
         int has_head = bs_checkpoint_find(m->ck, "lm_head.weight") || bs_checkpoint_find(m->ck, "model.lm_head.weight");
         if (!has_head && b->tie_embeddings) {
             head_host = emb_host;
-            if (lossy_or_shared(m, &head_host, &m->embed, &m->lm_head, err)) goto fail;
-        } else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err) || upload_mat(m, &head_host, &m->lm_head, err)) goto fail;
+            if (vocab_mat(m, &head_host, &m->embed, &m->lm_head, 0, err)) goto fail;
+        } else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err) || vocab_mat(m, &head_host, NULL, &m->lm_head, 0, err)) goto fail;
         double de = sample_rows_diff(m, &emb_host, &target->embed_host);
         double dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
         if (de > 0 || dh > 0)
@@ -210,8 +252,10 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
                     "using the drafter's copies\n", dir, de > 0 && dh > 0 ? "embed_tokens and lm_head" : de > 0 ? "embed_tokens" : "lm_head",
                     de > 0 && dh > 0 ? "" : "s", de > dh ? de : dh);
         if (m->r > 0) {
+            bs_mat w2_host;
             if (load_w(m, "markov_head.markov_w1.weight", m->V, m->r, &m->w1, err) ||
-                load_mat(m, "markov_head.markov_w2.weight", m->V, m->r, &m->w2, err)) goto fail;
+                get_mat(m, "markov_head.markov_w2.weight", m->V, m->r, &w2_host, err) ||
+                vocab_mat(m, &w2_host, NULL, &m->w2, 1, err)) goto fail;
             if (c->markov_type == BS_MARKOV_GATED) {
                 if (load_w(m, "markov_head.gate_proj.weight", m->r, (int64_t)m->H + m->r, &m->gate_w, err) ||
                     !(m->gate_b = load_host_vec(m, "markov_head.gate_proj.bias", m->r, err))) goto fail;
@@ -245,6 +289,11 @@ int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_
     ALLOC_BE(m->kx, B * m->kd * 4); ALLOC_BE(m->vx, B * m->kd * 4);
     ALLOC_BE(m->gate, B * m->I * 4); ALLOC_BE(m->up, B * m->I * 4);
     ALLOC_BE(m->logits, B * V * 4);
+    if (m->vd) {
+        ALLOC_BE(m->logits_d, B * (size_t)m->vd * 4);
+        ALLOC_BE(m->vids_dev, (size_t)m->vd * 4);
+        m->be->upload(m->be, m->vids_dev, m->vids, (size_t)m->vd * 4);
+    }
     ALLOC_BE(m->qdist, (size_t)m->gamma * V * 4);
     ALLOC_BE(m->he, B * (H + r) * 4);
     ALLOC_BE(m->picks, 2 * B * 4);
@@ -278,8 +327,10 @@ static void dflash_free(bs_drafter *d) {
     if (m->kc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->kc[l]) be->free(be, m->kc[l]);
     if (m->vc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->vc[l]) be->free(be, m->vc[l]);
     free(m->kc); free(m->vc);
-    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, (float *)m->picks, m->qdist, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx };
+    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, (float *)m->picks, m->qdist, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx,
+                      m->logits_d, (float *)m->vids_dev };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
+    free(m->vids); free(m->rows_host[0]); free(m->rows_host[1]);
     free(m->hv); free(m->state);
     free(m->gate_b); free(m->joint_b);
     free(m->layers);
@@ -361,10 +412,26 @@ static void backbone(dflash *m, const int32_t *ids) {
     be->rmsnorm(be, m->h, m->x, B, H, &m->norm, c->rms_eps);
 }
 
+// logits rows [k, k + n) <- logits_d's (draft vocabulary), -inf for every other token.
+static void spread_rows(dflash *m, int k, int n) {
+    m->be->scatter_cols(m->be, m->logits + (size_t)k * m->V, m->V, m->logits_d + (size_t)k * m->vd, m->vd, n, m->vids_dev, -INFINITY);
+}
+
 // Backbone + the LM head over the n prediction rows (z-lab: rows 1..n; DeepSpec: rows 0..n-1).
 static void block_pass(dflash *m, const int32_t *ids, int n) {
     backbone(m, ids);
-    if (n > 0) m->be->matmul(m->be, m->logits, m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h, n, &m->lm_head, 0);
+    if (n <= 0) return;
+    const float *rows = m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h;
+    if (!m->vd) { m->be->matmul(m->be, m->logits, rows, n, &m->lm_head, 0); return; }
+    m->be->matmul(m->be, m->logits_d, rows, n, &m->lm_head, 0);
+    spread_rows(m, 0, n);
+}
+
+// Logits row k += W2 . vec (the Markov bias), over the draft vocabulary's columns where there is one.
+static void add_markov_bias(dflash *m, int k, const float *vec) {
+    if (!m->vd) { m->be->matmul(m->be, m->logits + (size_t)k * m->V, vec, 1, &m->w2, 1); return; }
+    m->be->matmul(m->be, m->logits_d + (size_t)k * m->vd, vec, 1, &m->w2, 1);
+    spread_rows(m, k, 1);
 }
 
 // Greedy picks on the device. Greedy drafting needs no host arithmetic between the picks (z-lab and
@@ -402,7 +469,7 @@ static void device_picks(dflash *m, int32_t anchor, int n) {
             // W1[previous token]: the anchor (id 0 of the pass, a replay input like the block's ids), then the picks
             if (k == 0) be->embed(be, e, &m->w1, &anchor, 1);
             else be->embed_from(be, e, &m->w1, m->picks + k - 1, 1);
-            be->matmul(be, lrow, e, 1, &m->w2, 1);
+            add_markov_bias(m, k, e);
             be->argmax_to(be, m->picks + k, lrow, 1, V);
         }
     }
@@ -455,12 +522,12 @@ static int32_t pick(dflash *m, const float *dev_row, int k, const bs_sampling *s
 // he row k holds [h_k ; W1[prev]] afterwards.
 static void markov_step(dflash *m, int k, int32_t prev) {
     bs_backend *be = m->be;
-    int H = m->H, r = m->r, V = m->V;
-    float *row = m->he + (size_t)k * (H + r), *e = row + H, *lrow = m->logits + (size_t)k * V;
+    int H = m->H, r = m->r;
+    float *row = m->he + (size_t)k * (H + r), *e = row + H;
     be->embed(be, e, &m->w1, &prev, 1);
     switch (m->cfg.markov_type) {
     case BS_MARKOV_VANILLA:      // bias = W2 W1[prev]
-        be->matmul(be, lrow, e, 1, &m->w2, 1);
+        add_markov_bias(m, k, e);
         break;
     case BS_MARKOV_GATED: {      // bias = W2 (sigmoid(gate_proj([h ; e])) * e)
         be->matmul(be, m->vec_3r, row, 1, &m->gate_w, 0);
@@ -468,7 +535,7 @@ static void markov_step(dflash *m, int k, int32_t prev) {
         be->download(be, m->hv + r, e, sizeof(float) * r);   // hv has 3r + 1 floats: [gate | e]
         for (int i = 0; i < r; i++) m->hv[i] = sigmoidf_(m->hv[i] + m->gate_b[i]) * m->hv[r + i];
         be->upload(be, m->vec_r, m->hv, sizeof(float) * r);
-        be->matmul(be, lrow, m->vec_r, 1, &m->w2, 1);
+        add_markov_bias(m, k, m->vec_r);
         break;
     }
     case BS_MARKOV_RNN: {        // z = [s ; e ; h]; [g ; c ; o] = joint(z); s' = sg*s + (1-sg)*tanh(c); bias = W2 tanh(o)
@@ -484,7 +551,7 @@ static void markov_step(dflash *m, int k, int32_t prev) {
             m->hv[i] = tanhf(m->hv[2 * r + i]);
         }
         be->upload(be, m->vec_r, m->hv, sizeof(float) * r);
-        be->matmul(be, lrow, m->vec_r, 1, &m->w2, 1);
+        add_markov_bias(m, k, m->vec_r);
         break;
     }
     default: break;

@@ -20,6 +20,8 @@
 // and is not modified). Checks hidden size, vocabulary, tap ids against the target and every tensor's shape.
 // max_ctx: committed context rows the drafter can hold (<= 0: the target's max_position_embeddings).
 int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, bs_err *err);
+// The same with options (NULL: all defaults).
+int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, const bs_drafter_opts *o, bs_err *err);
 // Drafters opened from now on keep their large matrices (layers, fc, LM head, Markov W2) in 8 bits where
 // the backend can (weight_lossy: CUDA), halving the bytes a drafter pass reads. Output stays exactly the
 // target's (verification decides); only how often drafts are accepted can change. -1 = from

@@ -42,3 +42,12 @@ struct bs_drafter {
 // architectures[0]) with room for max_ctx context rows.
 struct bs_engine;
 int bs_drafter_open(bs_drafter **out, const char *dir, struct bs_engine *e, int max_ctx, bs_err *err);
+
+// How a drafter is opened (bs_drafter_open_opts; NULL or zeroed + lossy_weights -1: the defaults).
+typedef struct bs_drafter_opts {
+    int lossy_weights;          // -1: bs_dflash_lossy_weights ($BS_DRAFTER_FP8); 0: exact; 1: 8-bit large matrices
+    const char *draft_vocab;    // NULL: propose from the whole vocabulary; else a draft vocabulary file
+                                // (io/draft_vocab.h): the LM head reads only its rows
+} bs_drafter_opts;
+int bs_drafter_open_opts(bs_drafter **out, const char *dir, struct bs_engine *e, int max_ctx, const bs_drafter_opts *o,
+                         bs_err *err);

@@ -3,6 +3,8 @@
 #include "backend/backend.h"
 
 void bs_cpu_fill_reference(bs_backend *be);
+// One row of scatter_cols (backend.h): out[cols[c]] = in[c], every other element = fill.
+void bs_cpu_scatter_row(float *out, int out_w, const float *in, int in_w, const int32_t *cols, float fill);
 // Replaces ops with the fastest kernels this CPU supports (runtime dispatch: AVX-512, AVX2/FMA, scalar;
 // BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 forces a path; an unsupported request falls back to the best one).
 void bs_cpu_install_fast(bs_backend *be);

@@ -39,6 +39,18 @@ static void sc_swiglu(bs_backend *be, float *h, const float *g, const float *u, 
     if (n < 65536) sw_task(&j, 0, 1); else bs_parallel_for(bs_pool_size() * 2, sw_task, &j);
 }
 
+// Rows in parallel (each row is a fill and a scatter: memory-bound, one row per task).
+typedef struct { float *out; const float *in; const int32_t *cols; int out_w, in_w; float fill; } scatter_job;
+static void scatter_task(void *p, int t, int nt) {
+    scatter_job *j = p;
+    bs_cpu_scatter_row(j->out + (size_t)t * j->out_w, j->out_w, j->in + (size_t)t * j->in_w, j->in_w, j->cols, j->fill);
+}
+static void fast_scatter_cols(bs_backend *be, float *out, int out_w, const float *in, int in_w, int n, const int32_t *cols, float fill) {
+    scatter_job j = { out, in, cols, out_w, in_w, fill };
+    if (n > 1) bs_parallel_for(n, scatter_task, &j);
+    else if (n == 1) scatter_task(&j, 0, 1);
+}
+
 void bs_cpu_install_ops_scalar(bs_backend *be) {
     be->rmsnorm = sc_rmsnorm;
     be->swiglu = sc_swiglu;
@@ -57,6 +69,7 @@ int bs_cpu_install_path(bs_backend *be, bs_cpu_path p) {
     else bs_cpu_install_ops_avx2(be);
     be->argmax_to = be->argmax;   // ids in host memory: the plain ops are the backend-memory ones
     be->embed_from = be->embed;
+    be->scatter_cols = fast_scatter_cols;
     return 0;
 }
 

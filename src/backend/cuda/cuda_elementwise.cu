@@ -65,6 +65,34 @@ void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_
     CK(cudaMemcpy2DAsync(dst, ds * 4, src, ss * 4, (size_t)width * 4, n, cudaMemcpyDeviceToDevice, CI(be)->st));
 }
 
+// scatter_cols: block (x, row) owns output columns [x * SC_SLICE, +SC_SLICE) of its row. cols is sorted, so the
+// input columns landing there are one range, found by binary search; the block writes fill over its slice,
+// then (after a barrier, so the scatter lands last) those inputs. One launch, every element written once
+// or twice, no atomics.
+#define SC_SLICE 4096
+__device__ static int sc_lower_bound(const int32_t *cols, int n, int v) {
+    int lo = 0, hi = n;
+    while (lo < hi) { int mid = (lo + hi) >> 1; if (cols[mid] < v) lo = mid + 1; else hi = mid; }
+    return lo;
+}
+__global__ void scatter_cols_kernel(float *out, int out_w, const float *in, int in_w, const int32_t *cols, float fill) {
+    pdl_enter();
+    int v0 = blockIdx.x * SC_SLICE, v1 = min(out_w, v0 + SC_SLICE);
+    float *o = out + (size_t)blockIdx.y * out_w;
+    const float *x = in + (size_t)blockIdx.y * in_w;
+    __shared__ int range[2];
+    if (threadIdx.x == 0) range[0] = sc_lower_bound(cols, in_w, v0);
+    if (threadIdx.x == 32) range[1] = sc_lower_bound(cols, in_w, v1);
+    for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) o[v] = fill;
+    __syncthreads();
+    for (int c = range[0] + threadIdx.x; c < range[1]; c += blockDim.x) o[cols[c]] = x[c];
+}
+void cu_scatter_cols(bs_backend *be, float *out, int out_w, const float *in, int in_w, int n, const int32_t *cols, float fill) {
+    if (n <= 0 || out_w <= 0) return;
+    launch_k(CI(be), "scatter_cols", scatter_cols_kernel, dim3((out_w + SC_SLICE - 1) / SC_SLICE, n), dim3(256), 0, out, out_w,
+             in, in_w, cols, fill);
+}
+
 __global__ void store_rows_kernel(float *dst, posarg row0, const float *src, int n, int width) {
     pdl_enter();
     size_t total = (size_t)n * width, base = (size_t)pv(row0) * width;

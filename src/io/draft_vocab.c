@@ -1,0 +1,112 @@
+// Draft vocabulary files: parsing, checking, building from token counts, writing.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "io/draft_vocab.h"
+#include "io/json.h"
+
+void bs_draft_vocab_free(bs_draft_vocab *dv) {
+    if (!dv) return;
+    free(dv->ids);
+    dv->ids = NULL;
+    dv->n = 0;
+}
+
+// Marks the ids in a [vocab_size] flag array, then writes them out in order: sorting and
+// deduplicating in one pass, and the always-included ids join the same way.
+static int finish(bs_draft_vocab *dv, unsigned char *seen, int vocab_size, const int *always, int n_always,
+                  const char *name, bs_err *err) {
+    for (int i = 0; i < n_always; i++)
+        if (always[i] >= 0 && always[i] < vocab_size) seen[always[i]] = 1;
+    int n = 0;
+    for (int v = 0; v < vocab_size; v++) n += seen[v];
+    if (n == 0) { free(seen); return bs_fail(err, "draft vocabulary %s: no token ids", name); }
+    dv->ids = malloc(sizeof(int32_t) * n);
+    if (!dv->ids) { free(seen); return bs_fail(err, "out of memory"); }
+    dv->n = 0;
+    for (int v = 0; v < vocab_size; v++) if (seen[v]) dv->ids[dv->n++] = v;
+    free(seen);
+    return 0;
+}
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+int bs_draft_vocab_parse(bs_draft_vocab *dv, const char *data, size_t len, const char *name, int vocab_size,
+                         const int *always, int n_always, bs_err *err) {
+    memset(dv, 0, sizeof *dv);
+    if (vocab_size <= 0) return bs_fail(err, "draft vocabulary %s: the model's vocabulary size %d is invalid", name, vocab_size);
+    unsigned char *seen = calloc((size_t)vocab_size, 1);
+    if (!seen) return bs_fail(err, "out of memory");
+    size_t at = 0;
+    while (at < len && is_space(data[at])) at++;
+    if (at < len && data[at] == '[') {
+        cJSON *root = cJSON_ParseWithLength(data, len);
+        if (!root) { free(seen); return bs_fail(err, "draft vocabulary %s: not valid JSON (expected a list of token ids)", name); }
+        if (!cJSON_IsArray(root)) { cJSON_Delete(root); free(seen); return bs_fail(err, "draft vocabulary %s: expected a JSON list of token ids", name); }
+        int i = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, root) {
+            double v = it->valuedouble;
+            if (!cJSON_IsNumber(it) || v != floor(v) || v < 0 || v >= vocab_size) {
+                cJSON_Delete(root);
+                free(seen);
+                if (!cJSON_IsNumber(it)) return bs_fail(err, "draft vocabulary %s: entry %d is not a number (expected token ids)", name, i);
+                return bs_fail(err, "draft vocabulary %s: entry %d (%g) is not a token id in [0, %d)", name, i, v, vocab_size);
+            }
+            seen[(int)v] = 1;
+            i++;
+        }
+        cJSON_Delete(root);
+    } else {
+        if (len % 4) { free(seen); return bs_fail(err, "draft vocabulary %s: %zu bytes is neither a JSON list nor a whole number of uint32 ids", name, len); }
+        for (size_t i = 0; i < len / 4; i++) {
+            const unsigned char *b = (const unsigned char *)data + 4 * i;
+            uint32_t v = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+            if (v >= (uint32_t)vocab_size) { free(seen); return bs_fail(err, "draft vocabulary %s: id %zu (%u) is not a token id in [0, %d)", name, i, v, vocab_size); }
+            seen[v] = 1;
+        }
+    }
+    return finish(dv, seen, vocab_size, always, n_always, name, err);
+}
+
+int bs_draft_vocab_load(bs_draft_vocab *dv, const char *path, int vocab_size, const int *always, int n_always, bs_err *err) {
+    size_t len;
+    char *data = bs_read_file(path, &len, err);
+    if (!data) { memset(dv, 0, sizeof *dv); return bs_wrap(err, "draft vocabulary"); }
+    int rc = bs_draft_vocab_parse(dv, data, len, path, vocab_size, always, n_always, err);
+    free(data);
+    return rc;
+}
+
+typedef struct { uint64_t count; int id; } counted;
+static int by_count(const void *a, const void *b) {
+    const counted *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+int bs_draft_vocab_from_counts(bs_draft_vocab *dv, const uint64_t *counts, int vocab_size, int size, const int *always,
+                               int n_always, bs_err *err) {
+    memset(dv, 0, sizeof *dv);
+    if (size <= 0) return bs_fail(err, "draft vocabulary: size %d must be positive", size);
+    counted *c = malloc(sizeof *c * (size_t)vocab_size);
+    unsigned char *seen = calloc((size_t)vocab_size, 1);
+    if (!c || !seen) { free(c); free(seen); return bs_fail(err, "out of memory"); }
+    int n = 0;
+    for (int v = 0; v < vocab_size; v++) if (counts[v]) c[n++] = (counted){ counts[v], v };
+    qsort(c, n, sizeof *c, by_count);
+    for (int i = 0; i < n && i < size; i++) seen[c[i].id] = 1;
+    free(c);
+    return finish(dv, seen, vocab_size, always, n_always, "(from counts)", err);
+}
+
+int bs_draft_vocab_save(const bs_draft_vocab *dv, const char *path, bs_err *err) {
+    FILE *f = fopen(path, "w");
+    if (!f) return bs_fail(err, "cannot write %s", path);
+    fputc('[', f);
+    for (int i = 0; i < dv->n; i++) fprintf(f, i ? (i % 16 ? ", %d" : ",\n%d") : "%d", dv->ids[i]);
+    fputs("]\n", f);
+    if (fclose(f)) return bs_fail(err, "writing %s failed", path);
+    return 0;
+}
