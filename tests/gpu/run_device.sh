@@ -22,7 +22,8 @@ echo "== tests"; export BS_FIXTURES="$FIX" BS_BIN=build-cuda/blockspec
 for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_swiglu_matmul cuda_matmul_fp8 cuda_op_rmsnorm_rope_elementwise cuda_op_attention cuda_record_replay \
          cuda_forward_random_model_vs_cpu cuda_target_fixture cuda_greedy_spec_equals_plain spec_greedy_lossless_cuda \
          drafter_fixture_cuda drafter_graphs_cuda spec_drafters_greedy_lossless_cuda spec_drafters_fp8_lossless_cuda \
-         cuda_sample_rows_vs_host cuda_accept_sampled_vs_host spec_drafters_sampling_lossless_cuda; do
+         cuda_sample_rows_vs_host cuda_accept_sampled_vs_host spec_drafters_sampling_lossless_cuda \
+         draft_vocab_scatter_cols_cuda draft_vocab_drafters_cuda; do
   timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; rc=$?
   [ $rc = 124 ] && echo "TIMEOUT $t" >> "$OUT/tests.log"
 done
@@ -43,13 +44,17 @@ for d in qwen3-8b-dflash-b16 qwen3-8b-dspark-b7; do
   ./build-cuda/blockspec make-random -c bench/configs/$d.json --out /tmp/$d >> "$OUT/make_random.log" 2>&1 || echo "make-random $d failed"
 done
 echo "make-random in $(( $(date +%s) - t0 )) s"
+# A 32,768-token draft vocabulary (every ~4.6th id: which ids does not change the time) for the drafters'
+# --draft-vocab rows.
+DV=/tmp/draft-vocab-32k.json
+awk 'BEGIN { printf "["; for (i = 0; i < 32768; i++) printf (i ? ",%d" : "%d"), int(i * 151936 / 32768); print "]" }' > $DV
 # Configurations to time, as environment assignments (the first also runs the drafters), e.g.
 # VARIANTS="BS_CUDA_MM=split BS_CUDA_MM=chain" (the GEMM's accumulator chains; split is the default);
 # a comma joins several assignments of one configuration (BS_CUDA_ATT=old,BS_CUDA_FUSE=0).
 first=1
 for v in ${VARIANTS:-BS_CUDA_MM=split}; do
   echo "-- $v"
-  D=""; [ $first = 1 ] && D="--drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7 --drafter-fp8"
+  D=""; [ $first = 1 ] && D="--drafter /tmp/qwen3-8b-dflash-b16 --drafter /tmp/qwen3-8b-dspark-b7 --drafter-fp8 --draft-vocab $DV"
   env $(echo $v | tr , ' ') timeout ${BENCH_TIMEOUT:-240} ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 $D \
       > "$OUT/bench_$(echo $v | tr -c 'A-Za-z0-9\n' _).log" 2>&1
   grep -E "^\|" "$OUT/bench_$(echo $v | tr -c 'A-Za-z0-9\n' _).log"
