@@ -171,6 +171,11 @@ static void vocab_logits(int *failed_, const char *device, const char *target, c
         CHECK(bs_dflash_forward_block(d, 7 % V, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
         CHECK(dr.n == n);
         memcpy(tok[use], dr.tokens, sizeof(int32_t) * n);
+        // propose() without inspection picks with backend ops (argmax_to over the draft vocabulary's
+        // columns, mapped to ids): the same drafts
+        bs_draft dp;
+        CHECK(d->propose(d, 7 % V, BS_MAX_DRAFT, NULL, NULL, &dp, &err) == 0, "%s", err.msg);
+        CHECK(dp.n == n && !memcmp(dp.tokens, dr.tokens, sizeof(int32_t) * n), "%s: device picks differ from the inspected walk", drafter);
         e->be->free(e->be, logits); e->be->free(e->be, feat);
         bs_kv_free(&kv);
         d->free(d);

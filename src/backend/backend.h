@@ -92,10 +92,10 @@ struct bs_backend {
     void (*store_rows)(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
     // The same two picks with the ids in backend memory instead of on the host, so that a chain
     // argmax -> embed of the winner -> ... (a drafter's greedy Markov walk) runs without a host round
-    // trip and can be recorded: out_ids[i] = argmax of logits row i; out[i] = table[ids[i]] widened
-    // (ids in [0, table.rows): e.g. argmax_to over table.rows logits). Host-memory backends use the
-    // plain ops for these.
-    void (*argmax_to)(bs_backend *be, int32_t *out_ids, const float *logits, int n, int vocab);
+    // trip and can be recorded: out_ids[i] = argmax of logits row i, or map[that argmax] where map
+    // (backend memory, vocab entries) is not NULL (a draft vocabulary's column -> token id); out[i] =
+    // table[ids[i]] widened (ids in [0, table.rows): e.g. argmax_to over table.rows logits).
+    void (*argmax_to)(bs_backend *be, int32_t *out_ids, const float *logits, int n, int vocab, const int32_t *map);
     void (*embed_from)(bs_backend *be, float *out, const bs_mat *table, const int32_t *ids, int n);
     // Rows of a column subset back to full width: out[i][cols[c]] = in[i][c] for c < in_w, and every
     // other element of out's rows (out_w wide) = fill, for i < n. cols: in_w strictly increasing ids in

@@ -417,14 +417,16 @@ static void spread_rows(dflash *m, int k, int n) {
     m->be->scatter_cols(m->be, m->logits + (size_t)k * m->V, m->V, m->logits_d + (size_t)k * m->vd, m->vd, n, m->vids_dev, -INFINITY);
 }
 
-// Backbone + the LM head over the n prediction rows (z-lab: rows 1..n; DeepSpec: rows 0..n-1).
-static void block_pass(dflash *m, const int32_t *ids, int n) {
+// Backbone + the LM head over the n prediction rows (z-lab: rows 1..n; DeepSpec: rows 0..n-1). With a
+// draft vocabulary the head's rows land in logits_d, spread over logits when `spread` (device picks
+// read logits_d directly).
+static void block_pass(dflash *m, const int32_t *ids, int n, int spread) {
     backbone(m, ids);
     if (n <= 0) return;
     const float *rows = m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h;
     if (!m->vd) { m->be->matmul(m->be, m->logits, rows, n, &m->lm_head, 0); return; }
     m->be->matmul(m->be, m->logits_d, rows, n, &m->lm_head, 0);
-    spread_rows(m, 0, n);
+    if (spread) spread_rows(m, 0, n);
 }
 
 // Logits row k += W2 . vec (the Markov bias), over the draft vocabulary's columns where there is one.
@@ -461,7 +463,13 @@ static int device_picks_ok(const dflash *m, const bs_sampling *s, const bs_dflas
 static void device_picks(dflash *m, int32_t anchor, int n) {
     bs_backend *be = m->be;
     int H = m->H, r = m->r, V = m->V;
-    if (m->cfg.arch == BS_DRAFTER_ZLAB || r == 0) be->argmax_to(be, m->picks, m->logits, n, V);
+    // With a draft vocabulary the picks are argmaxes over its columns mapped to token ids (equal to the
+    // argmax of the spread rows: the columns are in id order, the other tokens -inf), so the rows are
+    // not spread here.
+    if (m->cfg.arch == BS_DRAFTER_ZLAB || r == 0) {
+        if (m->vd) be->argmax_to(be, m->picks, m->logits_d, n, m->vd, m->vids_dev);
+        else be->argmax_to(be, m->picks, m->logits, n, V, NULL);
+    }
     else {
         be->copy_rows(be, m->he, H + r, m->h, H, n, H);
         for (int k = 0; k < n; k++) {
@@ -469,15 +477,20 @@ static void device_picks(dflash *m, int32_t anchor, int n) {
             // W1[previous token]: the anchor (id 0 of the pass, a replay input like the block's ids), then the picks
             if (k == 0) be->embed(be, e, &m->w1, &anchor, 1);
             else be->embed_from(be, e, &m->w1, m->picks + k - 1, 1);
-            add_markov_bias(m, k, e);
-            be->argmax_to(be, m->picks + k, lrow, 1, V);
+            if (m->vd) {
+                be->matmul(be, m->logits_d + (size_t)k * m->vd, e, 1, &m->w2, 1);
+                be->argmax_to(be, m->picks + k, m->logits_d + (size_t)k * m->vd, 1, m->vd, m->vids_dev);
+            } else {
+                be->matmul(be, lrow, e, 1, &m->w2, 1);
+                be->argmax_to(be, m->picks + k, lrow, 1, V, NULL);
+            }
         }
     }
     if (m->cfg.arch != BS_DRAFTER_ZLAB && m->cfg.conf_head) conf_head_logits(m, n);
 }
 
 static void draft_pass(dflash *m, const int32_t *ids, int n, int picks) {
-    block_pass(m, ids, n);
+    block_pass(m, ids, n, !picks);
     if (picks) device_picks(m, ids[0], n);
 }
 

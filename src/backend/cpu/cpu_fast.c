@@ -67,7 +67,6 @@ int bs_cpu_install_path(bs_backend *be, bs_cpu_path p) {
     be->matmul_multi = fast_matmul_multi;
     if (p == BS_CPU_SCALAR) bs_cpu_install_ops_scalar(be);
     else bs_cpu_install_ops_avx2(be);
-    be->argmax_to = be->argmax;   // ids in host memory: the plain ops are the backend-memory ones
     be->embed_from = be->embed;
     be->scatter_cols = fast_scatter_cols;
     return 0;

@@ -112,7 +112,8 @@ void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n
 __device__ __forceinline__ bool am_better(float ov, int oi, float best, int bi, int vocab) {
     return oi < vocab && (bi == vocab || ov > best || (ov == best && oi < bi) || (best != best && ov == ov));
 }
-__global__ void __launch_bounds__(256) argmax_kernel(int32_t *out, const float *logits, int vocab, float *pv, int *pi, unsigned *ctr) {
+__global__ void __launch_bounds__(256) argmax_kernel(int32_t *out, const float *logits, int vocab, float *pv, int *pi, unsigned *ctr,
+                                                     const int32_t *map) {
     pdl_enter();
     const int row = blockIdx.y, part = blockIdx.x;
     const float *l = logits + (size_t)row * vocab;
@@ -146,22 +147,22 @@ __global__ void __launch_bounds__(256) argmax_kernel(int32_t *out, const float *
         float ov = __shfl_xor_sync(0xffffffffu, best, off); int oi = __shfl_xor_sync(0xffffffffu, bi, off);
         if (am_better(ov, oi, best, bi, vocab)) { best = ov; bi = oi; }
     }
-    if (threadIdx.x == 0) { out[row] = bi < vocab ? bi : 0; ctr[row] = 0; }
+    if (threadIdx.x == 0) { bi = bi < vocab ? bi : 0; out[row] = map ? map[bi] : bi; ctr[row] = 0; }
 }
 // 64 rows per launch: the per-part scratch and the row counters hold 64 rows.
-void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab) {
+void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab, const int32_t *map) {
     cuda_impl *c = CI(be);
     for (int r = 0; r < n; r += 64) {
         int nn = n - r < 64 ? n - r : 64;
         launch_k(c, "argmax", argmax_kernel, dim3(AM_PARTS, nn), dim3(256), 0, out_dev + r, logits + (size_t)r * vocab, vocab,
-                 c->am_v, c->am_i, c->am_ctr);
+                 c->am_v, c->am_i, c->am_ctr, map);
     }
 }
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab) {
     cuda_impl *c = CI(be);
     for (int r = 0; r < n; r += 64) {
         int nn = n - r < 64 ? n - r : 64;
-        cu_argmax_to(be, c->d_argmax, logits + (size_t)r * vocab, nn, vocab);
+        cu_argmax_to(be, c->d_argmax, logits + (size_t)r * vocab, nn, vocab, (const int32_t *)NULL);
         CK(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * nn, cudaMemcpyDeviceToHost, c->st));
         CK(cudaStreamSynchronize(c->st));
         memcpy(out_host + r, c->h_argmax, sizeof(int32_t) * nn);

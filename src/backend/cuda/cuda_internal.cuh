@@ -139,7 +139,7 @@ void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_
 void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
 void cu_scatter_cols(bs_backend *be, float *out, int out_w, const float *in, int in_w, int n, const int32_t *cols, float fill);
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
-void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab);
+void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab, const int32_t *map);
 void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *dev_ids, int n);
 int cu_sample_rows(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
                    const double *u, int32_t *ids_host);

@@ -74,7 +74,7 @@ static void pf_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src
 }
 static void pf_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width) { PROF("store_rows", n, g_prof->inner.store_rows(be, dst, row0, src, n, width)); }
 static void pf_argmax(bs_backend *be, int32_t *out, const float *l, int n, int vocab) { PROF("argmax (+sync)", n, g_prof->inner.argmax(be, out, l, n, vocab)); }
-static void pf_argmax_to(bs_backend *be, int32_t *out, const float *l, int n, int vocab) { PROF("argmax", n, g_prof->inner.argmax_to(be, out, l, n, vocab)); }
+static void pf_argmax_to(bs_backend *be, int32_t *out, const float *l, int n, int vocab, const int32_t *map) { PROF("argmax", n, g_prof->inner.argmax_to(be, out, l, n, vocab, map)); }
 static void pf_scatter_cols(bs_backend *be, float *o, int ow, const float *in, int iw, int n, const int32_t *cols, float fill) { PROF("scatter_cols", n, g_prof->inner.scatter_cols(be, o, ow, in, iw, n, cols, fill)); }
 static void pf_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) { PROF("embed", n, g_prof->inner.embed_from(be, out, t, ids, n)); }
 
