@@ -137,37 +137,48 @@ TEST(cuda_matmul_batch_invariant) {
 // cuts the launch's combined work into blocks, so the summation order may differ from a lone call:
 // 2e-5), and each of its rows is bit-identical to the same row in a 1-row matmul_multi (batch
 // invariance, which greedy speculative == plain relies on).
-TEST(cuda_matmul_multi) {
-    NEED_CUDA(be);
+// matmul_multi of `count` weights == count matmuls (~1e-5: the launch partitions the units differently),
+// and a row alone == the row in the call, bit for bit.
+static void multi_case(int *failed_, bs_backend *be, int count, const int *Ms, int K, int lossy) {
     bs_err err = {0};
-    int Ms[3] = { 4096, 1024, 1024 }, K = 4096;
-    bs_mat hw[3], dw[3];
-    const bs_mat *wp[3];
-    for (int i = 0; i < 3; i++) {
+    bs_mat hw[20], dw[20];
+    const bs_mat *wp[20];
+    for (int i = 0; i < count; i++) {
         hw[i] = (bs_mat){ rand_mat(BS_BF16, (size_t)Ms[i] * K), BS_BF16, Ms[i], K };
-        CHECK(be->weight(be, &dw[i], &hw[i], &err) == 0, "%s", err.msg);
+        CHECK((lossy ? be->weight_lossy(be, &dw[i], &hw[i], &err) : be->weight(be, &dw[i], &hw[i], &err)) == 0, "%s", err.msg);
         wp[i] = &dw[i];
     }
     int ns[] = { 1, 16, 70 };
     for (int ni = 0; ni < 3; ni++) {
         int n = ns[ni];
         float *x = rand_vec((size_t)n * K, 1), *dx = up(be, x, (size_t)n * K);
-        float *ya[3], *yb[3], *y1[3];
-        for (int i = 0; i < 3; i++) { ya[i] = up(be, NULL, (size_t)n * Ms[i]); yb[i] = up(be, NULL, (size_t)n * Ms[i]); y1[i] = up(be, NULL, Ms[i]); }
-        be->matmul_multi(be, 3, ya, dx, n, wp, 0);
-        for (int i = 0; i < 3; i++) be->matmul(be, yb[i], dx, n, wp[i], 0);
+        float *ya[20], *yb[20], *y1[20];
+        for (int i = 0; i < count; i++) { ya[i] = up(be, NULL, (size_t)n * Ms[i]); yb[i] = up(be, NULL, (size_t)n * Ms[i]); y1[i] = up(be, NULL, Ms[i]); }
+        be->matmul_multi(be, count, ya, dx, n, wp, 0);
+        for (int i = 0; i < count; i++) be->matmul(be, yb[i], dx, n, wp[i], 0);
         int last = n - 1;
-        be->matmul_multi(be, 3, y1, dx + (size_t)last * K, 1, wp, 0);
-        for (int i = 0; i < 3; i++) {
+        be->matmul_multi(be, count, y1, dx + (size_t)last * K, 1, wp, 0);
+        for (int i = 0; i < count; i++) {
             float *a = down(be, ya[i], (size_t)n * Ms[i]), *b = down(be, yb[i], (size_t)n * Ms[i]), *o = down(be, y1[i], Ms[i]);
             double e = rel_err(a, b, (size_t)n * Ms[i]);
-            CHECK(e < 2e-5, "matmul_multi output %d (n=%d) vs matmul: rel err %g", i, n, e);
-            CHECK(!memcmp(o, a + (size_t)last * Ms[i], sizeof(float) * Ms[i]), "matmul_multi output %d: row %d of %d differs from the row alone", i, last, n);
+            CHECK(e < 2e-5, "%d weights%s: output %d (n=%d) vs matmul: rel err %g", count, lossy ? " (8-bit)" : "", i, n, e);
+            CHECK(!memcmp(o, a + (size_t)last * Ms[i], sizeof(float) * Ms[i]), "%d weights: output %d: row %d of %d differs from the row alone", count, i, last, n);
             free(a); free(b); free(o); be->free(be, ya[i]); be->free(be, yb[i]); be->free(be, y1[i]);
         }
         free(x); be->free(be, dx);
     }
-    for (int i = 0; i < 3; i++) free((void *)hw[i].data);
+    for (int i = 0; i < count; i++) free((void *)hw[i].data);   // the device copies live as long as the backend
+}
+
+TEST(cuda_matmul_multi) {
+    NEED_CUDA(be);
+    int qkv[3] = { 4096, 1024, 1024 }, kv10[10], many[17];
+    for (int i = 0; i < 10; i++) kv10[i] = 1024;
+    for (int i = 0; i < 17; i++) many[i] = 128 + 64 * (i % 3);
+    multi_case(failed_, be, 3, qkv, 4096, 0);            // q/k/v
+    if (!*failed_) multi_case(failed_, be, 10, kv10, 4096, 0);   // a 5-layer drafter's context K/V: one launch
+    if (!*failed_) multi_case(failed_, be, 10, kv10, 4096, 1);   // the same in 8 bits
+    if (!*failed_) multi_case(failed_, be, 17, many, 512, 0);    // more than one launch takes: one by one
 }
 
 // The down projection with SwiGLU fused in (bs_swiglu_matmul: the backend's fused op where it takes the

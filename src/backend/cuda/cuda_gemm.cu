@@ -274,8 +274,8 @@ void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W,
 void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x, int n, const bs_mat *const *W, int accumulate) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
-    if (count > MM_MAX_JOBS) { for (int i = 0; i < count; i++) cu_matmul(be, y[i], x, n, W[i], accumulate); return; }
-    int ok = 1, tiled = ((uintptr_t)x & 15) == 0, acc[MM_MAX_JOBS];
+    if (count > TT_MAX_JOBS) { for (int i = 0; i < count; i++) cu_matmul(be, y[i], x, n, W[i], accumulate); return; }
+    int ok = count <= MM_MAX_JOBS, tiled = ((uintptr_t)x & 15) == 0, acc[TT_MAX_JOBS];
     for (int i = 0; i < count; i++) {
         acc[i] = accumulate;
         ok = ok && mm_fast(x, W[i]) && W[i]->cols == W[0]->cols && W[i]->rows > 0;

@@ -41,11 +41,11 @@ static int prof_begin(bs_backend *be, const char *op, long rows) {
 static void prof_end(bs_backend *be, int i) { cudaEventRecord(g_prof->ev[i][1], CI(be)->st); }
 #define PROF(op, rows, call) do { int i_ = prof_begin(be, op, rows); call; prof_end(be, i_); } while (0)
 static void pf_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
-    char nm[32]; snprintf(nm, sizeof nm, "matmul %lldx%lld", (long long)W->rows, (long long)W->cols);
+    char nm[40]; snprintf(nm, sizeof nm, "matmul %lldx%lld%s", (long long)W->rows, (long long)W->cols, W->layout == BS_CUDA_FP8 ? " 8-bit" : "");
     PROF(nm, n, g_prof->inner.matmul(be, y, x, n, W, acc));
 }
 static void pf_matmul_multi(bs_backend *be, int count, float *const *y, const float *x, int n, const bs_mat *const *W, int accumulate) {
-    char nm[32]; snprintf(nm, sizeof nm, "matmul_multi x%d %lld", count, (long long)W[0]->rows);
+    char nm[40]; snprintf(nm, sizeof nm, "matmul_multi x%d %lld%s", count, (long long)W[0]->rows, W[0]->layout == BS_CUDA_FP8 ? " 8-bit" : "");
     PROF(nm, n, g_prof->inner.matmul_multi(be, count, y, x, n, W, accumulate));
 }
 static void pf_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) { PROF("rmsnorm", n, g_prof->inner.rmsnorm(be, y, x, n, dim, w, eps)); }
