@@ -274,8 +274,16 @@ void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W,
 void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x, int n, const bs_mat *const *W, int accumulate) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
-    if (count > TT_MAX_JOBS) { for (int i = 0; i < count; i++) cu_matmul(be, y[i], x, n, W[i], accumulate); return; }
-    int ok = count <= MM_MAX_JOBS, tiled = ((uintptr_t)x & 15) == 0, acc[TT_MAX_JOBS];
+    // More weights than one launch takes (a drafter's context growth: the K and V weights of every layer,
+    // 10 for z-lab's 5): launches of MM_MAX_JOBS. One by one, each a launch + fixup, 10 took 104 us for
+    // 42 MB (8-bit, 16 rows; H200, session 8). (A 16-job launch was tried: its larger parameter block and
+    // job lookup in the weight-loading loop made every GEMM slower, decode 210 -> 196 tok/s.)
+    if (count > MM_MAX_JOBS) {
+        for (int i = 0; i < count; i += MM_MAX_JOBS)
+            cu_matmul_multi(be, count - i < MM_MAX_JOBS ? count - i : MM_MAX_JOBS, y + i, x, n, W + i, accumulate);
+        return;
+    }
+    int ok = 1, tiled = ((uintptr_t)x & 15) == 0, acc[MM_MAX_JOBS];
     for (int i = 0; i < count; i++) {
         acc[i] = accumulate;
         ok = ok && mm_fast(x, W[i]) && W[i]->cols == W[0]->cols && W[i]->rows > 0;

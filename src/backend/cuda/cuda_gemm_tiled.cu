@@ -144,7 +144,7 @@ int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
 
 struct tt_job { float *y; const __nv_bfloat16 *W; const float *scale; int M, acc, tile0; };   // scale: 8-bit tiles only
 struct tt_args {
-    tt_job j[TT_MAX_JOBS];
+    tt_job j[MM_MAX_JOBS];
     int count, n, K, kst, G;
     int U;                    // units = tiles x kst (< 2^31: checked at launch)
     const float *x;
@@ -168,7 +168,7 @@ __device__ int tt_block_of(int u, const tt_args &A) {
 __device__ __forceinline__ int tt_job_of(int T, const tt_args &A) {
     int ji = 0;
 #pragma unroll
-    for (int q = 1; q < TT_MAX_JOBS; q++) if (q < A.count && T >= A.j[q].tile0) ji = q;
+    for (int q = 1; q < MM_MAX_JOBS; q++) if (q < A.count && T >= A.j[q].tile0) ji = q;
     return ji;
 }
 __device__ __forceinline__ void cp_async16(void *smem, const void *g) {

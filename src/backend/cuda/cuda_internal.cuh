@@ -81,10 +81,6 @@ bool mm_fp8_eligible(const bs_mat *host);
 size_t mm_fp8_bytes(const bs_mat *host);
 int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
 #define MM_MAX_JOBS 4
-// The tiled GEMM takes more weights per launch: a drafter's context growth projects the same rows with
-// the K and V weights of every layer (10 for z-lab's 5 layers); one by one, each a launch + fixup, they
-// cost 104 us for 42 MB (8-bit, 16 rows; H200, session 8).
-#define TT_MAX_JOBS 16
 void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
                      const float *up = NULL);
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int accumulate);
