@@ -276,8 +276,9 @@ void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x,
     if (n <= 0) return;
     // More weights than one launch takes (a drafter's context growth: the K and V weights of every layer,
     // 10 for z-lab's 5): launches of MM_MAX_JOBS. One by one, each a launch + fixup, 10 took 104 us for
-    // 42 MB (8-bit, 16 rows; H200, session 8). (A 16-job launch was tried: its larger parameter block and
-    // job lookup in the weight-loading loop made every GEMM slower, decode 210 -> 196 tok/s.)
+    // 42 MB (8-bit, 16 rows; H200, session 8); in launches of 4, the context growth fell 0.161 -> 0.102 ms.
+    // (A 16-job launch was tried: with its larger parameter block and job lookup in the weight-loading
+    // loop every GEMM ran slower, decode 197.0 vs 208.4 tok/s, same call.)
     if (count > MM_MAX_JOBS) {
         for (int i = 0; i < count; i += MM_MAX_JOBS)
             cu_matmul_multi(be, count - i < MM_MAX_JOBS ? count - i : MM_MAX_JOBS, y + i, x, n, W + i, accumulate);
