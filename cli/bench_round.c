@@ -116,12 +116,13 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
         double t_ctx = best_of(8, s);
         // Rooflines. Drafter: its own weights once (backbone + fc + LM head, the bundled DSpark copies
         // counted once) vs B rows through the backbone and n rows through the LM head.
-        double d_bytes = checkpoint_bytes(dir);
-        if (dc->arch == BS_DRAFTER_ZLAB) d_bytes += (double)V * H * 2;              // the target's LM head
-        else d_bytes -= (double)V * H * 2;                                         // bundled embedding: rows only
+        // With a draft vocabulary the LM head and Markov W2 stream only its Vd rows.
+        double d_bytes = checkpoint_bytes(dir), Vd = bs_dflash_vocab_rows(d), r = dc->markov_rank;
+        if (dc->arch == BS_DRAFTER_ZLAB) d_bytes += Vd * H * 2;                    // the target's LM head (its rows)
+        else d_bytes -= (double)V * H * 2 + (V - Vd) * (H + r) * 2;               // bundled embedding: rows only; unlisted head / W2 rows
         int64_t dq = (int64_t)dc->base.n_heads * dc->base.head_dim, dkv = (int64_t)dc->base.n_kv_heads * dc->base.head_dim;
         double d_layer = (double)H * dq * 2 + (double)H * dkv * 2 + 3.0 * H * dc->base.intermediate_size;
-        double d_fma = (double)B * d_layer * dc->base.n_layers + (double)n * V * H + (double)n * dc->markov_rank * V;
+        double d_fma = (double)B * d_layer * dc->base.n_layers + (double)n * Vd * H + (double)n * r * Vd;
         double r_draft = bench_roofline_time(rl, d_bytes, d_fma, dt, &cb);
         double r_ver = bench_roofline_time(rl, t_bytes, (n + 1) * t_fma_row, dt, &cb);
         double t_round = t_draft + t_ver + t_ctx;

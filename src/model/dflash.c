@@ -52,6 +52,7 @@ typedef struct dflash {
 
 static const bs_drafter_config *cfg_of(const bs_drafter *d) { return &((const dflash *)d->impl)->cfg; }
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d) { return cfg_of(d); }
+int bs_dflash_vocab_rows(const bs_drafter *d) { const dflash *m = d->impl; return m->vd ? m->vd : m->V; }
 
 // ---- loading ----------------------------------------------------------------------------------------------
 

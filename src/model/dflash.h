@@ -30,6 +30,8 @@ extern int bs_dflash_lossy_weights;
 
 // The parsed config of a drafter opened with bs_dflash_open.
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d);
+// Rows of its LM head (and Markov W2): the draft vocabulary's size, or the vocabulary's without one.
+int bs_dflash_vocab_rows(const bs_drafter *d);
 
 // Optional host outputs of one drafting forward (any pointer may be NULL), for dump and tests.
 typedef struct bs_dflash_inspect {
