@@ -19,7 +19,7 @@ static double mat_bytes(const bs_mat *m) { return (double)m->rows * m->cols * bs
 int main(int argc, char **argv) {
     const char *model = NULL, *device = "cuda";
     int ctx = 512, steps = 64, B = 16;
-    const char *drafters[16], *vocab[16] = { 0 }, *draft_vocab = NULL; int n_drafters = 0, lossy[16] = { 0 }, fp8 = 0;
+    const char *drafters[16], *vocab[16] = { 0 }, *draft_vocab = NULL; int n_drafters = 0, lossy[16] = { 0 }, fp8 = 0, gemm_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -29,7 +29,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--drafter") && i + 1 < argc && n_drafters < 4) drafters[n_drafters++] = argv[++i];
         else if (!strcmp(argv[i], "--drafter-fp8")) fp8 = 1;   // each drafter also with 8-bit weights (bs_dflash_lossy_weights)
         else if (!strcmp(argv[i], "--draft-vocab") && i + 1 < argc) draft_vocab = argv[++i];   // ... and with this draft vocabulary
-        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16] [--drafter DIR]... [--drafter-fp8] [--draft-vocab FILE]\n"); return 2; }
+        else if (!strcmp(argv[i], "--gemm-only")) gemm_only = 1;   // stop after the GEMM figures (profiling one kernel)
+        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16] [--drafter DIR]... [--drafter-fp8] [--draft-vocab FILE] [--gemm-only]\n"); return 2; }
     }
     for (int i = 0, n0 = n_drafters; fp8 && i < n0; i++) { drafters[n_drafters] = drafters[i]; lossy[n_drafters++] = 1; }
     for (int i = 0, n0 = n_drafters; draft_vocab && i < n0; i++) { drafters[n_drafters] = drafters[i]; lossy[n_drafters] = lossy[i]; vocab[n_drafters++] = draft_vocab; }
@@ -99,6 +100,30 @@ int main(int argc, char **argv) {
             printf("gemm_%s_rows%d_us %.2f GBps %.1f\n", gm[g].name, n, t * 1e6, gemm_gbps[g][k]);
         }
 
+    // 8-bit weights (a drafter's, --drafter-fp8) of the layer shapes at 1 and B rows, bytes = 1 per weight
+    double f8_gbps[3][2] = { { 0 } };
+    const int qd = c->n_heads * c->head_dim, Id = c->intermediate_size;
+    const int f8_shape[3][2] = { { qd, H }, { Id, H }, { H, Id } };
+    for (int g = 0; g < 3 && gx && gy && be->weight_lossy; g++) {
+        bs_mat host = { NULL, BS_BF16, f8_shape[g][0], f8_shape[g][1], 0 }, w8;
+        uint16_t *hw = malloc(sizeof(uint16_t) * (size_t)host.rows * host.cols);
+        for (size_t i = 0; hw && i < (size_t)host.rows * host.cols; i++) hw[i] = bs_f32_to_bf16((float)((i * 2246822519u) % 2001) / 1000.0f - 1.0f);
+        host.data = hw;
+        if (!hw || be->weight_lossy(be, &w8, &host, &err) != 0) { free(hw); continue; }
+        free(hw);
+        for (int k = 0; k < 2; k++) {
+            int n = k ? B : 1;
+            for (int r = 0; r < 3; r++) be->matmul(be, gy, gx, n, &w8, 0);
+            be->sync(be);
+            double s0 = bs_now();
+            for (int r = 0; r < 100; r++) be->matmul(be, gy, gx, n, &w8, 0);
+            be->sync(be);
+            double t = (bs_now() - s0) / 100;
+            f8_gbps[g][k] = (double)host.rows * host.cols / t / 1e9;
+            printf("gemm_8bit_%dx%d_rows%d_us %.2f GBps %.1f\n", f8_shape[g][0], f8_shape[g][1], n, t * 1e6, f8_gbps[g][k]);
+        }
+    }
+
     // grouped launches as the forward issues them (q/k/v, gate/up)
     double grp_us[2][2] = { { 0, 0 }, { 0, 0 } };
     for (int gi = 0; gi < 2 && gx && gy && be->matmul_multi; gi++)
@@ -117,6 +142,8 @@ int main(int argc, char **argv) {
             grp_us[gi][k] = t * 1e6;
             printf("gemm_group_%s_rows%d_us %.2f GBps %.1f\n", gi ? "gate_up" : "qkv", n, t * 1e6, bytes / t / 1e9);
         }
+
+    if (gemm_only) { bs_engine_close(e); return 0; }
 
     // 3. prefill ctx tokens, then plain greedy decode with a host sync per token (as `generate` does)
     bs_session s;
@@ -233,6 +260,9 @@ int main(int argc, char **argv) {
     for (int g = 0; g < 6 && gx; g++)
         printf("| GEMM %s %lldx%lld: 1 row / %d rows | %.0f / %.0f GB/s |\n", gm[g].name, (long long)gm[g].w->rows, (long long)gm[g].w->cols, B,
                gemm_gbps[g][0], gemm_gbps[g][1]);
+    for (int g = 0; g < 3; g++)
+        if (f8_gbps[g][0] > 0)
+            printf("| GEMM 8-bit weights %dx%d: 1 row / %d rows | %.0f / %.0f GB/s |\n", f8_shape[g][0], f8_shape[g][1], B, f8_gbps[g][0], f8_gbps[g][1]);
     printf("| grouped q/k/v, gate/up: 1 row | %.1f us, %.1f us |\n", grp_us[0][0], grp_us[1][0]);
     printf("| grouped q/k/v, gate/up: %d rows | %.1f us, %.1f us |\n", B, grp_us[0][1], grp_us[1][1]);
     for (int di = 0; di < n_drafters; di++) {
