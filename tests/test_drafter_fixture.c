@@ -206,3 +206,51 @@ static void check_dump(int *failed_, const char *which) {
 
 TEST(drafter_dump_cli_dflash) { check_dump(failed_, "dflash"); }
 TEST(drafter_dump_cli_dspark) { check_dump(failed_, "dspark"); }
+
+// DSpark's sampled walk with its draws kept in backend memory (the default) drafts exactly what the
+// step-by-step walk (a download per draw) drafts from the same seed, with the same q rows and confidences.
+static void sampled_walk_paths(int *failed_, const char *dev) {
+    char tdir[1024], ddir[1024];
+    snprintf(tdir, sizeof tdir, "%s/target", bs_fixtures_dir());
+    snprintf(ddir, sizeof ddir, "%s/dspark", bs_fixtures_dir());
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, tdir, dev, &err) == 0, "%s", err.msg);
+    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, P = 6;
+    int32_t prompt[6] = { 5, 77, 190, 3, 250, 41 };
+    bs_sampling smp[2] = { { 1.0f, 0, 1.0f, 0 }, { 0.7f, 20, 0.9f, 0 } };
+    for (int c = 0; c < 2; c++) {
+        int32_t tok[2][BS_MAX_DRAFT];
+        float conf[2][BS_MAX_DRAFT], *q[2];
+        int n = 0;
+        for (int path = 0; path < 2; path++) {
+            bs_dflash_step_walk = path;
+            bs_drafter *d;
+            CHECK(bs_drafter_open(&d, ddir, e, 64, &err) == 0, "%s", err.msg);
+            bs_kv_cache kv;
+            CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+            float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * d->n_taps * H, &err);
+            bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
+            CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0 && d->add_context(d, feat, P, &err) == 0, "%s", err.msg);
+            bs_rng rng; bs_rng_seed(&rng, 1234 + c);
+            bs_draft dr;
+            CHECK(d->propose(d, 9, BS_MAX_DRAFT, &smp[c], &rng, &dr, &err) == 0, "%s", err.msg);
+            n = dr.n;
+            memcpy(tok[path], dr.tokens, sizeof(int32_t) * n);
+            memcpy(conf[path], dr.conf, sizeof(float) * n);
+            q[path] = malloc(sizeof(float) * (size_t)n * V);
+            e->be->download(e->be, q[path], dr.q, sizeof(float) * (size_t)n * V);
+            e->be->free(e->be, logits); e->be->free(e->be, feat);
+            bs_kv_free(&kv);
+            d->free(d);
+        }
+        bs_dflash_step_walk = 0;
+        CHECK(n > 1, "%d drafts", n);
+        CHECK(!memcmp(tok[0], tok[1], sizeof(int32_t) * n), "%s T=%.1f: the two walks drafted different tokens", dev, smp[c].temperature);
+        CHECK(!memcmp(conf[0], conf[1], sizeof(float) * n), "%s: confidences differ", dev);
+        CHECK(!memcmp(q[0], q[1], sizeof(float) * (size_t)n * V), "%s: q rows differ", dev);
+        free(q[0]); free(q[1]);
+    }
+    bs_engine_close(e);
+}
+TEST(drafter_sampled_walk_paths) { sampled_walk_paths(failed_, "cpu"); }
+TEST(drafter_sampled_walk_paths_cuda) { NEED_CUDA_DEVICE(); sampled_walk_paths(failed_, "cuda"); }

@@ -132,6 +132,11 @@ struct bs_backend {
                        float top_p, const double *u, int32_t *ids_host);
     int (*accept_sampled)(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int V,
                           const double *u, int32_t *next_host);
+    // sample_rows with the drawn ids left in backend memory (ids_be[i], int32) instead of downloaded: a
+    // chain of draws feeding later ops (DSpark's sampled Markov walk: draw -> W1[id] -> next row) runs
+    // without a host round trip per draw. Same optionality as sample_rows (see bs_sample_rows_to).
+    int (*sample_rows_to)(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k,
+                          float top_p, const double *u, int32_t *ids_be);
 
     // Optional recording of a sequence of ops for cheap replay (CUDA graphs); NULL where unsupported.
     // record_begin(be, pos_base) starts recording: nothing executes until a replay. While recording,

@@ -71,6 +71,7 @@ static int get_mat(dflash *m, const char *name, int64_t rows, int64_t cols, bs_m
 }
 
 int bs_dflash_lossy_weights = -1;
+int bs_dflash_step_walk;
 
 // A large matrix: 8-bit where asked for and the backend offers it, else as stored.
 static int upload_mat(dflash *m, const bs_mat *host, bs_mat *dst, bs_err *err) {
@@ -205,6 +206,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     m->target = target; m->be = target->be;
     m->iface.impl = m;
     if (bs_dflash_lossy_weights < 0) { const char *e = getenv("BS_DRAFTER_FP8"); bs_dflash_lossy_weights = e && strcmp(e, "0") != 0; }
+    { const char *e = getenv("BS_DRAFTER_STEP_WALK"); if (e && strcmp(e, "0") != 0) bs_dflash_step_walk = 1; }   // A/B runs
     m->lossy = o && o->lossy_weights >= 0 ? o->lossy_weights : bs_dflash_lossy_weights;
     bs_drafter_config *c = &m->cfg;
     if (bs_drafter_config_load(c, dir, err)) goto fail;
@@ -619,16 +621,40 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
             be->copy_rows(be, m->he, H + r, m->h, H, n, H);
             memset(m->state, 0, sizeof(float) * r);
         }
-        int32_t prev = anchor;
-        for (int k = 0; k < n; k++) {
-            if (r > 0) markov_step(m, k, prev);
-            out->tokens[k] = prev = pick(m, m->logits + (size_t)k * V, k, s, rng);
+        float cl[BS_MAX_DRAFT];
+        if (!bs_sampling_greedy(s) && m->be->embed_from && (r == 0 || c->markov_type == BS_MARKOV_VANILLA) && !bs_dflash_step_walk) {
+            // Sampled walk without a host round trip per draft: the uniforms are drawn first (the order
+            // the step-by-step walk draws them in, so a seeded run drafts the same tokens), each draw lands
+            // in picks[k] where the next step's W1 row is gathered from; one download at the end.
+            double u[BS_MAX_DRAFT];
+            for (int k = 0; k < n; k++) u[k] = bs_rng_uniform(rng);
+            for (int k = 0; k < n; k++) {
+                if (r > 0) {
+                    float *e = m->he + (size_t)k * (H + r) + H;
+                    if (k == 0) be->embed(be, e, &m->w1, &anchor, 1);
+                    else be->embed_from(be, e, &m->w1, m->picks + k - 1, 1);
+                    add_markov_bias(m, k, e);
+                }
+                bs_sample_rows_to(be, s, m->qdist + (size_t)k * V, m->logits + (size_t)k * V, 1, V, &u[k], m->picks + k);
+            }
+            if (c->conf_head) conf_head_logits(m, n);
+            int32_t got[2 * (BS_MAX_DRAFT + 1)];
+            be->download(be, got, m->picks, sizeof(int32_t) * 2 * B);
+            memcpy(out->tokens, got, sizeof(int32_t) * n);
+            memcpy(cl, got + B, sizeof(float) * n);
+        } else {
+            int32_t prev = anchor;
+            for (int k = 0; k < n; k++) {
+                if (r > 0) markov_step(m, k, prev);
+                out->tokens[k] = prev = pick(m, m->logits + (size_t)k * V, k, s, rng);
+            }
+            if (c->conf_head) {
+                conf_head_logits(m, n);
+                be->download(be, cl, m->conf_out, sizeof(float) * n);
+            }
         }
         if (ins && ins->step_logits) be->download(be, ins->step_logits, m->logits, sizeof(float) * n * V);
         if (c->conf_head) {
-            float cl[BS_MAX_DRAFT];
-            conf_head_logits(m, n);
-            be->download(be, cl, m->conf_out, sizeof(float) * n);
             set_confidences(m, out, cl, n);
             if (ins && ins->conf_logits) memcpy(ins->conf_logits, cl, sizeof(float) * n);
         }

@@ -28,6 +28,11 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
 // $BS_DRAFTER_FP8 (default off), 0 = off, 1 = on.
 extern int bs_dflash_lossy_weights;
 
+// Tests: 1 makes DeepSpec's sampled walk draw step by step (a host round trip per draft), the path gated
+// and RNN Markov heads take ($BS_DRAFTER_STEP_WALK=1 too); the default walk keeps the draws in backend
+// memory. Both draft the same.
+extern int bs_dflash_step_walk;
+
 // The parsed config of a drafter opened with bs_dflash_open.
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d);
 // Rows of its LM head (and Markov W2): the draft vocabulary's size, or the vocabulary's without one.

@@ -338,3 +338,11 @@ void bs_sample_rows(bs_backend *be, const bs_sampling *s, float *probs, const fl
     if (ids)
         for (int i = 0; i < n; i++) ids[i] = bs_sample_probs_u(probs + (size_t)i * vocab, vocab, u[i]);
 }
+
+void bs_sample_rows_to(bs_backend *be, const bs_sampling *s, float *probs, const float *logits, int n, int vocab,
+                       const double *u, int32_t *ids_be) {
+    if (be->sample_rows_to &&
+        be->sample_rows_to(be, probs, logits, n, vocab, bs_sampling_greedy(s) ? 0.0f : s->temperature, s->top_k, s->top_p, u, ids_be) == 0)
+        return;
+    bs_sample_rows(be, s, probs, logits, n, vocab, u, ids_be);
+}

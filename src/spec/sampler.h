@@ -37,3 +37,7 @@ typedef struct bs_backend bs_backend;
 // without downloading the rows), else on the host (the backend's memory is host memory then).
 void bs_sample_rows(bs_backend *be, const bs_sampling *s, float *probs, const float *logits, int n, int vocab,
                     const double *u, int32_t *ids);
+// The same with the ids written to backend memory (ids_be): no host round trip (the backend's
+// sample_rows_to op, else the host code, where backend memory is host memory).
+void bs_sample_rows_to(bs_backend *be, const bs_sampling *s, float *probs, const float *logits, int n, int vocab,
+                       const double *u, int32_t *ids_be);

@@ -143,6 +143,8 @@ void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, 
 void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *dev_ids, int n);
 int cu_sample_rows(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
                    const double *u, int32_t *ids_host);
+int cu_sample_rows_to(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
+                      const double *u, int32_t *ids_dev);
 int cu_accept_sampled(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int V, const double *u,
                       int32_t *next_host);
 

@@ -389,6 +389,21 @@ int cu_sample_rows(bs_backend *be, float *probs, const float *logits, int n, int
     return 0;
 }
 
+int cu_sample_rows_to(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
+                      const double *u, int32_t *ids_dev) {
+    cuda_impl *c = CI(be);
+    c->after_gemm = 0;
+    for (int r = 0; r < n; r += SR_MAX_ROWS) {
+        const int nn = n - r < SR_MAX_ROWS ? n - r : SR_MAX_ROWS;
+        sr_uniforms U; memset(&U, 0, sizeof U);
+        for (int i = 0; i < nn; i++) U.u[i] = u[r + i];
+        sr_rows_kernel<<<dim3(SR_CLUSTER, nn), SR_THREADS, 0, c->st>>>(probs + (size_t)r * V, logits + (size_t)r * V, V, temperature, top_k, top_p, U,
+                                                     ids_dev + r);
+        LAUNCHED("sample_rows");
+    }
+    return 0;
+}
+
 int cu_accept_sampled(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int V, const double *u,
                       int32_t *next_host) {
     cuda_impl *c = CI(be);
