@@ -393,6 +393,29 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
         for (int i = 0; i < 10; i++) be->free(be, bufs[i]);
         free(q); free(k); free(v); free(c0); free((void *)qw.data); free((void *)kw.data);
     }
+    // head_norm_rope_multi (where the backend has it) == one head_norm_rope per buffer, bit for bit
+    // (11 buffers: more than one launch takes; some without a norm weight)
+    if (be->head_norm_rope_multi) {
+        int hd = 128, nkv = 8, n = 16, pos0 = 513, cnt = 11;
+        size_t sz = (size_t)n * nkv * hd;
+        bs_mat hw[11], dw[11];
+        const bs_mat *wp[11];
+        float *xa[11], *xb[11], *x = rand_vec(sz * cnt, 2);
+        for (int i = 0; i < cnt; i++) {
+            hw[i] = (bs_mat){ rand_mat(BS_BF16, hd), BS_BF16, 1, hd };
+            CHECK(be->weight(be, &dw[i], &hw[i], &err) == 0, "%s", err.msg);
+            wp[i] = i % 4 == 3 ? NULL : &dw[i];
+            xa[i] = up(be, x + sz * i, sz); xb[i] = up(be, x + sz * i, sz);
+            be->head_norm_rope(be, xa[i], n, nkv, hd, wp[i], 1e-6f, pos0, -1e6f);
+        }
+        be->head_norm_rope_multi(be, cnt, xb, n, nkv, hd, wp, 1e-6f, pos0, -1e6f);
+        for (int i = 0; i < cnt; i++) {
+            float *a = down(be, xa[i], sz), *b = down(be, xb[i], sz);
+            CHECK(!memcmp(a, b, 4 * sz), "head_norm_rope_multi differs from head_norm_rope (buffer %d)", i);
+            free(a); free(b); be->free(be, xa[i]); be->free(be, xb[i]); free((void *)hw[i].data);
+        }
+        free(x);
+    }
     // swiglu, add
     {
         size_t n = 100003;

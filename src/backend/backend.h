@@ -111,6 +111,12 @@ struct bs_backend {
                                const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
                                float *kcache, float *vcache);
 
+    // Optional (NULL: one head_norm_rope per buffer): head_norm_rope of `count` buffers x[i] with norm
+    // weights norm_w[i] (the same n, n_heads, hd, eps, pos0, theta) in one call, equal to the separate
+    // calls: e.g. the new context rows' K of every drafter layer.
+    void (*head_norm_rope_multi)(bs_backend *be, int count, float *const *x, int n, int n_heads, int hd,
+                                 const bs_mat *const *norm_w, float eps, int pos0, float theta);
+
     // Optional (NULL: swiglu into gate, then matmul): the MLP's down projection with its activation
     // fused in, y[n][W.rows] (+)= (silu(gate) * up) . W^T, equal to swiglu(gate, gate, up) followed by
     // matmul(y, gate, W). Returns 0 when done; nonzero when this backend cannot fuse this case (the
@@ -168,6 +174,12 @@ static inline void bs_swiglu_matmul(bs_backend *be, float *y, float *gate, const
     if (be->swiglu_matmul && be->swiglu_matmul(be, y, gate, up, n, W, accumulate) == 0) return;
     be->swiglu(be, gate, gate, up, (size_t)n * W->cols);
     be->matmul(be, y, gate, n, W, accumulate);
+}
+
+static inline void bs_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, int n_heads, int hd,
+                                           const bs_mat *const *norm_w, float eps, int pos0, float theta) {
+    if (be->head_norm_rope_multi) { be->head_norm_rope_multi(be, count, x, n, n_heads, hd, norm_w, eps, pos0, theta); return; }
+    for (int i = 0; i < count; i++) be->head_norm_rope(be, x[i], n, n_heads, hd, norm_w[i], eps, pos0, theta);
 }
 
 static inline void bs_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,

@@ -365,9 +365,12 @@ static int dflash_add_context(bs_drafter *d, const float *feat, int n, bs_err *e
             }
             bs_matmul_multi(be, nm, ys, m->ctx, rows, ws, 0);
         }
-        for (int l = 0; l < c->n_layers; l++)
-            be->head_norm_rope(be, m->kc[l] + (size_t)pos * m->kd, rows, c->n_kv_heads, c->head_dim, &m->layers[l].k_norm,
-                               c->rms_eps, pos, m->rope_theta);
+        // Every layer's new K rows: k_norm + RoPE, in one call where the backend takes several.
+        for (int l0 = 0; l0 < c->n_layers; l0 += 16) {
+            float *ks[16]; const bs_mat *ns[16]; int nm = 0;
+            for (int l = l0; l < c->n_layers && l < l0 + 16; l++) { ks[nm] = m->kc[l] + (size_t)pos * m->kd; ns[nm++] = &m->layers[l].k_norm; }
+            bs_head_norm_rope_multi(be, nm, ks, rows, c->n_kv_heads, c->head_dim, ns, c->rms_eps, pos, m->rope_theta);
+        }
     }
     d->n_ctx += n;
     return 0;

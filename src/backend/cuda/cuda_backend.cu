@@ -273,7 +273,7 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     be->name = "cuda"; be->impl = c;
     be->alloc = cu_alloc; be->free = cu_free; be->upload = cu_upload; be->download = cu_download; be->copy = cu_copy;
     be->sync = cu_sync; be->weight = cu_weight; be->weight_lossy = cu_weight_lossy;
-    be->matmul = cu_matmul; be->rmsnorm = cu_rmsnorm; be->head_norm_rope = cu_head_norm_rope; be->attention = cu_attention;
+    be->matmul = cu_matmul; be->rmsnorm = cu_rmsnorm; be->head_norm_rope = cu_head_norm_rope; be->head_norm_rope_multi = cu_head_norm_rope_multi; be->attention = cu_attention;
     be->swiglu = cu_swiglu; be->add = cu_add; be->embed = cu_embed; be->copy_rows = cu_copy_rows; be->argmax = cu_argmax;
     be->argmax_to = cu_argmax_to; be->embed_from = cu_embed_from; be->scatter_cols = cu_scatter_cols;
     be->sample_rows = cu_sample_rows; be->sample_rows_to = cu_sample_rows_to; be->accept_sampled = cu_accept_sampled;

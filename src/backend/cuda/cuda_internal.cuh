@@ -141,6 +141,8 @@ void cu_scatter_cols(bs_backend *be, float *out, int out_w, const float *in, int
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
 void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab, const int32_t *map);
 void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *dev_ids, int n);
+void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, int n_heads, int hd, const bs_mat *const *norm_w,
+                             float eps, int pos0, float theta);
 int cu_sample_rows(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
                    const double *u, int32_t *ids_host);
 int cu_sample_rows_to(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,

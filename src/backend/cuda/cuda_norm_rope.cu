@@ -126,6 +126,34 @@ __global__ void head_norm_rope_kernel(float *x, int n, int n_heads, int hd, cons
     head_norm_rope_warp(x + (size_t)wid * hd, NULL, hd, nw, dt, eps, pv(pos0) + r, theta, lane);
 }
 
+// head_norm_rope of up to HNR_MULTI buffers in one launch: blockIdx.y picks the buffer.
+#define HNR_MULTI 8
+struct hnr_multi_arg { float *x[HNR_MULTI]; const void *w[HNR_MULTI]; int dt[HNR_MULTI]; };
+__global__ void head_norm_rope_multi_kernel(hnr_multi_arg A, int n, int n_heads, int hd, float eps, posarg pos0, float theta) {
+    pdl_enter();
+    int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31, i = blockIdx.y;
+    if (wid >= n * n_heads) return;
+    head_norm_rope_warp(A.x[i] + (size_t)wid * hd, NULL, hd, A.w[i], A.dt[i], eps, pv(pos0) + wid / n_heads, theta, lane);
+}
+void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, int n_heads, int hd, const bs_mat *const *norm_w,
+                             float eps, int pos0, float theta) {
+    cuda_impl *c = CI(be);
+    if (n <= 0) return;
+    if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
+    int warps = n * n_heads;
+    for (int i0 = 0; i0 < count; i0 += HNR_MULTI) {
+        hnr_multi_arg A;
+        memset(&A, 0, sizeof A);
+        int m = count - i0 < HNR_MULTI ? count - i0 : HNR_MULTI;
+        for (int i = 0; i < m; i++) {
+            const bs_mat *w = norm_w[i0 + i];
+            require_row_major(w, "head_norm_rope");
+            A.x[i] = x[i0 + i]; A.w[i] = w ? w->data : NULL; A.dt[i] = w ? (int)w->dtype : 0;
+        }
+        launch_k(c, "head_norm_rope", head_norm_rope_multi_kernel, dim3((warps + 7) / 8, m), dim3(256), 0, A, n, n_heads, hd, eps, P(c, pos0), theta);
+    }
+}
+
 // The attention-input step of a layer in one launch: warps [0, n*nq) norm+rope the q heads in place,
 // [n*nq, n*(nq+nkv)) the k heads (in place and into kcache row pos0 + r), the rest copy v rows into vcache.
 __global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, int n, int nq, int nkv, int hd,

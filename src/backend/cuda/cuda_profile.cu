@@ -49,6 +49,9 @@ static void pf_matmul_multi(bs_backend *be, int count, float *const *y, const fl
     PROF(nm, n, g_prof->inner.matmul_multi(be, count, y, x, n, W, accumulate));
 }
 static void pf_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) { PROF("rmsnorm", n, g_prof->inner.rmsnorm(be, y, x, n, dim, w, eps)); }
+static void pf_hnr_multi(bs_backend *be, int count, float *const *x, int n, int nh, int hd, const bs_mat *const *w, float eps, int pos0, float theta) {
+    PROF("head_norm_rope_multi", n, g_prof->inner.head_norm_rope_multi(be, count, x, n, nh, hd, w, eps, pos0, theta));
+}
 static void pf_hnr(bs_backend *be, float *x, int n, int nh, int hd, const bs_mat *w, float eps, int pos0, float theta) {
     PROF("head_norm_rope", n, g_prof->inner.head_norm_rope(be, x, n, nh, hd, w, eps, pos0, theta));
 }
@@ -87,6 +90,7 @@ void prof_install(bs_backend *be) {
     be->attention = pf_attention; be->swiglu = pf_swiglu; be->add = pf_add; be->embed = pf_embed; be->copy_rows = pf_copy_rows;
     be->store_rows = pf_store_rows; be->argmax = pf_argmax; be->argmax_to = pf_argmax_to; be->embed_from = pf_embed_from; be->scatter_cols = pf_scatter_cols;
     if (be->qk_norm_rope_store) be->qk_norm_rope_store = pf_qkrs;
+    if (be->head_norm_rope_multi) be->head_norm_rope_multi = pf_hnr_multi;
     if (be->swiglu_matmul) be->swiglu_matmul = pf_swiglu_matmul;
     be->record_begin = NULL; be->record_end = NULL; be->replay = NULL; be->record_free = NULL;
 }
