@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "harness.h"
+#include "test_util_models.h"
 
 // Runs a shell command; returns its exit status (-1 if it died by a signal) and its output in buf.
 static int run_capture(const char *cmd, char *buf, size_t cap) {
@@ -161,10 +162,7 @@ TEST(bad_prompts_and_flags) {
     CHECK(dir);
     char vp[600];
     snprintf(vp, sizeof vp, "%s/v.json", dir);
-    FILE *f = fopen(vp, "w");
-    CHECK(f);
-    fputs("[1, 2, 384]", f);
-    fclose(f);
+    CHECK(tu_write_text(vp, "[1, 2, 384]") == 0);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -d %s/dspark --prompt-ids 1,2 --draft-vocab %s", bs_cli_path(), m, bs_fixtures_dir(), vp);
     EXPECT_ERROR(cmd, "entry 2 (384) is not a token id in [0, 384)");
 }

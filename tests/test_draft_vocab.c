@@ -147,22 +147,17 @@ static const char *write_vocab(const char *dir, const char *name, int V, char *p
 static void vocab_logits(int *failed_, const char *device, const char *target, const char *drafter, const char *vocab) {
     bs_engine *e; bs_err err = {0};
     CHECK(bs_engine_open(&e, target, device, &err) == 0, "%s", err.msg);
-    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, P = 7;
+    int V = e->cfg.vocab_size, P = 7;
     int32_t prompt[7] = { 3, 14, 15, 9, 26, 5, 35 };
     for (int i = 0; i < P; i++) prompt[i] %= V;
     float *lg[2][2] = { { 0 } };
     int32_t tok[2][BS_MAX_DRAFT];
     int n = 0, markov = 0;
     for (int use = 0; use < 2; use++) {
-        bs_drafter *d;
         bs_drafter_opts o = { .lossy_weights = 0, .draft_vocab = use ? vocab : NULL };
-        CHECK(bs_drafter_open_opts(&d, drafter, e, 64, &o, &err) == 0, "%s", err.msg);
+        bs_drafter *d = tu_drafter_with_context(e, drafter, &o, prompt, P, &err);
+        CHECK(d, "%s", err.msg);
         markov = bs_dflash_config(d)->markov_rank > 0;
-        bs_kv_cache kv;
-        CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
-        float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * d->n_taps * H, &err);
-        bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
-        CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0 && d->add_context(d, feat, P, &err) == 0, "%s", err.msg);
         n = d->max_drafts;
         lg[use][0] = calloc((size_t)n * V, sizeof(float));
         lg[use][1] = calloc((size_t)n * V, sizeof(float));
@@ -176,8 +171,6 @@ static void vocab_logits(int *failed_, const char *device, const char *target, c
         bs_draft dp;
         CHECK(d->propose(d, 7 % V, BS_MAX_DRAFT, NULL, NULL, &dp, &err) == 0, "%s", err.msg);
         CHECK(dp.n == n && !memcmp(dp.tokens, dr.tokens, sizeof(int32_t) * n), "%s: device picks differ from the inspected walk", drafter);
-        e->be->free(e->be, logits); e->be->free(e->be, feat);
-        bs_kv_free(&kv);
         d->free(d);
     }
     bs_draft_vocab dv;
@@ -214,30 +207,8 @@ static void vocab_logits(int *failed_, const char *device, const char *target, c
 
 // Greedy speculative output with a draft vocabulary == plain greedy output.
 static void vocab_greedy(int *failed_, const char *device, const char *target, const char *drafter, const char *vocab, int trials) {
-    bs_engine *e; bs_err err = {0};
-    CHECK(bs_engine_open(&e, target, device, &err) == 0, "%s", err.msg);
-    int V = e->cfg.vocab_size;
-    bs_rng rng; bs_rng_seed(&rng, 41);
-    for (int t = 0; t < trials; t++) {
-        int P = 1 + (int)(bs_rng_u64(&rng) % 20), N = 1 + (int)(bs_rng_u64(&rng) % 50);
-        int32_t prompt[24], plain[64], spec[64];
-        for (int i = 0; i < P; i++) prompt[i] = (int32_t)(bs_rng_u64(&rng) % V);
-        bs_session s; bs_drafter *d = NULL; bs_spec_stats st;
-        int n1, n2;
-        CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0, "%s", err.msg);
-        CHECK(bs_generate_plain(&s, prompt, P, N, 0, plain, &n1, NULL, NULL, &err) == 0, "%s", err.msg);
-        bs_kv_rollback(&s.kv, 0, &err);
-        bs_drafter_opts o = { .lossy_weights = -1, .draft_vocab = vocab };
-        CHECK(bs_drafter_open_opts(&d, drafter, e, s.kv.max_ctx, &o, &err) == 0, "%s", err.msg);
-        bs_spec_opts so = { .draft_max = 1 + t % d->max_drafts };
-        CHECK(bs_generate_spec(&s, d, prompt, P, N, &so, spec, &n2, NULL, NULL, &st, &err) == 0, "%s", err.msg);
-        CHECK(n1 == N && n2 == N, "lengths %d %d, want %d", n1, n2, N);
-        for (int i = 0; i < N; i++) CHECK(spec[i] == plain[i], "%s trial %d: token %d differs (spec %d, plain %d)", drafter, t, i, spec[i], plain[i]);
-        bs_spec_stats_free(&st);
-        d->free(d);
-        bs_session_free(&s);
-    }
-    bs_engine_close(e);
+    bs_drafter_opts o = { .lossy_weights = -1, .draft_vocab = vocab };
+    tu_greedy_spec_equals_plain(failed_, device, target, drafter, &o, trials, 41);
 }
 
 static void fixture_checks(int *failed_, const char *device) {

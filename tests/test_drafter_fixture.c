@@ -215,7 +215,7 @@ static void sampled_walk_paths(int *failed_, const char *dev) {
     snprintf(ddir, sizeof ddir, "%s/dspark", bs_fixtures_dir());
     bs_engine *e; bs_err err = {0};
     CHECK(bs_engine_open(&e, tdir, dev, &err) == 0, "%s", err.msg);
-    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, P = 6;
+    int V = e->cfg.vocab_size, P = 6;
     int32_t prompt[6] = { 5, 77, 190, 3, 250, 41 };
     bs_sampling smp[2] = { { 1.0f, 0, 1.0f, 0 }, { 0.7f, 20, 0.9f, 0 } };
     for (int c = 0; c < 2; c++) {
@@ -224,13 +224,8 @@ static void sampled_walk_paths(int *failed_, const char *dev) {
         int n = 0;
         for (int path = 0; path < 2; path++) {
             bs_dflash_step_walk = path;
-            bs_drafter *d;
-            CHECK(bs_drafter_open(&d, ddir, e, 64, &err) == 0, "%s", err.msg);
-            bs_kv_cache kv;
-            CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
-            float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * d->n_taps * H, &err);
-            bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
-            CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0 && d->add_context(d, feat, P, &err) == 0, "%s", err.msg);
+            bs_drafter *d = tu_drafter_with_context(e, ddir, NULL, prompt, P, &err);
+            CHECK(d, "%s", err.msg);
             bs_rng rng; bs_rng_seed(&rng, 1234 + c);
             bs_draft dr;
             CHECK(d->propose(d, 9, BS_MAX_DRAFT, &smp[c], &rng, &dr, &err) == 0, "%s", err.msg);
@@ -239,8 +234,6 @@ static void sampled_walk_paths(int *failed_, const char *dev) {
             memcpy(conf[path], dr.conf, sizeof(float) * n);
             q[path] = malloc(sizeof(float) * (size_t)n * V);
             e->be->download(e->be, q[path], dr.q, sizeof(float) * (size_t)n * V);
-            e->be->free(e->be, logits); e->be->free(e->be, feat);
-            bs_kv_free(&kv);
             d->free(d);
         }
         bs_dflash_step_walk = 0;

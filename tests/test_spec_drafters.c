@@ -12,29 +12,7 @@
 #include <stdio.h>
 
 static void greedy_random_prompts(int *failed_, const char *dev, const char *target, const char *drafter, int trials) {
-    bs_engine *e; bs_err err = {0};
-    CHECK(bs_engine_open(&e, target, dev, &err) == 0, "%s", err.msg);
-    int V = e->cfg.vocab_size;
-    bs_rng rng; bs_rng_seed(&rng, 99);
-    for (int t = 0; t < trials; t++) {
-        int P = 1 + (int)(bs_rng_u64(&rng) % 30), N = 1 + (int)(bs_rng_u64(&rng) % 60);
-        int32_t prompt[32], plain[64], spec[64];
-        for (int i = 0; i < P; i++) prompt[i] = (int32_t)(bs_rng_u64(&rng) % V);
-        bs_session s; bs_drafter *d = NULL; bs_spec_stats st;
-        int n1, n2;
-        CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0, "%s", err.msg);
-        CHECK(bs_generate_plain(&s, prompt, P, N, 0, plain, &n1, NULL, NULL, &err) == 0, "%s", err.msg);
-        bs_kv_rollback(&s.kv, 0, &err);
-        CHECK(bs_drafter_open(&d, drafter, e, s.kv.max_ctx, &err) == 0, "%s", err.msg);
-        bs_spec_opts o = { .draft_max = 1 + t % d->max_drafts };
-        CHECK(bs_generate_spec(&s, d, prompt, P, N, &o, spec, &n2, NULL, NULL, &st, &err) == 0, "%s", err.msg);
-        CHECK(n1 == N && n2 == N, "lengths %d %d, want %d", n1, n2, N);
-        for (int i = 0; i < N; i++) CHECK(spec[i] == plain[i], "%s trial %d: token %d differs (spec %d, plain %d)", drafter, t, i, spec[i], plain[i]);
-        bs_spec_stats_free(&st);
-        d->free(d);
-        bs_session_free(&s);
-    }
-    bs_engine_close(e);
+    tu_greedy_spec_equals_plain(failed_, dev, target, drafter, NULL, trials, 99);
 }
 
 static void greedy_fixture_drafters(int *failed_, const char *dev) {
@@ -168,10 +146,7 @@ TEST(spec_drafters_sampling_lossless) {
     // With a draft vocabulary: q has no mass outside the listed tokens, the target still decides.
     char vp[400];
     snprintf(vp, sizeof vp, "%s/vocab.json", target);
-    FILE *vf = fopen(vp, "w");
-    CHECK(vf);
-    fputs("[0, 2, 3, 5, 8, 11]", vf);   // 11 = V - 1, the mask id, never drafted otherwise
-    fclose(vf);
+    CHECK(tu_write_text(vp, "[0, 2, 3, 5, 8, 11]") == 0);   // 11 = V - 1, the mask id, never drafted otherwise
     for (int k = 0; k < 2; k++) {
         double ar = 0, pv = drafter_sampling_pvalue(e, drafters[k], vp, &cfgs[k], 20000, &ar);
         printf("  %s with a draft vocabulary, T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", k ? "dspark" : "dflash",
@@ -195,10 +170,7 @@ TEST(spec_drafters_sampling_lossless_cuda) {
     bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 0.8f, 6, 0.9f, 0 } };
     char vp[400];
     snprintf(vp, sizeof vp, "%s/vocab.json", target);
-    FILE *vf = fopen(vp, "w");
-    CHECK(vf);
-    fputs("[0, 2, 3, 5, 8, 11]", vf);
-    fclose(vf);
+    CHECK(tu_write_text(vp, "[0, 2, 3, 5, 8, 11]") == 0);
     struct { const char *dir, *name, *vocab; int cfg, power; } runs[] = {
         { NULL, "plain", NULL, 1, 0 }, { dz, "dflash", NULL, 0, 1 }, { dd, "dspark", NULL, 1, 1 }, { dz, "dflash", NULL, 1, 0 },
         { dd, "dspark with a draft vocabulary", vp, 0, 1 },
@@ -245,26 +217,19 @@ TEST(spec_confidence_threshold_lossless) {
 // plain greedy output. A 128-wide target, so every drafter matrix can be stored in 8 bits.
 static void fp8_drafter_logits(int *failed_, bs_engine *e, const char *drafter) {
     bs_err err = {0};
-    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, P = 9;
+    int V = e->cfg.vocab_size, P = 9;
     int32_t prompt[9] = { 3, 14, 15, 9, 26, 5, 35, 8, 9 };
     float *lg[2] = { NULL, NULL };
     int n = 0;
     for (int lossy = 0; lossy < 2; lossy++) {
         bs_dflash_lossy_weights = lossy;
-        bs_drafter *d;
-        CHECK(bs_drafter_open(&d, drafter, e, 64, &err) == 0, "%s", err.msg);
-        bs_kv_cache kv;
-        CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
-        float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * d->n_taps * H, &err);
-        bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
-        CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0 && d->add_context(d, feat, P, &err) == 0, "%s", err.msg);
+        bs_drafter *d = tu_drafter_with_context(e, drafter, NULL, prompt, P, &err);
+        CHECK(d, "%s", err.msg);
         n = d->max_drafts;
         lg[lossy] = calloc((size_t)n * V, sizeof(float));
         bs_dflash_inspect ins = { .logits = lg[lossy] };
         bs_draft dr;
         CHECK(bs_dflash_forward_block(d, 7, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
-        e->be->free(e->be, logits); e->be->free(e->be, feat);
-        bs_kv_free(&kv);
         d->free(d);
     }
     bs_dflash_lossy_weights = -1;

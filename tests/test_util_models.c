@@ -7,6 +7,7 @@
 #include "test_util_models.h"
 #include "io/config.h"
 #include "io/random_ckpt.h"
+#include "spec/spec_loop.h"
 
 const char *tu_make_target(int vocab, int hidden, int layers, int heads, int kv_heads, int head_dim, int inter,
                            int tied, int n_shards, uint64_t seed) {
@@ -82,4 +83,57 @@ const char *tu_cuda_unavailable(void) {
     bs_backend *be = tu_cuda_open(&why);
     if (be) be->destroy(be);
     return why;
+}
+
+int tu_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int bad = fputs(text, f) < 0;
+    return fclose(f) || bad ? -1 : 0;
+}
+
+void tu_greedy_spec_equals_plain(int *failed_, const char *dev, const char *target, const char *drafter,
+                                 const bs_drafter_opts *o, int trials, uint64_t seed) {
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, target, dev, &err) == 0, "%s", err.msg);
+    int V = e->cfg.vocab_size;
+    bs_rng rng; bs_rng_seed(&rng, seed);
+    for (int t = 0; t < trials; t++) {
+        int P = 1 + (int)(bs_rng_u64(&rng) % 30), N = 1 + (int)(bs_rng_u64(&rng) % 60);
+        int32_t prompt[32], plain[64], spec[64];
+        for (int i = 0; i < P; i++) prompt[i] = (int32_t)(bs_rng_u64(&rng) % V);
+        bs_session s; bs_drafter *d = NULL; bs_spec_stats st;
+        int n1, n2;
+        CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0, "%s", err.msg);
+        CHECK(bs_generate_plain(&s, prompt, P, N, 0, plain, &n1, NULL, NULL, &err) == 0, "%s", err.msg);
+        bs_kv_rollback(&s.kv, 0, &err);
+        CHECK(bs_drafter_open_opts(&d, drafter, e, s.kv.max_ctx, o, &err) == 0, "%s", err.msg);
+        bs_spec_opts so = { .draft_max = 1 + t % d->max_drafts };
+        CHECK(bs_generate_spec(&s, d, prompt, P, N, &so, spec, &n2, NULL, NULL, &st, &err) == 0, "%s", err.msg);
+        CHECK(n1 == N && n2 == N, "lengths %d %d, want %d", n1, n2, N);
+        for (int i = 0; i < N; i++) CHECK(spec[i] == plain[i], "%s trial %d: token %d differs (spec %d, plain %d)", drafter, t, i, spec[i], plain[i]);
+        bs_spec_stats_free(&st);
+        d->free(d);
+        bs_session_free(&s);
+    }
+    bs_engine_close(e);
+}
+
+bs_drafter *tu_drafter_with_context(bs_engine *e, const char *drafter, const bs_drafter_opts *o, const int32_t *prompt, int P,
+                                    bs_err *err) {
+    bs_drafter *d = NULL;
+    if (bs_drafter_open_opts(&d, drafter, e, 64 + P, o, err)) return NULL;
+    bs_kv_cache kv;
+    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, rc = -1;
+    if (bs_kv_init(&kv, &e->cfg, 64 + P, e->be, err)) { d->free(d); return NULL; }
+    float *logits = e->be->alloc(e->be, sizeof(float) * P * V, err), *feat = logits ? e->be->alloc(e->be, sizeof(float) * P * d->n_taps * H, err) : NULL;
+    if (feat) {
+        bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
+        rc = bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, err) || d->add_context(d, feat, P, err) ? -1 : 0;
+    }
+    if (logits) e->be->free(e->be, logits);
+    if (feat) e->be->free(e->be, feat);
+    bs_kv_free(&kv);
+    if (rc) { d->free(d); return NULL; }
+    return d;
 }

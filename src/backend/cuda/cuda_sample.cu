@@ -373,34 +373,29 @@ static void ids_download(cuda_impl *c, int32_t *host, int n) {
     memcpy(host, c->h_argmax, sizeof(int32_t) * n);
 }
 
+// Rows in launches of SR_MAX_ROWS; the draws (when u is given) go to ids_dev (device memory) or, with
+// ids_dev NULL and ids_host given, to the host through the backend's download buffer.
+static void sr_rows(cuda_impl *c, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
+                    const double *u, int32_t *ids_dev, int32_t *ids_host) {
+    c->after_gemm = 0;
+    for (int r = 0; r < n; r += SR_MAX_ROWS) {
+        const int nn = n - r < SR_MAX_ROWS ? n - r : SR_MAX_ROWS;
+        sr_uniforms U; memset(&U, 0, sizeof U);
+        if (ids_dev || ids_host) for (int i = 0; i < nn; i++) U.u[i] = u[r + i];
+        int *ids = ids_dev ? ids_dev + r : ids_host ? c->d_argmax : NULL;
+        sr_rows_kernel<<<dim3(SR_CLUSTER, nn), SR_THREADS, 0, c->st>>>(probs + (size_t)r * V, logits + (size_t)r * V, V, temperature, top_k, top_p, U, ids);
+        LAUNCHED("sample_rows");
+        if (!ids_dev && ids_host) ids_download(c, ids_host + r, nn);
+    }
+}
 int cu_sample_rows(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
                    const double *u, int32_t *ids_host) {
-    cuda_impl *c = CI(be);
-    c->after_gemm = 0;
-    for (int r = 0; r < n; r += SR_MAX_ROWS) {
-        const int nn = n - r < SR_MAX_ROWS ? n - r : SR_MAX_ROWS;
-        sr_uniforms U; memset(&U, 0, sizeof U);
-        if (ids_host) for (int i = 0; i < nn; i++) U.u[i] = u[r + i];
-        sr_rows_kernel<<<dim3(SR_CLUSTER, nn), SR_THREADS, 0, c->st>>>(probs + (size_t)r * V, logits + (size_t)r * V, V, temperature, top_k, top_p, U,
-                                                     ids_host ? c->d_argmax : NULL);
-        LAUNCHED("sample_rows");
-        if (ids_host) ids_download(c, ids_host + r, nn);
-    }
+    sr_rows(CI(be), probs, logits, n, V, temperature, top_k, top_p, u, NULL, ids_host);
     return 0;
 }
-
 int cu_sample_rows_to(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
                       const double *u, int32_t *ids_dev) {
-    cuda_impl *c = CI(be);
-    c->after_gemm = 0;
-    for (int r = 0; r < n; r += SR_MAX_ROWS) {
-        const int nn = n - r < SR_MAX_ROWS ? n - r : SR_MAX_ROWS;
-        sr_uniforms U; memset(&U, 0, sizeof U);
-        for (int i = 0; i < nn; i++) U.u[i] = u[r + i];
-        sr_rows_kernel<<<dim3(SR_CLUSTER, nn), SR_THREADS, 0, c->st>>>(probs + (size_t)r * V, logits + (size_t)r * V, V, temperature, top_k, top_p, U,
-                                                     ids_dev + r);
-        LAUNCHED("sample_rows");
-    }
+    sr_rows(CI(be), probs, logits, n, V, temperature, top_k, top_p, u, ids_dev, NULL);
     return 0;
 }
 
