@@ -38,3 +38,35 @@ TEST(public_api_generate) {
     blockspec_close(bs);
     CHECK(blockspec_open(&bs, t, "/nonexistent/drafter", "cpu", err, sizeof err) != 0 && strstr(err, "/nonexistent/drafter"), "%s", err);
 }
+
+// blockspec_open_ex with a draft vocabulary: the output is still the target's; bad options are messages.
+TEST(public_api_open_ex_draft_vocab) {
+    char t[1024], d[1024], vp[1100], err[512];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dflash", bs_fixtures_dir());
+    const char *dir = bs_test_tmpdir("apivocab");
+    CHECK(dir);
+    snprintf(vp, sizeof vp, "%s/v.json", dir);
+    FILE *f = fopen(vp, "w");
+    CHECK(f);
+    for (int i = 0; i < 384; i += 2) fprintf(f, i ? ",%d" : "[%d", i);
+    fputs("]", f);
+    fclose(f);
+    blockspec_open_options o = { .draft_vocab = vp };
+    blockspec *bs;
+    CHECK(blockspec_open_ex(&bs, t, d, "cpu", &o, err, sizeof err) == 0, "%s", err);
+    int32_t prompt[] = { 3, 14, 15, 92, 65, 35 }, a[40], b[40];
+    size_t na, nb;
+    blockspec_params p = blockspec_default_params();
+    p.n_new = 40; p.stop_at_eos = 0;
+    blockspec_stats st;
+    CHECK(blockspec_generate(bs, prompt, 6, &p, a, 40, &na, NULL, NULL, &st, err, sizeof err) == 0, "%s", err);
+    CHECK(st.rounds > 0);
+    p.use_drafter = 0;
+    CHECK(blockspec_generate(bs, prompt, 6, &p, b, 40, &nb, NULL, NULL, &st, err, sizeof err) == 0, "%s", err);
+    CHECK(na == 40 && nb == 40 && !memcmp(a, b, sizeof a), "speculative output with a draft vocabulary differs from plain");
+    blockspec_close(bs);
+    CHECK(blockspec_open_ex(&bs, t, NULL, "cpu", &o, err, sizeof err) != 0 && strstr(err, "needs a drafter"), "%s", err);
+    o.draft_vocab = "/nonexistent/v.json";
+    CHECK(blockspec_open_ex(&bs, t, d, "cpu", &o, err, sizeof err) != 0 && strstr(err, "/nonexistent/v.json"), "%s", err);
+}
