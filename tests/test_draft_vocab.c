@@ -40,6 +40,13 @@ TEST(draft_vocab_files) {
         CHECK(strstr(err.msg, "test.json") && strstr(err.msg, bad[i].want), "'%s': message '%s' lacks '%s'", bad[i].text, err.msg, bad[i].want);
     }
     CHECK(parse(&dv, "{\"ids\": [1]}", 10, NULL, 0, &err) != 0, "an object accepted");
+    // a byte order mark before JSON; a uint32 file whose first id's low byte is '[' (91)
+    CHECK(parse(&dv, "\xEF\xBB\xBF [4, 2]", 10, NULL, 0, &err) == 0 && dv.n == 2 && dv.ids[0] == 2, "%s", err.msg);
+    bs_draft_vocab_free(&dv);
+    unsigned char b91[8] = { 91, 0, 0, 0, 7, 0, 0, 0 };
+    CHECK(bs_draft_vocab_parse(&dv, (const char *)b91, 8, "ids.bin", 100, NULL, 0, &err) == 0 && dv.n == 2 && dv.ids[0] == 7 && dv.ids[1] == 91, "%s", err.msg);
+    bs_draft_vocab_free(&dv);
+    CHECK(parse(&dv, "[1, 2, 3", 10, NULL, 0, &err) != 0 && strstr(err.msg, "not valid JSON"), "a broken list of 8 bytes: %s", err.msg);
     // from counts: most frequent first, ties to the smaller id, unseen ids never taken
     uint64_t counts[8] = { 0, 5, 9, 5, 1, 0, 5, 0 };
     CHECK(bs_draft_vocab_from_counts(&dv, counts, 8, 3, NULL, 0, &err) == 0, "%s", err.msg);

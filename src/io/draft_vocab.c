@@ -32,41 +32,57 @@ static int finish(bs_draft_vocab *dv, unsigned char *seen, int vocab_size, const
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+// Little-endian uint32 ids into seen[]; 0, or -1 with a message.
+static int parse_u32(const char *data, size_t len, const char *name, int vocab_size, unsigned char *seen, bs_err *err) {
+    if (len % 4) return bs_fail(err, "draft vocabulary %s: %zu bytes is neither a JSON list nor a whole number of uint32 ids", name, len);
+    for (size_t i = 0; i < len / 4; i++) {
+        const unsigned char *b = (const unsigned char *)data + 4 * i;
+        uint32_t v = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        if (v >= (uint32_t)vocab_size) return bs_fail(err, "draft vocabulary %s: id %zu (%u) is not a token id in [0, %d)", name, i, v, vocab_size);
+        seen[v] = 1;
+    }
+    return 0;
+}
+
+// A JSON list of ids into seen[]; 0, or -1 with a message.
+static int parse_json(const char *data, size_t len, const char *name, int vocab_size, unsigned char *seen, bs_err *err) {
+    cJSON *root = cJSON_ParseWithLength(data, len);
+    if (!root) return bs_fail(err, "draft vocabulary %s: not valid JSON (expected a list of token ids)", name);
+    if (!cJSON_IsArray(root)) { cJSON_Delete(root); return bs_fail(err, "draft vocabulary %s: expected a JSON list of token ids", name); }
+    int i = 0, rc = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        double v = it->valuedouble;
+        if (!cJSON_IsNumber(it)) { rc = bs_fail(err, "draft vocabulary %s: entry %d is not a number (expected token ids)", name, i); break; }
+        if (v != floor(v) || v < 0 || v >= vocab_size) { rc = bs_fail(err, "draft vocabulary %s: entry %d (%g) is not a token id in [0, %d)", name, i, v, vocab_size); break; }
+        seen[(int)v] = 1;
+        i++;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
 int bs_draft_vocab_parse(bs_draft_vocab *dv, const char *data, size_t len, const char *name, int vocab_size,
                          const int *always, int n_always, bs_err *err) {
     memset(dv, 0, sizeof *dv);
     if (vocab_size <= 0) return bs_fail(err, "draft vocabulary %s: the model's vocabulary size %d is invalid", name, vocab_size);
     unsigned char *seen = calloc((size_t)vocab_size, 1);
     if (!seen) return bs_fail(err, "out of memory");
-    size_t at = 0;
+    // JSON when it starts like a list (after spaces or a UTF-8 byte order mark). A uint32 file whose first
+    // id has the low byte '[' (91, 347, ...) starts the same way: where the JSON does not parse, a whole
+    // number of valid uint32 ids is taken instead; else the JSON error stands.
+    size_t at = len >= 3 && !memcmp(data, "\xEF\xBB\xBF", 3) ? 3 : 0;
     while (at < len && is_space(data[at])) at++;
+    int rc;
     if (at < len && data[at] == '[') {
-        cJSON *root = cJSON_ParseWithLength(data, len);
-        if (!root) { free(seen); return bs_fail(err, "draft vocabulary %s: not valid JSON (expected a list of token ids)", name); }
-        if (!cJSON_IsArray(root)) { cJSON_Delete(root); free(seen); return bs_fail(err, "draft vocabulary %s: expected a JSON list of token ids", name); }
-        int i = 0;
-        const cJSON *it;
-        cJSON_ArrayForEach(it, root) {
-            double v = it->valuedouble;
-            if (!cJSON_IsNumber(it) || v != floor(v) || v < 0 || v >= vocab_size) {
-                cJSON_Delete(root);
-                free(seen);
-                if (!cJSON_IsNumber(it)) return bs_fail(err, "draft vocabulary %s: entry %d is not a number (expected token ids)", name, i);
-                return bs_fail(err, "draft vocabulary %s: entry %d (%g) is not a token id in [0, %d)", name, i, v, vocab_size);
-            }
-            seen[(int)v] = 1;
-            i++;
+        rc = parse_json(data + at, len - at, name, vocab_size, seen, err);
+        if (rc && len % 4 == 0) {
+            bs_err json_err = *err;
+            memset(seen, 0, (size_t)vocab_size);
+            if ((rc = parse_u32(data, len, name, vocab_size, seen, err))) *err = json_err;
         }
-        cJSON_Delete(root);
-    } else {
-        if (len % 4) { free(seen); return bs_fail(err, "draft vocabulary %s: %zu bytes is neither a JSON list nor a whole number of uint32 ids", name, len); }
-        for (size_t i = 0; i < len / 4; i++) {
-            const unsigned char *b = (const unsigned char *)data + 4 * i;
-            uint32_t v = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-            if (v >= (uint32_t)vocab_size) { free(seen); return bs_fail(err, "draft vocabulary %s: id %zu (%u) is not a token id in [0, %d)", name, i, v, vocab_size); }
-            seen[v] = 1;
-        }
-    }
+    } else rc = parse_u32(data, len, name, vocab_size, seen, err);
+    if (rc) { free(seen); return -1; }
     return finish(dv, seen, vocab_size, always, n_always, name, err);
 }
 
