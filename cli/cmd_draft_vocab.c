@@ -81,7 +81,7 @@ int cmd_draft_vocab(int argc, char **argv) {
     bs_draft_vocab dv = {0};
     if (bs_qwen3_config_load(&cfg, model, &err) || bs_tokenizer_load(&tok, model, &err)) goto done;
     int V = cfg.vocab_size;
-    if (!(counts = calloc((size_t)V, sizeof *counts)) || !(always = malloc(sizeof(int) * ((size_t)V + BS_MAX_EOS)))) { bs_fail(&err, "out of memory"); goto done; }
+    if (!(counts = calloc((size_t)V, sizeof *counts)) || !(always = malloc(sizeof(int) * ((size_t)V + BS_MAX_EOS + 1)))) { bs_fail(&err, "out of memory"); goto done; }
     for (int i = 0; i < n_files; i++) if (count_file(tok, files[i], counts, V, &total, &err)) goto done;
     for (int i = 0; i < cfg.n_eos; i++) always[n_always++] = cfg.eos_ids[i];
     int te = bs_tokenizer_eos_id(tok);
