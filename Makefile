@@ -85,11 +85,15 @@ test-all:
 # libFuzzer on the parsers (clang): `make fuzz FUZZ_SECONDS=60`.
 FUZZ_SECONDS ?= 30
 fuzz:
-	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" build-fuzz/libblockspec.a
-	clang -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -I. tests/fuzz/fuzz_safetensors.c build-fuzz/libblockspec.a \
+	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" build-fuzz/libblockspec.a
+	clang -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -I. tests/fuzz/fuzz_safetensors.c build-fuzz/libblockspec.a \
 	      $(LDLIBS) -o build-fuzz/fuzz_safetensors
 	mkdir -p build-fuzz/corpus && cp ../shared/fixtures/*.safetensors build-fuzz/corpus/ 2>/dev/null || true
 	./build-fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus
+	clang -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -I. tests/fuzz/fuzz_draft_vocab.c build-fuzz/libblockspec.a \
+	      $(LDLIBS) -o build-fuzz/fuzz_draft_vocab
+	mkdir -p build-fuzz/corpus_vocab && printf '[0, 3, 999, 17]' > build-fuzz/corpus_vocab/list.json
+	./build-fuzz/fuzz_draft_vocab -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus_vocab
 
 # CI has nvcc but no GPU: compile everything CUDA (the GPU tests then SKIP with the reason printed).
 cuda-compile: cuda

@@ -57,3 +57,22 @@ TEST(fuzz_safetensors_mutations) {
     CHECK(bad > 1000 && ok > 10, "mutations should both fail and pass sometimes (%d ok, %d rejected)", ok, bad);
     free(buf); free(orig);
 }
+
+// A header with no tensors ({} or metadata only) is a valid, empty checkpoint (the empty tensor list
+// once reached qsort as a NULL array: undefined behaviour that `make fuzz` caught).
+TEST(safetensors_no_tensors) {
+    const char *hdrs[] = { "{}", "{\"__metadata__\":{\"format\":\"pt\"}}" };
+    for (int i = 0; i < 2; i++) {
+        size_t hl = strlen(hdrs[i]), n = 8 + hl;
+        unsigned char *buf = malloc(n);
+        uint64_t l = hl;
+        memcpy(buf, &l, 8);
+        memcpy(buf + 8, hdrs[i], hl);
+        bs_checkpoint *ck; bs_err err;
+        CHECK(bs_checkpoint_open_memory(&ck, buf, n, "empty", &err) == 0, "%s: %s", hdrs[i], err.msg);
+        CHECK(ck->n_tensors == 0);
+        CHECK(!bs_checkpoint_find(ck, "x"));
+        bs_checkpoint_close(ck);
+        free(buf);
+    }
+}

@@ -185,7 +185,7 @@ int bs_checkpoint_open(bs_checkpoint **out, const char *path, bs_err *err) {
             if (add_file(ck, buf, &list, &n, &cap, err)) goto done;
         }
     } else if (add_file(ck, path, &list, &n, &cap, err)) goto done;
-    qsort(list, n, sizeof *list, cmp_tensor);
+    if (n > 1) qsort(list, n, sizeof *list, cmp_tensor);   // (list is NULL when a file holds no tensors)
     for (int i = 1; i < n; i++)
         if (!strcmp(list[i - 1].name, list[i].name)) { bs_fail(err, "%s: tensor '%s' appears twice (in %s and %s)", path, list[i].name, list[i - 1].file, list[i].file); goto done; }
     // Every tensor the index names must be in the shard it names.
@@ -217,7 +217,7 @@ int bs_checkpoint_open_memory(bs_checkpoint **out, const void *buf, size_t len, 
     bs_tensor_info *list = NULL; int n = 0, cap = 0;
     if (len < 8) { bs_fail(err, "%s: %zu bytes, too short for a safetensors header", name, len); goto fail; }
     if (parse_file(ck->files[0].path, buf, len, &list, &n, &cap, err)) goto fail;
-    qsort(list, n, sizeof *list, cmp_tensor);
+    if (n > 1) qsort(list, n, sizeof *list, cmp_tensor);   // (list is NULL when the file holds no tensors)
     for (int i = 1; i < n; i++)
         if (!strcmp(list[i - 1].name, list[i].name)) { bs_fail(err, "%s: tensor '%s' appears twice", name, list[i].name); goto fail; }
     ck->tensors = list; ck->n_tensors = n;

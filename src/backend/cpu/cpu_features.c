@@ -1,6 +1,10 @@
 // Which fast-kernel path this CPU can run, and the BS_CPU_KERNELS override.
 // Kernels are compiled with per-function target attributes, so a PORTABLE (-march=x86-64) build still
-// carries every path; the path is chosen here at run time with __builtin_cpu_supports.
+// carries every path; the path is chosen here at run time with __builtin_cpu_supports, and cpuid for the
+// two features older clang's builtin does not name (f16c, avx512bf16: `make fuzz` builds with clang 14).
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,17 +14,26 @@ static const char *NAMES[BS_CPU_N_PATHS] = { "scalar", "avx2", "avx512", "avx512
 
 const char *bs_cpu_path_name(bs_cpu_path p) { return p >= 0 && p < BS_CPU_N_PATHS ? NAMES[p] : "?"; }
 
+#if defined(__x86_64__) || defined(__i386__)
+// Bit `bit` of register reg (0 eax, 1 ebx, 2 ecx, 3 edx) of cpuid leaf/subleaf; 0 where the leaf is absent.
+static int cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
+    unsigned r[4];
+    if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3])) return 0;
+    return (int)((r[reg] >> bit) & 1u);
+}
+#endif
+
 int bs_cpu_path_supported(bs_cpu_path p) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_bit(1, 0, 2, 29);   // f16c
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512vl");
     switch (p) {
     case BS_CPU_SCALAR: return 1;
     case BS_CPU_AVX2: return avx2;
     case BS_CPU_AVX512: return avx512;
-    case BS_CPU_AVX512BF16: return avx512 && __builtin_cpu_supports("avx512bf16");
+    case BS_CPU_AVX512BF16: return avx512 && cpuid_bit(7, 1, 0, 5);   // avx512bf16
     default: return 0;
     }
 #else
