@@ -193,7 +193,7 @@ int bs_checkpoint_open(bs_checkpoint **out, const char *path, bs_err *err) {
         cJSON *it;
         cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(idx, "weight_map")) {
             bs_tensor_info key = { .name = it->string };
-            bs_tensor_info *t = bsearch(&key, list, n, sizeof *list, cmp_tensor);
+            bs_tensor_info *t = n ? bsearch(&key, list, n, sizeof *list, cmp_tensor) : NULL;
             const char *base = t ? strrchr(t->file, '/') : NULL;
             if (!t || strcmp(base ? base + 1 : t->file, it->valuestring)) { bs_fail(err, "%s: index says tensor '%s' is in %s, but it is not there", path, it->string, it->valuestring); goto done; }
         }
@@ -239,6 +239,7 @@ void bs_checkpoint_close(bs_checkpoint *ck) {
 
 const bs_tensor_info *bs_checkpoint_find(const bs_checkpoint *ck, const char *name) {
     bs_tensor_info key = { .name = (char *)name };
+    if (ck->n_tensors == 0) return NULL;   // (tensors is NULL then: not a valid bsearch base)
     return bsearch(&key, ck->tensors, ck->n_tensors, sizeof *ck->tensors, cmp_tensor);
 }
 
