@@ -15,7 +15,7 @@
 #include "util/timer.h"
 
 double bench_roofline_time(const bs_roofline *rl, double bytes, double fmas, bs_dtype dt, int *compute_bound);
-extern const char *bench_device;
+extern const char *bench_device, *bench_draft_vocab;
 
 // Bytes of all tensors of a checkpoint folder (what one pass over the weights streams).
 static double checkpoint_bytes(const char *dir) {
@@ -73,7 +73,6 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
     snprintf(list, sizeof list, "%s", drafters);
     for (char *dir = strtok(list, ","); dir; dir = strtok(NULL, ",")) {
         bs_drafter *d = NULL;
-        extern const char *bench_draft_vocab;
         bs_drafter_opts dop = { .lossy_weights = -1, .draft_vocab = bench_draft_vocab };
         if (bs_dflash_open_opts(&d, dir, &e->target, ctx + 80, &dop, &err)) { fprintf(stderr, "bench: %s\n", err.msg); goto out; }
         const bs_drafter_config *dc = bs_dflash_config(d);

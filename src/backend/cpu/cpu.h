@@ -3,7 +3,6 @@
 #include "backend/backend.h"
 
 void bs_cpu_fill_reference(bs_backend *be);
-void bs_cpu_argmax_to(bs_backend *be, int32_t *out, const float *logits, int n, int vocab, const int32_t *map);
 // One row of scatter_cols (backend.h): out[cols[c]] = in[c], every other element = fill.
 void bs_cpu_scatter_row(float *out, int out_w, const float *in, int in_w, const int32_t *cols, float fill);
 // Replaces ops with the fastest kernels this CPU supports (runtime dispatch: AVX-512, AVX2/FMA, scalar;

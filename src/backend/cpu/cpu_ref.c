@@ -176,7 +176,7 @@ static void cpu_scatter_cols(bs_backend *be, float *out, int out_w, const float 
 }
 
 // argmax_to with host ids: argmax, then the optional column -> id map.
-void bs_cpu_argmax_to(bs_backend *be, int32_t *out, const float *logits, int n, int vocab, const int32_t *map) {
+static void cpu_argmax_to(bs_backend *be, int32_t *out, const float *logits, int n, int vocab, const int32_t *map) {
     be->argmax(be, out, logits, n, vocab);
     if (map) for (int r = 0; r < n; r++) out[r] = map[out[r]];
 }
@@ -192,7 +192,7 @@ void bs_cpu_fill_reference(bs_backend *be) {
     be->sync = cpu_sync; be->weight = cpu_weight;
     be->matmul = ref_matmul; be->matmul_multi = ref_matmul_multi; be->rmsnorm = ref_rmsnorm; be->head_norm_rope = ref_head_norm_rope;
     be->attention = ref_attention; be->swiglu = ref_swiglu; be->add = ref_add; be->embed = ref_embed;
-    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->argmax_to = bs_cpu_argmax_to; be->embed_from = ref_embed; be->scatter_cols = cpu_scatter_cols; be->store_rows = cpu_store_rows; be->destroy = cpu_destroy;
+    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->argmax_to = cpu_argmax_to; be->embed_from = ref_embed; be->scatter_cols = cpu_scatter_cols; be->store_rows = cpu_store_rows; be->destroy = cpu_destroy;
 }
 
 bs_backend *bs_backend_cpu(int reference) {
