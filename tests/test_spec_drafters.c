@@ -257,3 +257,71 @@ TEST(spec_drafters_fp8_lossless_cuda) {
     if (!*failed_) greedy_random_prompts(failed_, "cuda", target, dd, 12);
     bs_dflash_lossy_weights = -1;
 }
+
+// A greedy round's drafts left in backend memory (propose_on_device) and verified from there
+// (bs_verify_greedy: the forward embeds them on the device, one download) == the drafts downloaded by
+// propose and verified from host ids: the same drafts, target picks, logits and taps bit for bit, over
+// rounds that replay recorded forwards on backends that record.
+static void verify_paths(int *failed_, const char *dev, const char *drafter_dir) {
+    bs_err err = {0};
+    char t[1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    bs_engine *e;
+    CHECK(bs_engine_open(&e, t, dev, &err) == 0, "%s", err.msg);
+    bs_backend *be = e->be;
+    int32_t prompt[12];
+    for (int i = 0; i < 12; i++) prompt[i] = (i * 37 + 5) % e->cfg.vocab_size;
+    bs_drafter *d = tu_drafter_with_context(e, drafter_dir, NULL, prompt, 12, &err);
+    CHECK(d, "%s", err.msg);
+    CHECK(d->propose_on_device, "%s: no propose_on_device", drafter_dir);
+    const int V = e->cfg.vocab_size, F = d->n_taps * e->cfg.hidden_size, n = d->max_drafts;
+    bs_kv_cache ka, kb;
+    CHECK(bs_kv_init(&ka, &e->cfg, 128, be, &err) == 0 && bs_kv_init(&kb, &e->cfg, 128, be, &err) == 0, "%s", err.msg);
+    float *la = be->alloc(be, sizeof(float) * (n + 1) * V, &err), *lb = be->alloc(be, sizeof(float) * (n + 1) * V, &err);
+    float *ta = be->alloc(be, sizeof(float) * (n + 1) * F, &err), *tb = be->alloc(be, sizeof(float) * (n + 1) * F, &err);
+    int32_t *scratch = be->alloc(be, sizeof(int32_t) * (2 * BS_MAX_DRAFT + 2), &err);
+    CHECK(la && lb && ta && tb && scratch, "%s", err.msg);
+    bs_fwd_out fa = { .logits = la }, fb = { .logits = lb };
+    CHECK(bs_qwen3_forward(&e->target, &ka, prompt, 12, &fa, &err) == 0 && bs_qwen3_forward(&e->target, &kb, prompt, 12, &fb, &err) == 0, "%s", err.msg);
+    static const bs_sampling greedy = { 0 };
+    for (int round = 0; round < 4; round++) {
+        const int32_t anchor = (round * 101 + 7) % V;
+        bs_draft dh, dd;
+        CHECK(d->propose(d, anchor, n, &greedy, NULL, &dh, &err) == 0, "%s", err.msg);
+        CHECK(d->propose_on_device(d, anchor, n, &dd, &err) == 0, "%s", err.msg);
+        CHECK(dd.dev_tokens && dd.n == dh.n && !dh.dev_tokens, "round %d: drafts not left on the device (n %d / %d)", round, dd.n, dh.n);
+        bs_fwd_out va = { .logits = la, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = ta };
+        bs_fwd_out vb = { .logits = lb, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = tb };
+        int32_t ia[BS_MAX_DRAFT + 1], ib[BS_MAX_DRAFT + 1], pa[BS_MAX_DRAFT + 1], pb[BS_MAX_DRAFT + 1];
+        CHECK(bs_verify_greedy(&e->target, &ka, anchor, &dh, dh.n, &va, scratch, ia, pa, &err) == 0, "%s", err.msg);
+        CHECK(bs_verify_greedy(&e->target, &kb, anchor, &dd, dd.n, &vb, scratch, ib, pb, &err) == 0, "%s", err.msg);
+        CHECK(!memcmp(ia, ib, sizeof(int32_t) * (dh.n + 1)) && !memcmp(pa, pb, sizeof(int32_t) * (dh.n + 1)),
+              "round %d: drafts or target picks differ between the two paths", round);
+        const size_t nl = (size_t)(dh.n + 1) * V, nt = (size_t)(dh.n + 1) * F;
+        float *a = malloc(sizeof(float) * nl), *b = malloc(sizeof(float) * nl);
+        be->download(be, a, la, sizeof(float) * nl); be->download(be, b, lb, sizeof(float) * nl);
+        CHECK(!memcmp(a, b, sizeof(float) * nl), "round %d: verify logits differ between the two paths", round);
+        free(a); free(b);
+        a = malloc(sizeof(float) * nt); b = malloc(sizeof(float) * nt);
+        be->download(be, a, ta, sizeof(float) * nt); be->download(be, b, tb, sizeof(float) * nt);
+        CHECK(!memcmp(a, b, sizeof(float) * nt), "round %d: verify taps differ between the two paths", round);
+        free(a); free(b);
+        CHECK(bs_kv_rollback(&ka, 12 + round, &err) == 0 && bs_kv_rollback(&kb, 12 + round, &err) == 0, "%s", err.msg);
+    }
+    be->free(be, la); be->free(be, lb); be->free(be, ta); be->free(be, tb); be->free(be, scratch);
+    bs_kv_free(&ka); bs_kv_free(&kb);
+    d->free(d);
+    bs_engine_close(e);
+}
+static void verify_paths_fixtures(int *failed_, const char *dev) {
+    char d1[1024], d2[1024];
+    snprintf(d1, sizeof d1, "%s/dflash", bs_fixtures_dir());
+    snprintf(d2, sizeof d2, "%s/dspark", bs_fixtures_dir());
+    verify_paths(failed_, dev, d1);
+    if (!*failed_) verify_paths(failed_, dev, d2);
+}
+TEST(spec_verify_greedy_paths) { verify_paths_fixtures(failed_, "cpu"); }
+TEST(spec_verify_greedy_paths_cuda) {
+    NEED_CUDA_DEVICE();
+    verify_paths_fixtures(failed_, "cuda");
+}

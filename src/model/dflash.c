@@ -190,6 +190,7 @@ static void dflash_free(bs_drafter *d);
 static int dflash_add_context(bs_drafter *d, const float *feat, int n, bs_err *err);
 static int dflash_rollback(bs_drafter *d, int n_ctx, bs_err *err);
 static int dflash_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err);
+static int dflash_propose_on_device(bs_drafter *d, int32_t anchor, int max_n, bs_draft *out, bs_err *err);
 
 #define ALLOC_BE(p, bytes) do { if (!((p) = m->be->alloc(m->be, (bytes), err))) goto fail; } while (0)
 #define ALLOC_HOST(p, bytes) do { if (!((p) = bs_calloc(1, (bytes), err))) goto fail; } while (0)
@@ -314,6 +315,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     d->add_context = dflash_add_context;
     d->rollback = dflash_rollback;
     d->propose = dflash_propose;
+    d->propose_on_device = dflash_propose_on_device;
     d->free = dflash_free;
     *out = d;
     return 0;
@@ -577,8 +579,9 @@ static void markov_step(dflash *m, int k, int32_t prev) {
     }
 }
 
-int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
-                            bs_draft *out, const bs_dflash_inspect *ins, bs_err *err) {
+// defer: greedy picks made on the device stay there (out->dev_tokens; propose_on_device).
+static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                         const bs_dflash_inspect *ins, int defer, bs_err *err) {
     dflash *m = d->impl;
     bs_backend *be = m->be;
     const bs_drafter_config *c = &m->cfg;
@@ -599,6 +602,7 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
     if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
     if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
     if (n == 0) return 0;
+    if (on_device && defer) { out->n = n; out->dev_tokens = m->picks; return 0; }
     if (on_device) {
         int32_t got[2 * (BS_MAX_DRAFT + 1)];
         be->download(be, got, m->picks, sizeof(int32_t) * 2 * B);
@@ -667,6 +671,14 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
     return 0;
 }
 
+int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
+                            bs_draft *out, const bs_dflash_inspect *ins, bs_err *err) {
+    return forward_block(d, anchor, max_n, s, rng, out, ins, 0, err);
+}
+static int dflash_propose_on_device(bs_drafter *d, int32_t anchor, int max_n, bs_draft *out, bs_err *err) {
+    static const bs_sampling greedy = { 0 };
+    return forward_block(d, anchor, max_n, &greedy, NULL, out, NULL, 1, err);
+}
 static int dflash_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
-    return bs_dflash_forward_block(d, anchor, max_n, s, rng, out, NULL, err);
+    return forward_block(d, anchor, max_n, s, rng, out, NULL, 0, err);
 }

@@ -86,10 +86,11 @@ typedef struct bs_fwd_rec {
     const bs_qwen3 *m;
     int n, logits_all, n_taps, taps[16];
     float *logits, *tap_out;
+    const int32_t *dev_ids;      // the rows' ids after the first were read from here (bs_qwen3_forward_dev)
     int seen;                    // calls with this key so far (the second one records)
     void *rec;
 } bs_fwd_rec;
-#define MAX_RECS 16
+#define MAX_RECS 64   // per KV cache: shapes x output buffers x (host ids, device ids); past it a shape runs unrecorded
 
 void bs_kv_free(bs_kv_cache *kv) {
     for (int i = 0; i < kv->n_recs; i++)
@@ -117,12 +118,15 @@ static void emit_taps(bs_qwen3 *m, const bs_fwd_out *out, int index, const float
             m->be->copy_rows(m->be, out->tap_out + (size_t)row0 * out->n_taps * H + (size_t)t * H, (size_t)out->n_taps * H, h, H, n, H);
 }
 
-static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, int row0, int is_last_chunk) {
+// dev_ids != NULL: rows 1..n-1 take their ids from backend memory (bs_qwen3_forward_dev), row 0 from ids[0].
+static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, int row0, int is_last_chunk,
+                          const int32_t *dev_ids) {
     const bs_qwen3_config *c = &m->cfg;
     bs_backend *be = m->be;
     int H = c->hidden_size, hd = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads;
     int pos0 = kv->n_past;
-    be->embed(be, m->x, &m->embed, ids, n);
+    be->embed(be, m->x, &m->embed, ids, dev_ids ? 1 : n);
+    if (dev_ids && n > 1) be->embed_from(be, m->x + H, &m->embed, dev_ids, n - 1);
     emit_taps(m, out, 0, m->x, row0, n);
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
@@ -160,7 +164,8 @@ static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int 
 
 // Backends with record/replay: a forward of a shape seen before is recorded once (the second time)
 // and replayed from then on. Returns 0 when done, -1 on error, 1 when the call must run plainly.
-static int forward_recorded(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err) {
+static int forward_recorded(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, const int32_t *dev_ids,
+                            bs_err *err) {
     if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
     if (!bs_qwen3_use_graphs || out->n_taps > 16) return 1;
     bs_backend *be = m->be;
@@ -168,24 +173,24 @@ static int forward_recorded(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, in
     for (int i = 0; i < kv->n_recs && !r; i++) {
         bs_fwd_rec *c = &kv->recs[i];
         if (c->m == m && c->n == n && c->logits_all == out->logits_all && c->logits == out->logits && c->tap_out == out->tap_out &&
-            c->n_taps == out->n_taps && !memcmp(c->taps, out->taps, sizeof(int) * out->n_taps)) r = c;
+            c->n_taps == out->n_taps && !memcmp(c->taps, out->taps, sizeof(int) * out->n_taps) && c->dev_ids == dev_ids) r = c;
     }
     if (!r) {
         if (kv->n_recs == MAX_RECS) return 1;
         if (!kv->recs && !(kv->recs = calloc(MAX_RECS, sizeof *kv->recs))) return 1;
         r = &kv->recs[kv->n_recs++];
         r->m = m; r->n = n; r->logits_all = out->logits_all; r->logits = out->logits; r->tap_out = out->tap_out;
-        r->n_taps = out->n_taps; memcpy(r->taps, out->taps, sizeof(int) * out->n_taps);
+        r->n_taps = out->n_taps; memcpy(r->taps, out->taps, sizeof(int) * out->n_taps); r->dev_ids = dev_ids;
     }
     if (!r->rec && r->seen++ < 1) return 1;    // first time: plain (one-off shapes like a prompt stay unrecorded)
     int pos0 = kv->n_past;
     if (!r->rec) {
         if (be->record_begin(be, pos0)) return 1;
-        forward_chunk(m, kv, ids, n, out, 0, 1);
+        forward_chunk(m, kv, ids, n, out, 0, 1, dev_ids);
         kv->n_past = pos0;
         if (!(r->rec = be->record_end(be, err))) return -1;
     }
-    be->replay(be, r->rec, pos0, ids, n);
+    be->replay(be, r->rec, pos0, ids, dev_ids ? 1 : n);
     kv->n_past = pos0 + n;
     return 0;
 }
@@ -201,12 +206,30 @@ int bs_qwen3_forward(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, co
     for (int t = 0; t < out->n_taps; t++)
         if (out->taps[t] < 0 || out->taps[t] > m->cfg.n_layers) return bs_fail(err, "tap %d is outside hidden_states [0, %d]", out->taps[t], m->cfg.n_layers);
     if (n <= m->max_rows && m->be->record_begin) {
-        int rc = forward_recorded(m, kv, ids, n, out, err);
+        int rc = forward_recorded(m, kv, ids, n, out, NULL, err);
         if (rc <= 0) return rc;   // 1: not recordable, run it plainly
     }
     for (int r = 0; r < n; r += m->max_rows) {
         int c = n - r < m->max_rows ? n - r : m->max_rows;
-        forward_chunk(m, kv, ids + r, c, out, r, r + c == n);
+        forward_chunk(m, kv, ids + r, c, out, r, r + c == n, NULL);
     }
+    return 0;
+}
+
+int bs_qwen3_forward_dev(bs_qwen3 *m, bs_kv_cache *kv, int32_t id0, const int32_t *dev_ids, int n, const bs_fwd_out *out, bs_err *err) {
+    static const bs_fwd_out none = { 0 };
+    if (!out) out = &none;
+    if (n <= 0 || n > m->max_rows) return bs_fail(err, "forward with ids in backend memory takes 1..%d rows (got %d)", m->max_rows, n);
+    if (!m->be->embed_from) return bs_fail(err, "backend %s cannot embed ids from its memory", m->be->name);
+    if (id0 < 0 || id0 >= m->cfg.vocab_size) return bs_fail(err, "token id %d at index 0 is outside the vocabulary [0, %d)", id0, m->cfg.vocab_size);
+    if (kv->n_past + n > kv->max_ctx)
+        return bs_fail(err, "context full: %d cached + %d new tokens exceed the context length %d", kv->n_past, n, kv->max_ctx);
+    for (int t = 0; t < out->n_taps; t++)
+        if (out->taps[t] < 0 || out->taps[t] > m->cfg.n_layers) return bs_fail(err, "tap %d is outside hidden_states [0, %d]", out->taps[t], m->cfg.n_layers);
+    if (m->be->record_begin) {
+        int rc = forward_recorded(m, kv, &id0, n, out, dev_ids, err);
+        if (rc <= 0) return rc;
+    }
+    forward_chunk(m, kv, &id0, n, out, 0, 1, dev_ids);
     return 0;
 }

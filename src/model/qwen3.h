@@ -62,3 +62,6 @@ extern int bs_qwen3_use_graphs;
 
 // Runs n new rows (ids at positions kv->n_past ...) and appends their K/V. Checks ids and context room.
 int bs_qwen3_forward(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err);
+// The same for n <= max_rows rows whose ids after the first are in backend memory (int32, not checked
+// here: a drafter's device picks), so the host need not wait for them: row 0 = id0, row i = dev_ids[i-1].
+int bs_qwen3_forward_dev(bs_qwen3 *m, bs_kv_cache *kv, int32_t id0, const int32_t *dev_ids, int n, const bs_fwd_out *out, bs_err *err);

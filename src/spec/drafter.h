@@ -18,6 +18,9 @@ typedef struct bs_draft {
     const float *q;
     int has_conf;                   // 1 if conf[] holds c_k = P(d_k survives | d_1..d_{k-1} survived)
     float conf[BS_MAX_DRAFT];
+    // propose_on_device only: non-NULL when d_1..d_n were left in backend memory (int32, owned by the
+    // drafter, valid until its next call) and tokens[] was not filled.
+    const int32_t *dev_tokens;
 } bs_draft;
 
 typedef struct bs_drafter bs_drafter;
@@ -35,6 +38,11 @@ struct bs_drafter {
     int  (*rollback)(bs_drafter *d, int n_ctx, bs_err *err);
     // Drafts up to max_n tokens following `anchor`, which sits at position d->n_ctx.
     int  (*propose)(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err);
+    // Optional (NULL: propose): greedy propose that may leave the drafted ids in backend memory
+    // (out->dev_tokens) without a host synchronisation, so that the verify forward can read them there
+    // and one download per round brings drafts and target picks back (bs_verify_greedy). Confidences
+    // are not filled. A drafter that picks on the host fills tokens[] as propose does.
+    int  (*propose_on_device)(bs_drafter *d, int32_t anchor, int max_n, bs_draft *out, bs_err *err);
     void (*free)(bs_drafter *d);
 };
 

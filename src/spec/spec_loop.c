@@ -40,6 +40,31 @@ static void emit(emitter *e, int32_t t) {
     if ((e->cb && e->cb(e->ctx, t)) || *e->n_out >= e->n_new || (e->stop_at_eos && bs_is_eos(e->eng, t))) e->done = 1;
 }
 
+int bs_verify_greedy(bs_qwen3 *tm, bs_kv_cache *kv, int32_t anchor, const bs_draft *dr, int n, const bs_fwd_out *vo,
+                     int32_t *scratch, int32_t *ids, int32_t *targ, bs_err *err) {
+    bs_backend *be = tm->be;
+    const int V = tm->cfg.vocab_size;
+    ids[0] = anchor;
+    if (n > 0 && dr->dev_tokens && be->argmax_to && be->embed_from) {
+        if (bs_qwen3_forward_dev(tm, kv, anchor, dr->dev_tokens, n + 1, vo, err)) return -1;
+        int32_t got[2 * BS_MAX_DRAFT + 1];
+        be->argmax_to(be, scratch, vo->logits, n + 1, V, NULL);
+        be->copy(be, scratch + n + 1, dr->dev_tokens, sizeof(int32_t) * n);
+        be->download(be, got, scratch, sizeof(int32_t) * (2 * n + 1));
+        memcpy(targ, got, sizeof(int32_t) * (n + 1));
+        memcpy(ids + 1, got + n + 1, sizeof(int32_t) * n);
+        for (int k = 1; k <= n; k++)
+            if (ids[k] < 0 || ids[k] >= V) return bs_fail(err, "drafter: drafted token %d at position %d is outside the vocabulary [0, %d)", ids[k], k, V);
+        return 0;
+    }
+    if (n > 0 && dr->dev_tokens) {   // a backend without the device ops: fetch the drafts first
+        be->download(be, ids + 1, dr->dev_tokens, sizeof(int32_t) * n);
+    } else memcpy(ids + 1, dr->tokens, sizeof(int32_t) * n);
+    if (bs_qwen3_forward(tm, kv, ids, n + 1, vo, err)) return -1;
+    be->argmax(be, targ, vo->logits, n + 1, V);
+    return 0;
+}
+
 int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_prompt, int n_new,
                      const bs_spec_opts *opts, int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx,
                      bs_spec_stats *st, bs_err *err) {
@@ -63,8 +88,9 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
     if (feat_rows < B + 1) feat_rows = B + 1;
     float *logits = be->alloc(be, sizeof(float) * (size_t)(B + 1) * V, err);
     float *feat = logits ? be->alloc(be, sizeof(float) * (size_t)feat_rows * F, err) : NULL;
+    int32_t *scratch = feat ? be->alloc(be, sizeof(int32_t) * (2 * BS_MAX_DRAFT + 2), err) : NULL;
     int rc = -1;
-    if (!logits || !feat) goto out;
+    if (!logits || !feat || !scratch) goto out;
 
     double t_start = bs_now(), t0;
     // Prefill in chunks: each chunk's taps become drafter context right away.
@@ -89,8 +115,12 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
         int max_n = B < room ? B : room;
         int n = 0;
         t0 = bs_now();
+        memset(&dr, 0, sizeof dr);
         if (max_n > 0) {
-            if (d->propose(d, anchor, max_n, &s->sampling, &s->rng, &dr, err)) goto out;
+            // Greedy without a confidence cut needs nothing from the drafts before the verify: they may
+            // stay in backend memory until its one download (bs_verify_greedy).
+            if (greedy && !(thr > 0) && d->propose_on_device) { if (d->propose_on_device(d, anchor, max_n, &dr, err)) goto out; }
+            else if (d->propose(d, anchor, max_n, &s->sampling, &s->rng, &dr, err)) goto out;
             n = dr.n < max_n ? dr.n : max_n;
             if (thr > 0 && dr.has_conf) { int k = 0; while (k < n && dr.conf[k] >= thr) k++; n = k; }
         }
@@ -99,15 +129,15 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
         // Verify [anchor, d_1..d_n] in one target forward; its taps feed the drafter next.
         t0 = bs_now();
         int s0 = s->kv.n_past;
-        ids[0] = anchor;
-        memcpy(ids + 1, dr.tokens, sizeof(int32_t) * n);
         bs_fwd_out vo = { .logits = logits, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
-        if (bs_qwen3_forward(tm, &s->kv, ids, n + 1, &vo, err)) goto out;
         int a; int32_t next;
         if (greedy) {
-            be->argmax(be, targ, logits, n + 1, V);
+            if (bs_verify_greedy(tm, &s->kv, anchor, &dr, n, &vo, scratch, ids, targ, err)) goto out;
             a = bs_accept_greedy(targ, ids + 1, n, &next);
         } else {
+            ids[0] = anchor;
+            memcpy(ids + 1, dr.tokens, sizeof(int32_t) * n);
+            if (bs_qwen3_forward(tm, &s->kv, ids, n + 1, &vo, err)) goto out;
             // p rows in place of the logits, then the acceptance where p and q are.
             double u[BS_MAX_DRAFT + 1];
             for (int k = 0; k <= n; k++) u[k] = bs_rng_uniform(&s->rng);
@@ -132,5 +162,6 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
 out:
     if (logits) be->free(be, logits);
     if (feat) be->free(be, feat);
+    if (scratch) be->free(be, scratch);
     return rc;
 }

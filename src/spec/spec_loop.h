@@ -26,6 +26,14 @@ void bs_spec_stats_free(bs_spec_stats *st);
 // tau = mean tokens per round (accepted + 1).
 double bs_spec_tau(const bs_spec_stats *st);
 
+// A greedy round's verify: the target scores [anchor, d_1..d_n] (vo: logits of all rows + the drafter's
+// taps) and picks its argmax per row. With the drafts still in backend memory (dr->dev_tokens,
+// propose_on_device) the forward embeds them from there, the picks land beside a copy of them in
+// scratch (backend memory, >= 2 n + 1 int32) and one download brings both back: the round's only host
+// synchronisation. Fills ids[0..n] (anchor, drafts) and targ[0..n] (the target's picks).
+int bs_verify_greedy(bs_qwen3 *tm, bs_kv_cache *kv, int32_t anchor, const bs_draft *dr, int n, const bs_fwd_out *vo,
+                     int32_t *scratch, int32_t *ids, int32_t *targ, bs_err *err);
+
 int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_prompt, int n_new,
                      const bs_spec_opts *opts, int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx,
                      bs_spec_stats *st, bs_err *err);
