@@ -255,7 +255,7 @@ int main(int argc, char **argv) {
             for (int r = 0; r < 20; r++) {
                 bs_kv_rollback(&s.kv, ctx, &err);
                 d->rollback(d, ctx, &err);
-                if (d->propose_on_device) d->propose_on_device(d, ids[ctx], n, &dr, &err);
+                if (d->propose_on_device) d->propose_on_device(d, ids[ctx], n, &greedy, NULL, &dr, &err);
                 else d->propose(d, ids[ctx], n, &greedy, NULL, &dr, &err);
                 bs_verify_greedy(&e->target, &s.kv, ids[ctx], &dr, n, &vo, scratch, vid, targ, &err);
                 d->add_context(d, taps, n + 1, &err);

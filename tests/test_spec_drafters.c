@@ -258,10 +258,11 @@ TEST(spec_drafters_fp8_lossless_cuda) {
     bs_dflash_lossy_weights = -1;
 }
 
-// A greedy round's drafts left in backend memory (propose_on_device) and verified from there
-// (bs_verify_greedy: the forward embeds them on the device, one download) == the drafts downloaded by
-// propose and verified from host ids: the same drafts, target picks, logits and taps bit for bit, over
-// rounds that replay recorded forwards on backends that record.
+// A round's drafts left in backend memory (propose_on_device) and verified from there (the forward
+// embeds them on the device, one download) == the drafts downloaded by propose and verified from host
+// ids. Greedy (bs_verify_greedy): the same drafts, target picks, logits and taps bit for bit, over rounds
+// that replay recorded forwards on backends that record. Sampled (bs_verify_sampled, two sampling
+// configurations, the same RNG seed and uniforms): the same drafts, accepted count and emitted token.
 static void verify_paths(int *failed_, const char *dev, const char *drafter_dir) {
     bs_err err = {0};
     char t[1024];
@@ -288,7 +289,7 @@ static void verify_paths(int *failed_, const char *dev, const char *drafter_dir)
         const int32_t anchor = (round * 101 + 7) % V;
         bs_draft dh, dd;
         CHECK(d->propose(d, anchor, n, &greedy, NULL, &dh, &err) == 0, "%s", err.msg);
-        CHECK(d->propose_on_device(d, anchor, n, &dd, &err) == 0, "%s", err.msg);
+        CHECK(d->propose_on_device(d, anchor, n, &greedy, NULL, &dd, &err) == 0, "%s", err.msg);
         CHECK(dd.dev_tokens && dd.n == dh.n && !dh.dev_tokens, "round %d: drafts not left on the device (n %d / %d)", round, dd.n, dh.n);
         bs_fwd_out va = { .logits = la, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = ta };
         bs_fwd_out vb = { .logits = lb, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = tb };
@@ -308,6 +309,34 @@ static void verify_paths(int *failed_, const char *dev, const char *drafter_dir)
         free(a); free(b);
         CHECK(bs_kv_rollback(&ka, 12 + round, &err) == 0 && bs_kv_rollback(&kb, 12 + round, &err) == 0, "%s", err.msg);
     }
+    // Sampled rounds: the same RNG state on both paths, so the same draws; the host path's drafts are
+    // verified before the device path proposes (the drafter's q rows are its own buffer).
+    const bs_sampling smp[2] = { { .temperature = 0.8f }, { .temperature = 1.0f, .top_k = 20, .top_p = 0.9f } };
+    float *res = malloc(sizeof(float) * V);
+    for (int round = 0; round < 6 && !*failed_; round++) {
+        const bs_sampling *sm = &smp[round & 1];
+        const int32_t anchor = (round * 53 + 11) % V;
+        bs_rng ra, rb;
+        bs_rng_seed(&ra, 1000 + round); bs_rng_seed(&rb, 1000 + round);
+        double u[BS_MAX_DRAFT + 1];
+        for (int k = 0; k <= n; k++) u[k] = (k * 0.37 + round * 0.11) - (int)(k * 0.37 + round * 0.11);
+        bs_fwd_out va = { .logits = la, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = ta };
+        bs_fwd_out vb = { .logits = lb, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = tb };
+        int32_t ia[BS_MAX_DRAFT + 1], ib[BS_MAX_DRAFT + 1], na, nb;
+        bs_draft dh, dd;
+        CHECK(d->propose(d, anchor, n, sm, &ra, &dh, &err) == 0, "%s", err.msg);
+        int aa = bs_verify_sampled(&e->target, &ka, anchor, &dh, dh.n, &va, sm, u, res, scratch, ia, &na, &err);
+        CHECK(aa >= 0, "%s", err.msg);
+        CHECK(d->propose_on_device(d, anchor, n, sm, &rb, &dd, &err) == 0, "%s", err.msg);
+        CHECK(dd.n == dh.n && dd.q && dd.dev_tokens, "sampled round %d: n %d / %d, q %p, drafts not left on the device", round, dd.n, dh.n,
+              (const void *)dd.q);
+        int ab = bs_verify_sampled(&e->target, &kb, anchor, &dd, dd.n, &vb, sm, u, res, scratch, ib, &nb, &err);
+        CHECK(ab >= 0, "%s", err.msg);
+        CHECK(aa == ab && na == nb && !memcmp(ia, ib, sizeof(int32_t) * (dh.n + 1)),
+              "sampled round %d: host path accepted %d then %d, device path %d then %d", round, aa, na, ab, nb);
+        CHECK(bs_kv_rollback(&ka, 12, &err) == 0 && bs_kv_rollback(&kb, 12, &err) == 0, "%s", err.msg);
+    }
+    free(res);
     be->free(be, la); be->free(be, lb); be->free(be, ta); be->free(be, tb); be->free(be, scratch);
     bs_kv_free(&ka); bs_kv_free(&kb);
     d->free(d);

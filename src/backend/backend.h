@@ -143,6 +143,11 @@ struct bs_backend {
     // without a host round trip per draw. Same optionality as sample_rows (see bs_sample_rows_to).
     int (*sample_rows_to)(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k,
                           float top_p, const double *u, int32_t *ids_be);
+    // accept_sampled with the drafts in backend memory and the verdict left there: out_be[0] = the
+    // accepted count, out_be[1] = the emitted token (int32), no host synchronisation. Same optionality
+    // as sample_rows (see bs_accept_sampled_to).
+    void (*accept_sampled_to)(bs_backend *be, const float *p, const float *q, const int32_t *drafts_be, int n, int V,
+                              const double *u, int32_t *out_be);
 
     // Optional recording of a sequence of ops for cheap replay (CUDA graphs); NULL where unsupported.
     // record_begin(be, pos_base) starts recording: nothing executes until a replay. While recording,

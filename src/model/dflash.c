@@ -190,7 +190,8 @@ static void dflash_free(bs_drafter *d);
 static int dflash_add_context(bs_drafter *d, const float *feat, int n, bs_err *err);
 static int dflash_rollback(bs_drafter *d, int n_ctx, bs_err *err);
 static int dflash_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err);
-static int dflash_propose_on_device(bs_drafter *d, int32_t anchor, int max_n, bs_draft *out, bs_err *err);
+static int dflash_propose_on_device(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                                    bs_err *err);
 
 #define ALLOC_BE(p, bytes) do { if (!((p) = m->be->alloc(m->be, (bytes), err))) goto fail; } while (0)
 #define ALLOC_HOST(p, bytes) do { if (!((p) = bs_calloc(1, (bytes), err))) goto fail; } while (0)
@@ -579,7 +580,7 @@ static void markov_step(dflash *m, int k, int32_t prev) {
     }
 }
 
-// defer: greedy picks made on the device stay there (out->dev_tokens; propose_on_device).
+// defer: picks and draws made on the device stay there (out->dev_tokens; propose_on_device).
 static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
                          const bs_dflash_inspect *ins, int defer, bs_err *err) {
     dflash *m = d->impl;
@@ -619,7 +620,8 @@ static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_samp
         else {   // the rows' distributions and draws where the logits are, one uniform per row in order
             double u[BS_MAX_DRAFT];
             for (int k = 0; k < n; k++) u[k] = bs_rng_uniform(rng);
-            bs_sample_rows(be, s, m->qdist, m->logits, n, V, u, out->tokens);
+            if (defer) { bs_sample_rows_to(be, s, m->qdist, m->logits, n, V, u, m->picks); out->dev_tokens = m->picks; }
+            else bs_sample_rows(be, s, m->qdist, m->logits, n, V, u, out->tokens);
         }
     } else {
         // Rows 0..n-1 predict the next position; Markov walk from the anchor.
@@ -629,6 +631,7 @@ static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_samp
             memset(m->state, 0, sizeof(float) * r);
         }
         float cl[BS_MAX_DRAFT];
+        int have_cl = c->conf_head;
         if (!bs_sampling_greedy(s) && m->be->embed_from && (r == 0 || c->markov_type == BS_MARKOV_VANILLA) && !bs_dflash_step_walk) {
             // Sampled walk without a host round trip per draft: the uniforms are drawn first (the order
             // the step-by-step walk draws them in, so a seeded run drafts the same tokens), each draw lands
@@ -645,10 +648,15 @@ static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_samp
                 bs_sample_rows_to(be, s, m->qdist + (size_t)k * V, m->logits + (size_t)k * V, 1, V, &u[k], m->picks + k);
             }
             if (c->conf_head) conf_head_logits(m, n);
-            int32_t got[2 * (BS_MAX_DRAFT + 1)];
-            be->download(be, got, m->picks, sizeof(int32_t) * 2 * B);
-            memcpy(out->tokens, got, sizeof(int32_t) * n);
-            memcpy(cl, got + B, sizeof(float) * n);
+            if (defer) {   // the draws stay in picks for the verify; no confidences
+                out->dev_tokens = m->picks;
+                have_cl = 0;
+            } else {
+                int32_t got[2 * (BS_MAX_DRAFT + 1)];
+                be->download(be, got, m->picks, sizeof(int32_t) * 2 * B);
+                memcpy(out->tokens, got, sizeof(int32_t) * n);
+                memcpy(cl, got + B, sizeof(float) * n);
+            }
         } else {
             int32_t prev = anchor;
             for (int k = 0; k < n; k++) {
@@ -661,7 +669,7 @@ static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_samp
             }
         }
         if (ins && ins->step_logits) be->download(be, ins->step_logits, m->logits, sizeof(float) * n * V);
-        if (c->conf_head) {
+        if (have_cl) {
             set_confidences(m, out, cl, n);
             if (ins && ins->conf_logits) memcpy(ins->conf_logits, cl, sizeof(float) * n);
         }
@@ -675,9 +683,9 @@ int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_s
                             bs_draft *out, const bs_dflash_inspect *ins, bs_err *err) {
     return forward_block(d, anchor, max_n, s, rng, out, ins, 0, err);
 }
-static int dflash_propose_on_device(bs_drafter *d, int32_t anchor, int max_n, bs_draft *out, bs_err *err) {
-    static const bs_sampling greedy = { 0 };
-    return forward_block(d, anchor, max_n, &greedy, NULL, out, NULL, 1, err);
+static int dflash_propose_on_device(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                                    bs_err *err) {
+    return forward_block(d, anchor, max_n, s, rng, out, NULL, 1, err);
 }
 static int dflash_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
     return forward_block(d, anchor, max_n, s, rng, out, NULL, 0, err);

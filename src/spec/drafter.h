@@ -38,11 +38,13 @@ struct bs_drafter {
     int  (*rollback)(bs_drafter *d, int n_ctx, bs_err *err);
     // Drafts up to max_n tokens following `anchor`, which sits at position d->n_ctx.
     int  (*propose)(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err);
-    // Optional (NULL: propose): greedy propose that may leave the drafted ids in backend memory
+    // Optional (NULL: propose): propose that may leave the drafted ids in backend memory
     // (out->dev_tokens) without a host synchronisation, so that the verify forward can read them there
-    // and one download per round brings drafts and target picks back (bs_verify_greedy). Confidences
-    // are not filled. A drafter that picks on the host fills tokens[] as propose does.
-    int  (*propose_on_device)(bs_drafter *d, int32_t anchor, int max_n, bs_draft *out, bs_err *err);
+    // and one download per round brings drafts and the verdict back (bs_verify_greedy,
+    // bs_verify_sampled). The same tokens and q as propose with the same RNG state; confidences are not
+    // filled. A drafter that draws on the host fills tokens[] as propose does.
+    int  (*propose_on_device)(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                              bs_err *err);
     void (*free)(bs_drafter *d);
 };
 

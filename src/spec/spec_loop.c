@@ -65,6 +65,31 @@ int bs_verify_greedy(bs_qwen3 *tm, bs_kv_cache *kv, int32_t anchor, const bs_dra
     return 0;
 }
 
+int bs_verify_sampled(bs_qwen3 *tm, bs_kv_cache *kv, int32_t anchor, const bs_draft *dr, int n, const bs_fwd_out *vo,
+                      const bs_sampling *smp, const double *u, float *residual, int32_t *scratch, int32_t *ids, int32_t *next,
+                      bs_err *err) {
+    bs_backend *be = tm->be;
+    const int V = tm->cfg.vocab_size;
+    ids[0] = anchor;
+    if (n > 0 && dr->dev_tokens && be->embed_from) {
+        if (bs_qwen3_forward_dev(tm, kv, anchor, dr->dev_tokens, n + 1, vo, err)) return -1;
+        bs_sample_rows(be, smp, vo->logits, vo->logits, n + 1, V, NULL, NULL);
+        bs_accept_sampled_to(be, vo->logits, dr->q, dr->dev_tokens, n, V, u, residual, scratch);
+        be->copy(be, scratch + 2, dr->dev_tokens, sizeof(int32_t) * n);
+        int32_t got[BS_MAX_DRAFT + 2];
+        be->download(be, got, scratch, sizeof(int32_t) * (n + 2));
+        memcpy(ids + 1, got + 2, sizeof(int32_t) * n);
+        *next = got[1];
+        return got[0];
+    }
+    if (n > 0 && dr->dev_tokens) be->download(be, ids + 1, dr->dev_tokens, sizeof(int32_t) * n);
+    else memcpy(ids + 1, dr->tokens, sizeof(int32_t) * n);
+    if (bs_qwen3_forward(tm, kv, ids, n + 1, vo, err)) return -1;
+    // p rows in place of the logits, then the acceptance where p and q are.
+    bs_sample_rows(be, smp, vo->logits, vo->logits, n + 1, V, NULL, NULL);
+    return bs_accept_sampled_on(be, vo->logits, dr->q, ids + 1, n, V, u, residual, next);
+}
+
 int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_prompt, int n_new,
                      const bs_spec_opts *opts, int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx,
                      bs_spec_stats *st, bs_err *err) {
@@ -117,9 +142,11 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
         t0 = bs_now();
         memset(&dr, 0, sizeof dr);
         if (max_n > 0) {
-            // Greedy without a confidence cut needs nothing from the drafts before the verify: they may
-            // stay in backend memory until its one download (bs_verify_greedy).
-            if (greedy && !(thr > 0) && d->propose_on_device) { if (d->propose_on_device(d, anchor, max_n, &dr, err)) goto out; }
+            // Without a confidence cut nothing from the drafts is needed before the verify: they may stay
+            // in backend memory until its one download (bs_verify_greedy / bs_verify_sampled).
+            if (!(thr > 0) && d->propose_on_device) {
+                if (d->propose_on_device(d, anchor, max_n, &s->sampling, &s->rng, &dr, err)) goto out;
+            }
             else if (d->propose(d, anchor, max_n, &s->sampling, &s->rng, &dr, err)) goto out;
             n = dr.n < max_n ? dr.n : max_n;
             if (thr > 0 && dr.has_conf) { int k = 0; while (k < n && dr.conf[k] >= thr) k++; n = k; }
@@ -135,14 +162,9 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
             if (bs_verify_greedy(tm, &s->kv, anchor, &dr, n, &vo, scratch, ids, targ, err)) goto out;
             a = bs_accept_greedy(targ, ids + 1, n, &next);
         } else {
-            ids[0] = anchor;
-            memcpy(ids + 1, dr.tokens, sizeof(int32_t) * n);
-            if (bs_qwen3_forward(tm, &s->kv, ids, n + 1, &vo, err)) goto out;
-            // p rows in place of the logits, then the acceptance where p and q are.
             double u[BS_MAX_DRAFT + 1];
             for (int k = 0; k <= n; k++) u[k] = bs_rng_uniform(&s->rng);
-            bs_sample_rows(be, &s->sampling, logits, logits, n + 1, V, NULL, NULL);
-            a = bs_accept_sampled_on(be, logits, dr.q, ids + 1, n, V, u, s->scratch, &next);
+            if ((a = bs_verify_sampled(tm, &s->kv, anchor, &dr, n, &vo, &s->sampling, u, s->scratch, scratch, ids, &next, err)) < 0) goto out;
         }
         st->t_target += bs_now() - t0;
         // Keep the anchor's and the accepted drafts' K/V; the next token has none yet. Their taps

@@ -34,6 +34,15 @@ double bs_spec_tau(const bs_spec_stats *st);
 int bs_verify_greedy(bs_qwen3 *tm, bs_kv_cache *kv, int32_t anchor, const bs_draft *dr, int n, const bs_fwd_out *vo,
                      int32_t *scratch, int32_t *ids, int32_t *targ, bs_err *err);
 
+// A sampled round's verify: the target scores [anchor, d_1..d_n] (vo), its rows become the processed
+// distributions p (in place of the logits), and the acceptance (u[0..n], bs_accept_sampled_u) runs where
+// p and q are. With the drafts in backend memory the forward reads them there and one download brings
+// the drafts and the verdict back. residual: host scratch [vocab] (host-memory backends). Fills ids[0..n];
+// returns the accepted count (or -1, err), *next the emitted token.
+int bs_verify_sampled(bs_qwen3 *tm, bs_kv_cache *kv, int32_t anchor, const bs_draft *dr, int n, const bs_fwd_out *vo,
+                      const bs_sampling *smp, const double *u, float *residual, int32_t *scratch, int32_t *ids, int32_t *next,
+                      bs_err *err);
+
 int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_prompt, int n_new,
                      const bs_spec_opts *opts, int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx,
                      bs_spec_stats *st, bs_err *err);

@@ -35,6 +35,12 @@ int bs_accept_sampled_u(const float *p, const float *q, const int32_t *d, int n,
     return n;
 }
 
+void bs_accept_sampled_to(bs_backend *be, const float *p, const float *q, const int32_t *d, int n, int V, const double *u,
+                          float *res, int32_t *out) {
+    if (be->accept_sampled_to) { be->accept_sampled_to(be, p, q, d, n, V, u, out); return; }
+    out[0] = bs_accept_sampled_u(p, q, d, n, V, u, res, &out[1]);
+}
+
 int bs_accept_sampled_on(bs_backend *be, const float *p, const float *q, const int32_t *d, int n, int V, const double *u,
                          float *res, int32_t *next) {
     if (be->accept_sampled) return be->accept_sampled(be, p, q, d, n, V, u, next);

@@ -21,3 +21,8 @@ int bs_accept_sampled_u(const float *p, const float *q, const int32_t *drafts, i
 typedef struct bs_backend bs_backend;
 int bs_accept_sampled_on(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int vocab,
                          const double *u, float *residual, int32_t *next);
+// The same with the drafts in backend memory and the verdict written there (out_be[0] = a, out_be[1] =
+// the emitted token), so that the caller downloads it with the drafts: no synchronisation of its own on
+// backends with accept_sampled_to (CUDA); a host-memory backend runs bs_accept_sampled_u in place.
+void bs_accept_sampled_to(bs_backend *be, const float *p, const float *q, const int32_t *drafts_be, int n, int vocab,
+                          const double *u, float *residual, int32_t *out_be);

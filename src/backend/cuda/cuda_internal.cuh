@@ -149,6 +149,8 @@ int cu_sample_rows_to(bs_backend *be, float *probs, const float *logits, int n, 
                       const double *u, int32_t *ids_dev);
 int cu_accept_sampled(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int V, const double *u,
                       int32_t *next_host);
+void cu_accept_sampled_to(bs_backend *be, const float *p, const float *q, const int32_t *drafts_dev, int n, int V, const double *u,
+                          int32_t *out_dev);
 
 // BS_CUDA_MM_TRACE=1 (cuda_profile.cu): every tiled-GEMM launch records per-block timestamps
 // (%globaltimer) into a device buffer; the report at exit gives each launch's span, start skew,

@@ -343,11 +343,11 @@ sr_rows_kernel(float *probs, const float *logits, int V, float temperature, int 
 // Speculative acceptance (bs_accept_sampled_u), one cluster: out[0] = accepted count, out[1] = the
 // emitted token.
 __global__ void __launch_bounds__(SR_THREADS) __cluster_dims__(SR_CLUSTER, 1, 1)
-sr_accept_kernel(const float *p, const float *q, int n, int V, sr_drafts D, sr_uniforms U, int *out) {
+sr_accept_kernel(const float *p, const float *q, int n, int V, sr_drafts D, const int32_t *dd, sr_uniforms U, int *out) {
     __shared__ sr_shared S;
     int a = n;   // every thread decides the same (the same n values)
     for (int k = 0; k < n; k++) {
-        const int d = D.d[k];
+        const int d = dd ? dd[k] : D.d[k];   // drafts in device memory (accept_sampled_to) or in the arguments
         const float px = p[(size_t)k * V + d], qx = q ? q[(size_t)k * V + d] : 1.0f;
         if (U.u[k] * qx < px) continue;
         a = k;
@@ -355,7 +355,7 @@ sr_accept_kernel(const float *p, const float *q, int n, int V, sr_drafts D, sr_u
     }
     const sr_slice sl = sr_my_slice(V);
     const float *pa = p + (size_t)a * V, *qa = q && a < n ? q + (size_t)a * V : NULL;
-    const int da = a < n ? D.d[a] : -1;
+    const int da = a < n ? (dd ? dd[a] : D.d[a]) : -1;
     auto residual = [&](int i) { const float r = pa[i] - (qa ? qa[i] : (i == da ? 1.0f : 0.0f)); return r > 0 ? r : 0.0f; };
     bool use_residual = false;
     if (a < n) {
@@ -408,10 +408,21 @@ int cu_accept_sampled(bs_backend *be, const float *p, const float *q, const int3
     memset(&D, 0, sizeof D); memset(&U, 0, sizeof U);
     for (int k = 0; k < n; k++) D.d[k] = drafts[k];
     for (int k = 0; k <= n; k++) U.u[k] = u[k];
-    sr_accept_kernel<<<SR_CLUSTER, SR_THREADS, 0, c->st>>>(p, q, n, V, D, U, c->d_argmax);
+    sr_accept_kernel<<<SR_CLUSTER, SR_THREADS, 0, c->st>>>(p, q, n, V, D, NULL, U, c->d_argmax);
     LAUNCHED("accept_sampled");
     int32_t got[2];
     ids_download(c, got, 2);
     *next_host = got[1];
     return got[0];
+}
+void cu_accept_sampled_to(bs_backend *be, const float *p, const float *q, const int32_t *drafts_dev, int n, int V, const double *u,
+                          int32_t *out_dev) {
+    cuda_impl *c = CI(be);
+    if (n > SR_MAX_ROWS) { fprintf(stderr, "blockspec: accept_sampled: %d drafts (at most %d)\n", n, SR_MAX_ROWS); exit(1); }
+    c->after_gemm = 0;
+    sr_drafts D; sr_uniforms U;
+    memset(&D, 0, sizeof D); memset(&U, 0, sizeof U);
+    for (int k = 0; k <= n; k++) U.u[k] = u[k];
+    sr_accept_kernel<<<SR_CLUSTER, SR_THREADS, 0, c->st>>>(p, q, n, V, D, drafts_dev, U, out_dev);
+    LAUNCHED("accept_sampled");
 }
