@@ -399,17 +399,23 @@ int cu_sample_rows_to(bs_backend *be, float *probs, const float *logits, int n, 
     return 0;
 }
 
-int cu_accept_sampled(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int V, const double *u,
-                      int32_t *next_host) {
-    cuda_impl *c = CI(be);
+// The acceptance kernel with the drafts from the host (copied into the arguments) or from device memory
+// (drafts_dev), the verdict (a, next) into out (device memory).
+static void accept_launch(cuda_impl *c, const float *p, const float *q, const int32_t *drafts_host, const int32_t *drafts_dev, int n,
+                          int V, const double *u, int32_t *out) {
     if (n > SR_MAX_ROWS) { fprintf(stderr, "blockspec: accept_sampled: %d drafts (at most %d)\n", n, SR_MAX_ROWS); exit(1); }
     c->after_gemm = 0;
     sr_drafts D; sr_uniforms U;
     memset(&D, 0, sizeof D); memset(&U, 0, sizeof U);
-    for (int k = 0; k < n; k++) D.d[k] = drafts[k];
+    for (int k = 0; drafts_host && k < n; k++) D.d[k] = drafts_host[k];
     for (int k = 0; k <= n; k++) U.u[k] = u[k];
-    sr_accept_kernel<<<SR_CLUSTER, SR_THREADS, 0, c->st>>>(p, q, n, V, D, NULL, U, c->d_argmax);
+    sr_accept_kernel<<<SR_CLUSTER, SR_THREADS, 0, c->st>>>(p, q, n, V, D, drafts_dev, U, out);
     LAUNCHED("accept_sampled");
+}
+int cu_accept_sampled(bs_backend *be, const float *p, const float *q, const int32_t *drafts, int n, int V, const double *u,
+                      int32_t *next_host) {
+    cuda_impl *c = CI(be);
+    accept_launch(c, p, q, drafts, NULL, n, V, u, c->d_argmax);
     int32_t got[2];
     ids_download(c, got, 2);
     *next_host = got[1];
@@ -417,12 +423,5 @@ int cu_accept_sampled(bs_backend *be, const float *p, const float *q, const int3
 }
 void cu_accept_sampled_to(bs_backend *be, const float *p, const float *q, const int32_t *drafts_dev, int n, int V, const double *u,
                           int32_t *out_dev) {
-    cuda_impl *c = CI(be);
-    if (n > SR_MAX_ROWS) { fprintf(stderr, "blockspec: accept_sampled: %d drafts (at most %d)\n", n, SR_MAX_ROWS); exit(1); }
-    c->after_gemm = 0;
-    sr_drafts D; sr_uniforms U;
-    memset(&D, 0, sizeof D); memset(&U, 0, sizeof U);
-    for (int k = 0; k <= n; k++) U.u[k] = u[k];
-    sr_accept_kernel<<<SR_CLUSTER, SR_THREADS, 0, c->st>>>(p, q, n, V, D, drafts_dev, U, out_dev);
-    LAUNCHED("accept_sampled");
+    accept_launch(CI(be), p, q, NULL, drafts_dev, n, V, u, out_dev);
 }
