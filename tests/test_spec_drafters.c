@@ -7,6 +7,7 @@
 #include "harness.h"
 #include "test_util_models.h"
 #include "spec/spec_loop.h"
+#include "spec/verify.h"
 #include "model/dflash.h"
 #include <math.h>
 #include <stdio.h>
@@ -353,4 +354,86 @@ TEST(spec_verify_greedy_paths) { verify_paths_fixtures(failed_, "cpu"); }
 TEST(spec_verify_greedy_paths_cuda) {
     NEED_CUDA_DEVICE();
     verify_paths_fixtures(failed_, "cuda");
+}
+
+// The speculative loop synchronises with the host once per round (the issue's "one host
+// synchronisation at most"), greedy and sampled, DFlash and DSpark: the CPU backend's ops that hand
+// results to the host (download, argmax to the host, sample_rows with host ids, accept_sampled, sync)
+// are counted while bs_generate_spec runs. The prefill's first token is one more. With a confidence
+// cut the drafts' confidences are needed before the verify: two per round there.
+static long g_host_syncs;
+static bs_backend g_orig;
+static void cnt_download(bs_backend *be, void *d, const void *s, size_t n) { g_host_syncs++; g_orig.download(be, d, s, n); }
+static void cnt_sync(bs_backend *be) { g_host_syncs++; g_orig.sync(be); }
+// The CPU implements its "results stay in backend memory" ops with the host-returning ones; calls made
+// inside them (depth > 0) hand nothing to a host that waits.
+static int g_depth;
+static void cnt_argmax(bs_backend *be, int32_t *o, const float *l, int n, int V) { if (!g_depth) g_host_syncs++; g_orig.argmax(be, o, l, n, V); }
+static void cnt_argmax_to(bs_backend *be, int32_t *o, const float *l, int n, int V, const int32_t *map) {
+    g_depth++; g_orig.argmax_to(be, o, l, n, V, map); g_depth--;
+}
+static int cnt_sample_rows(bs_backend *be, float *p, const float *l, int n, int V, float t, int k, float tp, const double *u, int32_t *ids) {
+    if (ids && !g_depth) g_host_syncs++;
+    return g_orig.sample_rows ? g_orig.sample_rows(be, p, l, n, V, t, k, tp, u, ids) : -1;
+}
+static int cnt_sample_rows_to(bs_backend *be, float *p, const float *l, int n, int V, float t, int k, float tp, const double *u, int32_t *ids) {
+    const bs_sampling s = { .temperature = t, .top_k = k, .top_p = tp };
+    g_depth++;
+    bs_sample_rows(be, &s, p, l, n, V, u, ids);   // the host sampler (cnt_sample_rows declines), ids in host memory
+    g_depth--;
+    return 0;
+}
+static int cnt_accept(bs_backend *be, const float *p, const float *q, const int32_t *d, int n, int V, const double *u, int32_t *next) {
+    g_host_syncs++;   // returns the verdict to the host
+    if (g_orig.accept_sampled) return g_orig.accept_sampled(be, p, q, d, n, V, u, next);
+    float *res = malloc(sizeof(float) * V);
+    int a = bs_accept_sampled_u(p, q, d, n, V, u, res, next);
+    free(res);
+    return a;
+}
+static void syncs_per_run(int *failed_, bs_engine *e, const char *drafter, const bs_sampling *smp, float thr, int *rounds, long *syncs) {
+    bs_err err = {0};
+    bs_session s; bs_drafter *dr; bs_spec_stats st;
+    int32_t prompt[] = { 11, 22, 33, 44, 55 }, out[40];
+    int n = 0;
+    *rounds = 0; *syncs = -1;
+    CHECK(bs_session_init(&s, e, 128, smp, &err) == 0, "%s", err.msg);
+    CHECK(bs_drafter_open(&dr, drafter, e, 128, &err) == 0, "%s", err.msg);
+    bs_spec_opts o = { .draft_max = 7, .confidence_threshold = thr, .stop_at_eos = 0 };
+    g_host_syncs = 0;
+    int rc = bs_generate_spec(&s, dr, prompt, 5, 40, &o, out, &n, NULL, NULL, &st, &err);
+    *syncs = g_host_syncs;
+    *rounds = st.rounds;
+    bs_spec_stats_free(&st); dr->free(dr); bs_session_free(&s);
+    CHECK(rc == 0 && n == 40, "%s", err.msg);
+}
+TEST(spec_one_host_sync_per_round) {
+    char t[1024], dirs[2][1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(dirs[0], sizeof dirs[0], "%s/dflash", bs_fixtures_dir());
+    snprintf(dirs[1], sizeof dirs[1], "%s/dspark", bs_fixtures_dir());
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, t, "cpu", &err) == 0, "%s", err.msg);
+    bs_backend *be = e->be;
+    g_orig = *be;
+    be->download = cnt_download; be->sync = cnt_sync; be->argmax = cnt_argmax;
+    if (be->argmax_to) be->argmax_to = cnt_argmax_to;
+    be->sample_rows = cnt_sample_rows;
+    if (!be->sample_rows_to) be->sample_rows_to = cnt_sample_rows_to;
+    be->accept_sampled = cnt_accept;
+    const bs_sampling smp[2] = { { 0 }, { .temperature = 0.8f, .top_p = 0.95f, .seed = 7 } };
+    for (int di = 0; di < 2 && !*failed_; di++)
+        for (int si = 0; si < 2 && !*failed_; si++) {
+            int rounds; long syncs;
+            syncs_per_run(failed_, e, dirs[di], &smp[si], 0.0f, &rounds, &syncs);
+            CHECK(rounds > 0 && syncs == rounds + 1, "%s, %s: %ld host synchronisations for %d rounds (want one per round + the first token)",
+                  dirs[di], si ? "sampled" : "greedy", syncs, rounds);
+        }
+    if (!*failed_) {   // DSpark with a confidence cut (greedy): the confidences come first, then the verdict
+        int rounds; long syncs;
+        syncs_per_run(failed_, e, dirs[1], &smp[0], 0.5f, &rounds, &syncs);
+        CHECK(rounds > 0 && syncs <= 2 * rounds + 1, "confidence cut: %ld host synchronisations for %d rounds", syncs, rounds);
+    }
+    *be = g_orig;
+    bs_engine_close(e);
 }
