@@ -195,16 +195,22 @@ static int forward_recorded(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, in
     return 0;
 }
 
+// What every forward checks besides its ids: room in the context and the tap indices.
+static int check_forward(const bs_qwen3 *m, const bs_kv_cache *kv, int n, const bs_fwd_out *out, bs_err *err) {
+    if (kv->n_past + n > kv->max_ctx)
+        return bs_fail(err, "context full: %d cached + %d new tokens exceed the context length %d", kv->n_past, n, kv->max_ctx);
+    for (int t = 0; t < out->n_taps; t++)
+        if (out->taps[t] < 0 || out->taps[t] > m->cfg.n_layers) return bs_fail(err, "tap %d is outside hidden_states [0, %d]", out->taps[t], m->cfg.n_layers);
+    return 0;
+}
+
 int bs_qwen3_forward(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err) {
     static const bs_fwd_out none = { 0 };
     if (!out) out = &none;
     if (n <= 0) return bs_fail(err, "forward needs at least one token");
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size) return bs_fail(err, "token id %d at index %d is outside the vocabulary [0, %d)", ids[i], i, m->cfg.vocab_size);
-    if (kv->n_past + n > kv->max_ctx)
-        return bs_fail(err, "context full: %d cached + %d new tokens exceed the context length %d", kv->n_past, n, kv->max_ctx);
-    for (int t = 0; t < out->n_taps; t++)
-        if (out->taps[t] < 0 || out->taps[t] > m->cfg.n_layers) return bs_fail(err, "tap %d is outside hidden_states [0, %d]", out->taps[t], m->cfg.n_layers);
+    if (check_forward(m, kv, n, out, err)) return -1;
     if (n <= m->max_rows && m->be->record_begin) {
         int rc = forward_recorded(m, kv, ids, n, out, NULL, err);
         if (rc <= 0) return rc;   // 1: not recordable, run it plainly
@@ -222,10 +228,7 @@ int bs_qwen3_forward_dev(bs_qwen3 *m, bs_kv_cache *kv, int32_t id0, const int32_
     if (n <= 0 || n > m->max_rows) return bs_fail(err, "forward with ids in backend memory takes 1..%d rows (got %d)", m->max_rows, n);
     if (!m->be->embed_from) return bs_fail(err, "backend %s cannot embed ids from its memory", m->be->name);
     if (id0 < 0 || id0 >= m->cfg.vocab_size) return bs_fail(err, "token id %d at index 0 is outside the vocabulary [0, %d)", id0, m->cfg.vocab_size);
-    if (kv->n_past + n > kv->max_ctx)
-        return bs_fail(err, "context full: %d cached + %d new tokens exceed the context length %d", kv->n_past, n, kv->max_ctx);
-    for (int t = 0; t < out->n_taps; t++)
-        if (out->taps[t] < 0 || out->taps[t] > m->cfg.n_layers) return bs_fail(err, "tap %d is outside hidden_states [0, %d]", out->taps[t], m->cfg.n_layers);
+    if (check_forward(m, kv, n, out, err)) return -1;
     if (m->be->record_begin) {
         int rc = forward_recorded(m, kv, &id0, n, out, dev_ids, err);
         if (rc <= 0) return rc;

@@ -40,6 +40,21 @@ static void emit(emitter *e, int32_t t) {
     if ((e->cb && e->cb(e->ctx, t)) || *e->n_out >= e->n_new || (e->stop_at_eos && bs_is_eos(e->eng, t))) e->done = 1;
 }
 
+// The verify's host ids after the anchor when it cannot read the drafts on the device: dr->tokens, or a
+// download of dr->dev_tokens.
+static void drafts_to_host(bs_backend *be, const bs_draft *dr, int n, int32_t *ids) {
+    if (n > 0 && dr->dev_tokens) be->download(be, ids + 1, dr->dev_tokens, sizeof(int32_t) * n);
+    else memcpy(ids + 1, dr->tokens, sizeof(int32_t) * n);
+}
+// ids[1..n] <- the drafts that came back with a round's one download; they were read on the device
+// unchecked, so an id outside the vocabulary is an error now.
+static int take_drafts(const int32_t *got, int n, int V, int32_t *ids, bs_err *err) {
+    memcpy(ids + 1, got, sizeof(int32_t) * n);
+    for (int k = 1; k <= n; k++)
+        if (ids[k] < 0 || ids[k] >= V) return bs_fail(err, "drafter: drafted token %d at position %d is outside the vocabulary [0, %d)", ids[k], k, V);
+    return 0;
+}
+
 int bs_verify_greedy(bs_qwen3 *tm, bs_kv_cache *kv, int32_t anchor, const bs_draft *dr, int n, const bs_fwd_out *vo,
                      int32_t *scratch, int32_t *ids, int32_t *targ, bs_err *err) {
     bs_backend *be = tm->be;
@@ -52,14 +67,9 @@ int bs_verify_greedy(bs_qwen3 *tm, bs_kv_cache *kv, int32_t anchor, const bs_dra
         be->copy(be, scratch + n + 1, dr->dev_tokens, sizeof(int32_t) * n);
         be->download(be, got, scratch, sizeof(int32_t) * (2 * n + 1));
         memcpy(targ, got, sizeof(int32_t) * (n + 1));
-        memcpy(ids + 1, got + n + 1, sizeof(int32_t) * n);
-        for (int k = 1; k <= n; k++)
-            if (ids[k] < 0 || ids[k] >= V) return bs_fail(err, "drafter: drafted token %d at position %d is outside the vocabulary [0, %d)", ids[k], k, V);
-        return 0;
+        return take_drafts(got + n + 1, n, V, ids, err);
     }
-    if (n > 0 && dr->dev_tokens) {   // a backend without the device ops: fetch the drafts first
-        be->download(be, ids + 1, dr->dev_tokens, sizeof(int32_t) * n);
-    } else memcpy(ids + 1, dr->tokens, sizeof(int32_t) * n);
+    drafts_to_host(be, dr, n, ids);
     if (bs_qwen3_forward(tm, kv, ids, n + 1, vo, err)) return -1;
     be->argmax(be, targ, vo->logits, n + 1, V);
     return 0;
@@ -78,12 +88,11 @@ int bs_verify_sampled(bs_qwen3 *tm, bs_kv_cache *kv, int32_t anchor, const bs_dr
         be->copy(be, scratch + 2, dr->dev_tokens, sizeof(int32_t) * n);
         int32_t got[BS_MAX_DRAFT + 2];
         be->download(be, got, scratch, sizeof(int32_t) * (n + 2));
-        memcpy(ids + 1, got + 2, sizeof(int32_t) * n);
+        if (take_drafts(got + 2, n, V, ids, err)) return -1;
         *next = got[1];
         return got[0];
     }
-    if (n > 0 && dr->dev_tokens) be->download(be, ids + 1, dr->dev_tokens, sizeof(int32_t) * n);
-    else memcpy(ids + 1, dr->tokens, sizeof(int32_t) * n);
+    drafts_to_host(be, dr, n, ids);
     if (bs_qwen3_forward(tm, kv, ids, n + 1, vo, err)) return -1;
     // p rows in place of the logits, then the acceptance where p and q are.
     bs_sample_rows(be, smp, vo->logits, vo->logits, n + 1, V, NULL, NULL);
