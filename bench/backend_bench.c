@@ -19,7 +19,7 @@ static double mat_bytes(const bs_mat *m) { return (double)m->rows * m->cols * bs
 int main(int argc, char **argv) {
     const char *model = NULL, *device = "cuda";
     int ctx = 512, steps = 64, B = 16;
-    const char *drafters[16], *vocab[16] = { 0 }, *draft_vocab = NULL; int n_drafters = 0, lossy[16] = { 0 }, fp8 = 0, gemm_only = 0;
+    const char *drafters[16], *vocab[16] = { 0 }, *draft_vocab = NULL; int n_drafters = 0, lossy[16] = { 0 }, fp8 = 0, gemm_only = 0, quick = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -30,7 +30,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--drafter-fp8")) fp8 = 1;   // each drafter also with 8-bit weights (bs_dflash_lossy_weights)
         else if (!strcmp(argv[i], "--draft-vocab") && i + 1 < argc) draft_vocab = argv[++i];   // ... and with this draft vocabulary
         else if (!strcmp(argv[i], "--gemm-only")) gemm_only = 1;   // stop after the GEMM figures (profiling one kernel)
-        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16] [--drafter DIR]... [--drafter-fp8] [--draft-vocab FILE] [--gemm-only]\n"); return 2; }
+        else if (!strcmp(argv[i], "--quick")) quick = 1;   // decode and the 1 / B-row forwards only
+        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16] [--drafter DIR]... [--drafter-fp8] [--draft-vocab FILE] [--gemm-only] [--quick]\n"); return 2; }
     }
     for (int i = 0, n0 = n_drafters; fp8 && i < n0; i++) { drafters[n_drafters] = drafters[i]; lossy[n_drafters++] = 1; }
     for (int i = 0, n0 = n_drafters; draft_vocab && i < n0; i++) { drafters[n_drafters] = drafters[i]; lossy[n_drafters] = lossy[i]; vocab[n_drafters++] = draft_vocab; }
@@ -87,7 +88,7 @@ int main(int argc, char **argv) {
     if (gx) be->upload(be, gx, hx, sizeof(float) * 64 * maxd);
     free(hx);
     double gemm_gbps[6][2];
-    for (int g = 0; g < 6 && gx && gy; g++)
+    for (int g = 0; g < 6 && gx && gy && !quick; g++)
         for (int k = 0; k < 2; k++) {
             int n = k ? B : 1, reps = gm[g].w == &e->target.lm_head ? 20 : 100;
             for (int r = 0; r < 3; r++) be->matmul(be, gy, gx, n, gm[g].w, 0);
@@ -104,7 +105,7 @@ int main(int argc, char **argv) {
     double f8_gbps[3][2] = { { 0 } };
     const int qd = c->n_heads * c->head_dim, Id = c->intermediate_size;
     const int f8_shape[3][2] = { { qd, H }, { Id, H }, { H, Id } };
-    for (int g = 0; g < 3 && gx && gy && be->weight_lossy; g++) {
+    for (int g = 0; g < 3 && gx && gy && be->weight_lossy && !quick; g++) {
         bs_mat host = { NULL, BS_BF16, f8_shape[g][0], f8_shape[g][1], 0 }, w8;
         uint16_t *hw = malloc(sizeof(uint16_t) * (size_t)host.rows * host.cols);
         for (size_t i = 0; hw && i < (size_t)host.rows * host.cols; i++) hw[i] = bs_f32_to_bf16((float)((i * 2246822519u) % 2001) / 1000.0f - 1.0f);
@@ -126,7 +127,7 @@ int main(int argc, char **argv) {
 
     // grouped launches as the forward issues them (q/k/v, gate/up)
     double grp_us[2][2] = { { 0, 0 }, { 0, 0 } };
-    for (int gi = 0; gi < 2 && gx && gy && be->matmul_multi; gi++)
+    for (int gi = 0; gi < 2 && gx && gy && be->matmul_multi && !quick; gi++)
         for (int k = 0; k < 2; k++) {
             int n = k ? B : 1, cnt = gi ? 2 : 3;
             const bs_mat *ws[3] = { gi ? &L0->w_gate : &L0->wq, gi ? &L0->w_up : &L0->wk, &L0->wv };
@@ -161,7 +162,7 @@ int main(int argc, char **argv) {
     double t_prefill = bs_now() - t0;
     printf("prefill_%d_s %.3f\n", ctx, t_prefill);
     double decode_tps[2] = { 0, 0 };
-    for (int mode = 0; mode < 2; mode++) {     // 0: recorded graphs (default), 1: plain launches
+    for (int mode = 0; mode < (quick ? 1 : 2); mode++) {     // 0: recorded graphs (default), 1: plain launches
         bs_qwen3_use_graphs = mode == 0;
         int32_t tok;
         be->argmax(be, &tok, lg, 1, V);
@@ -196,6 +197,7 @@ int main(int argc, char **argv) {
         fw[k] = median(tv, R);
         printf("forward_rows%d_ms %.3f\n", n, fw[k] * 1e3);
     }
+    if (quick) { bs_engine_close(e); return 0; }
 
     // 5. speculative rounds: drafter pass, verify [anchor, drafts] (all logits + taps + argmax), context
     //    growth for a full accept; each timed to completion (host sync), best of 10

@@ -598,7 +598,7 @@ static void attention3_launch(cuda_impl *c, float *out, const att_args &a0) {
     dim3 grid;
     att2_args A = att2_setup(c, out, a0, AT3_QV, &grid);
     launch_k(c, "attention", attention3_kernel<HD>, grid, dim3(AT3_WARPS * 32), smem, A);
-    launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
+    if (!ablated("combine")) launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
 }
 
 template <int NV4, int HDC>
@@ -616,7 +616,7 @@ static void attention2_launch(cuda_impl *c, float *out, const att_args &a0) {
 void cu_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int n_heads,
                          int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
     cuda_impl *c = CI(be);
-    if (n_q <= 0) return;
+    if (n_q <= 0 || ablated("att")) return;
     if (hd > ATT_MAX_HD || hd % 4 || n_heads % n_kv) {
         fprintf(stderr, "blockspec: CUDA attention: head_dim %d / heads %d/%d unsupported\n", hd, n_heads, n_kv); exit(1);
     }

@@ -54,6 +54,17 @@ bool fuse_enabled(void) {
     return v;
 }
 
+bool ablated(const char *what) {
+    static int warned;
+    const char *e = getenv("BS_CUDA_ABLATE");
+    if (!e || !*e) return false;
+    if (!warned) { warned = 1; fprintf(stderr, "blockspec: BS_CUDA_ABLATE=%s: those kernels are skipped, every result is wrong (timing diagnosis only)\n", e); }
+    size_t n = strlen(what);
+    for (const char *p = e; (p = strstr(p, what)) != NULL; p += n)
+        if ((p == e || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return true;
+    return false;
+}
+
 int upload_buffers(cuda_impl *c, size_t pin_bytes, size_t stage_bytes, bs_err *err) {
     if (!c->pin_ev[0])
         for (int i = 0; i < 2; i++) CK(cudaEventCreateWithFlags(&c->pin_ev[i], cudaEventDisableTiming));

@@ -112,6 +112,9 @@ static inline void launch_k(cuda_impl *c, const char *what, void (*kernel)(KArgs
 }
 
 bool fuse_enabled(void);   // BS_CUDA_FUSE (cuda_backend.cu)
+// BS_CUDA_ABLATE=rmsnorm,qknrs,att,combine,fixup (diagnosis of timing only: the named kernels are not
+// launched, so results are WRONG): what each link of a layer's chain costs inside a graphed step.
+bool ablated(const char *what);
 // A switch that is on unless the environment variable is "0" (read it once and cache the answer).
 static inline int env_on_unless_0(const char *name) { const char *e = getenv(name); return !(e && !strcmp(e, "0")); }
 

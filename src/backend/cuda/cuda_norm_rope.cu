@@ -70,7 +70,7 @@ static void require_row_major(const bs_mat *w, const char *op) {
 }
 
 void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) {
-    if (n <= 0) return;
+    if (n <= 0 || ablated("rmsnorm")) return;
     require_row_major(w, "rmsnorm");
     if (dim % 4 == 0 && dim <= 256 * 4 * RN_MAX && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0 &&
         (!w || w->dtype != BS_BF16 || ((uintptr_t)w->data & 7) == 0)) {
@@ -180,7 +180,7 @@ void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, i
                                   const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
                                   float *kcache, float *vcache) {
     cuda_impl *c = CI(be);
-    if (n <= 0) return;
+    if (n <= 0 || ablated("qknrs")) return;
     require_row_major(q_norm, "qk_norm_rope_store"); require_row_major(k_norm, "qk_norm_rope_store");
     if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
     int warps = n * (n_heads + 2 * n_kv);
