@@ -185,6 +185,13 @@ TEST(cuda_matmul_multi) {
 // case, else swiglu + matmul): bit-identical to swiglu + matmul on the same backend (the same fp32
 // activation, the same GEMM order), close to the CPU reference, and batch invariant (a row computed
 // alone, where the fused op runs, equals the row in a 16- or 40-row call, where it may decline).
+// Rows the CUDA backend fuses into the down projection: 1, or BS_CUDA_SWIGLU_ROWS (its A/B switch;
+// tests/gpu/run_device.sh runs the fused-SwiGLU tests once more with 8).
+static int swiglu_fused_rows(void) {
+    const char *e = getenv("BS_CUDA_SWIGLU_ROWS");
+    return e && atoi(e) >= 0 && atoi(e) <= 8 ? atoi(e) : 1;
+}
+
 TEST(cuda_swiglu_matmul) {
     NEED_CUDA(be);
     bs_backend *ref = bs_backend_cpu(1);
@@ -205,7 +212,7 @@ TEST(cuda_swiglu_matmul) {
             float *dg = up(be, g, (size_t)n * K), *dg1 = up(be, g + (size_t)(n - 1) * K, K), *du = up(be, u, (size_t)n * K);
             float *dy = up(be, y0, (size_t)n * M), *dh = up(be, NULL, (size_t)n * K), *dy2 = up(be, y0, (size_t)n * M);
             float *d1 = up(be, y0 + (size_t)(n - 1) * M, M);
-            if (n <= 8 && dw.layout)   // the CUDA backend fuses up to 8 rows of a tiled weight
+            if (n <= swiglu_fused_rows() && dw.layout)   // where the CUDA backend fuses (tiled weights)
                 CHECK(be->swiglu_matmul && be->swiglu_matmul(be, dy, dg, du, n, &dw, 1) == 0, "no fused swiglu_matmul at n=%d", n);
             else
                 bs_swiglu_matmul(be, dy, dg, du, n, &dw, 1);            // (dg may now hold the activation)
@@ -295,8 +302,8 @@ TEST(cuda_matmul_fp8) {
             free(xr); free(yr); free(g); be->free(be, dx); be->free(be, dy);
         }
         free(xa); free(ya);
-        if (K == 12288) {   // the fused SwiGLU down projection (up to 8 rows) == swiglu + matmul
-            int n = 5;
+        if (K == 12288) {   // the fused SwiGLU down projection == swiglu + matmul
+            int n = swiglu_fused_rows() >= 5 ? 5 : 1;
             float *gt = rand_vec((size_t)n * K, 3), *u = rand_vec((size_t)n * K, 1);
             float *dg = up(be, gt, (size_t)n * K), *du = up(be, u, (size_t)n * K), *dh = up(be, NULL, (size_t)n * K);
             float *dy = up(be, NULL, (size_t)n * M), *dy2 = up(be, NULL, (size_t)n * M);

@@ -27,6 +27,10 @@ for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_swigl
   timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; rc=$?
   [ $rc = 124 ] && echo "TIMEOUT $t" >> "$OUT/tests.log"
 done
+# the fused SwiGLU down projection at up to 8 rows (the default fuses 1 row only)
+for t in cuda_swiglu_matmul cuda_matmul_fp8; do
+  BS_CUDA_SWIGLU_ROWS=8 timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1
+done
 # again with the row-major GEMM for every weight (BS_CUDA_MM=old: no tiled weights)
 echo "(BS_CUDA_MM=old)" >> "$OUT/tests.log"
 BS_CUDA_MM=old timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1

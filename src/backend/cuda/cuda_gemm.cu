@@ -297,14 +297,19 @@ void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x,
 }
 
 
-// The down projection with SwiGLU fused into the tiled GEMM's input staging: tiled weights, up to 8
-// rows. (At 16 rows the in-kernel activation, exact expf and division for every staged element,
-// measured slower than the separate swiglu kernel on the H200: 61.4 vs 45.5 us per layer; at 1 row
-// it saves the launch: 35.7 vs 38.8 us.) Declining is safe for batch invariance: both paths compute
-// the same fp32 activation and run the same GEMM, so their results are bit-identical (tested).
+// The down projection with SwiGLU fused into the tiled GEMM's input staging: tiled weights, 1 row by
+// default. Every staged element gets the activation (exact expf and a division) in every block that
+// stages it, which only pays where it saves a launch on a short GEMM chain: at 1 row 35.7 vs 38.8 us
+// per layer (session 4); at 16 rows 61.4 vs 45.5 us, and (session 10, H200, same call) an 8-row
+// forward took 5.363 ms fused up to 8 rows, 5.194 up to 4, 5.174 at 1 row only; a 4-row one 4.920
+// fused, 4.824 not. BS_CUDA_SWIGLU_ROWS=k (0-8) fuses up to k rows for A/B runs. Declining is safe for
+// batch invariance: both paths compute the same fp32 activation and run the same GEMM, so their
+// results are bit-identical (tested).
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int acc) {
     if (n <= 0) return 0;
-    if (n > 8 || (W->layout != BS_CUDA_TILED && W->layout != BS_CUDA_FP8) || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || !fuse_enabled()) return -1;
+    static int max_rows = -1;
+    if (max_rows < 0) { const char *e = getenv("BS_CUDA_SWIGLU_ROWS"); max_rows = e && atoi(e) >= 0 && atoi(e) <= 8 ? atoi(e) : 1; }
+    if (n > max_rows || (W->layout != BS_CUDA_TILED && W->layout != BS_CUDA_FP8) || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || !fuse_enabled()) return -1;
     mm_tiled_launch(CI(be), 1, &y, &W, &acc, g, n, u);
     return 0;
 }

@@ -154,6 +154,7 @@ struct tt_args {
     unsigned long long *trace;  // BS_CUDA_MM_TRACE: [G][5] timestamps per block (NULL: off)
     int evict_first;            // stream this launch's weights with the L2 evict-first policy
     int fixup;                  // cut tiles are summed by tt_fixup_kernel after the launch
+    int spread;                 // the fixup spreads a cut tile's columns over the blocks at its cuts
 };
 
 // First unit of block b (64-bit product: U * G can pass 2^31).
@@ -205,14 +206,23 @@ __device__ __forceinline__ void tt_split(float a, float b, uint32_t &hi, uint32_
 
 __device__ __forceinline__ unsigned long long gtimer() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
 
-// Tile Tu was cut between blocks first..last: y (+)= the sum of their partials, in block order. Warp w
-// of nw takes columns w, w + nw, ...; lane l rows 4l .. 4l + 3 (float4). A column's partials are
-// independent loads, issued NB at a time; the additions stay in block order whatever NB is.
+// Tile Tu was cut between blocks first..last: y (+)= the sum of their partials, in block order. The
+// columns c0, c0 + cstep, ... are summed here (the fixup spreads a tile's columns over the blocks at
+// its cuts); warp w of nw takes the w-th, (w + nw)-th, ... of them; lane l rows 4l .. 4l + 3 (float4).
+// A column's partials are independent loads, issued NB at a time; the additions stay in block order
+// whatever NB is, and whoever sums a column.
 template <int NB>
-__device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int first, int warp, int lane, int nw) {
-    const int n = A.n, M = J.M, rbase = (Tu - J.tile0) * TT_M, t_lo = Tu * A.kst, t_hi = t_lo + A.kst;
-    const int last = tt_block_of(t_hi - 1, A), fs = tt_lo(first, A) < t_lo ? 1 : 0;
-    for (int col = warp; col < n; col += nw) {
+__device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int first, int last, int warp, int lane, int nw,
+                                int c0 = 0, int cstep = 1) {
+    const int n = A.n, M = J.M, rbase = (Tu - J.tile0) * TT_M, t_lo = Tu * A.kst;
+    const int fs = tt_lo(first, A) < t_lo ? 1 : 0;
+    for (int col = c0 + warp * cstep; col < n; col += nw * cstep) {
+        float *yc = J.y + (size_t)col * M + rbase + 4 * lane;
+        float y0[4] = { 0.f, 0.f, 0.f, 0.f };   // accumulate: y is read alongside the partials, not after them
+        if (J.acc) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) if (rbase + 4 * lane + e < M) y0[e] = yc[e];
+        }
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int b0 = first; b0 <= last; b0 += NB) {
             float4 p[NB];
@@ -227,10 +237,8 @@ __device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int f
         }
         const float vv[4] = { v.x, v.y, v.z, v.w };
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int row = rbase + 4 * lane + e;
-            if (row < M) { float *o = J.y + (size_t)col * M + row; *o = J.acc ? *o + vv[e] : vv[e]; }
-        }
+        for (int e = 0; e < 4; e++)
+            if (rbase + 4 * lane + e < M) yc[e] = J.acc ? y0[e] + vv[e] : vv[e];
     }
 }
 
@@ -238,8 +246,8 @@ __device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int f
 // after, PDL) sums them: the GEMM's blocks then end as soon as their stream does, instead of waiting
 // for a fence, an arrival counter and, for the last block of a tile, the sum (measured: 1.6 us for
 // every block, up to ~8 us for the block that sums, all of it in the launch's tail). Block i looks at
-// the boundary between GEMM blocks i and i + 1 and sums the tile it cuts, unless an earlier boundary
-// cuts the same tile. One warp per column up to 16 columns (tt_fixup_threads): each column's loads are
+// the boundary between GEMM blocks i and i + 1 and, if it cuts a tile, sums its share of the tile's
+// columns. One warp per column up to 16 columns (tt_fixup_threads): each column's loads are
 // one round trip, so the sum does not grow with the row count (4 warps for 16 columns took 4). At most
 // 64 registers (8 loads in flight per lane), so that two 512-thread blocks fit an SM and all G - 1
 // blocks run in one wave (117 registers gave one block per SM: two waves at 16 rows).
@@ -247,8 +255,14 @@ __global__ void __launch_bounds__(512, 2) tt_fixup_kernel(tt_args A) {
     pdl_trigger();
     pdl_wait();
     const int b = blockIdx.x + 1, lb = tt_lo(b, A), T = lb / A.kst, t_lo = T * A.kst;
-    if (lb == t_lo || tt_lo(b - 1, A) > t_lo) return;
-    tt_sum_cut_tile<8>(A, A.j[tt_job_of(T, A)], T, tt_block_of(t_lo, A), threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5);
+    if (lb == t_lo) return;   // GEMM block b starts a tile: no cut here
+    // Tile T is cut at the starts of GEMM blocks first + 1 .. last; the block at the k-th of those nb
+    // cuts sums the columns k, k + nb, ... (16 columns of a tile cut 8 times: 2 each instead of 16 for
+    // one block, which at 16 rows read the whole tile's partials through one SM).
+    const int first = tt_block_of(t_lo, A), last = tt_block_of(t_lo + A.kst - 1, A);
+    const int k = b - first - 1, nb = A.spread ? last - first : 1;
+    if (k >= (A.spread ? A.n : 1)) return;
+    tt_sum_cut_tile<8>(A, A.j[tt_job_of(T, A)], T, first, last, threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5, k, nb);
 }
 // BS_CUDA_FIXUP_WARPS=k (1..16) fixes the block at k warps whatever the row count, for A/B runs (4 =
 // the earlier fixed block).
@@ -460,7 +474,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
         const int first = s_last;
         if (first >= 0) {
             __threadfence();
-            tt_sum_cut_tile<16>(A, J, Tu, first, warp, lane, TT_THREADS / 32);
+            tt_sum_cut_tile<16>(A, J, Tu, first, tt_block_of(t_hi - 1, A), warp, lane, TT_THREADS / 32);
             if (tid == 0) A.counters[Tu] = 0;
         }
         if (tr) tr[4] += gtimer() - tr0;
@@ -487,7 +501,7 @@ static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at; cfg.numAttrs = pdl_gemm() ? 1 : 0;
     CK(cudaLaunchKernelEx(&cfg, tt_kernel<NT, SW, F8>, A));
-    if (A.fixup && A.G > 1) {
+    if (A.fixup && A.G > 1 && !ablated("fixup")) {
         cfg.gridDim = dim3(A.G - 1); cfg.blockDim = dim3(tt_fixup_threads(A.n)); cfg.dynamicSmemBytes = 0;
         CK(cudaLaunchKernelEx(&cfg, tt_fixup_kernel, A));
     }
@@ -534,6 +548,9 @@ void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *con
     if ((long long)tiles * A.kst >= (1ll << 31)) { fprintf(stderr, "blockspec: CUDA matmul: weight too large for the tiled GEMM\n"); exit(1); }
     A.U = tiles * A.kst;
     if (A.G > A.U) A.G = A.U;   // every block gets at least one unit (the partial sums count on it)
+    static int spread_on = -1;   // BS_CUDA_FIXUP_SPREAD=0: one fixup block sums a whole tile (A/B runs)
+    if (spread_on < 0) spread_on = env_on_unless_0("BS_CUDA_FIXUP_SPREAD");
+    A.spread = spread_on;
     if (tiles > c->n_counters) {
         if (c->capturing) { fprintf(stderr, "blockspec: too many GEMM tiles while recording\n"); exit(1); }
         CK(cudaStreamSynchronize(c->st)); CK(cudaFree(c->counters));
@@ -550,7 +567,7 @@ void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *con
         A.ws = c->ws; A.n = nn; A.x = x + (size_t)r * A.K; A.up = up ? up + (size_t)r * A.K : NULL;
         for (int i = 0; i < count; i++) A.j[i].y = y[i] + (size_t)r * A.j[i].M;
         A.trace = mm_trace_next(A.G, tiles * TT_M, A.K, count, nn, bytes, up != NULL);
-        if (up) {   // callers fuse up to 8 rows (cu_swiglu_matmul)
+        if (up) {   // callers fuse up to 8 rows (cu_swiglu_matmul: 1 by default)
             tt_launch_f<1, true>(c, A, f8);
         } else {
             if (nn <= 8) tt_launch_f<1, false>(c, A, f8);
