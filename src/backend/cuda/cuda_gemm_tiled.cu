@@ -259,9 +259,10 @@ __global__ void __launch_bounds__(512, 2) tt_fixup_kernel(tt_args A) {
     // Tile T is cut at the starts of GEMM blocks first + 1 .. last; the block at the k-th of those nb
     // cuts sums the columns k, k + nb, ... (16 columns of a tile cut 8 times: 2 each instead of 16 for
     // one block, which at 16 rows read the whole tile's partials through one SM).
-    const int first = tt_block_of(t_lo, A), last = tt_block_of(t_lo + A.kst - 1, A);
-    const int k = b - first - 1, nb = A.spread ? last - first : 1;
-    if (k >= (A.spread ? A.n : 1)) return;
+    const int first = tt_block_of(t_lo, A), last = tt_block_of(t_lo + A.kst - 1, A), k = b - first - 1;
+    int nb = last - first;
+    if (!A.spread) { if (k) return; nb = 1; }   // the first cut's block sums every column
+    if (k >= A.n) return;
     tt_sum_cut_tile<8>(A, A.j[tt_job_of(T, A)], T, first, last, threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5, k, nb);
 }
 // BS_CUDA_FIXUP_WARPS=k (1..16) fixes the block at k warps whatever the row count, for A/B runs (4 =
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
     __nv_bfloat16 *Ws = (__nv_bfloat16 *)tt_smem;
     float *Xs = (float *)(tt_smem + TT_STAGES * TT_ELEMS * 2);
     float *Us = Xs + TT_STAGES * 8 * NT * XS;   // SW: the up projection, staged like x
-    __shared__ int s_last;
+    __shared__ int s_first, s_last;
     const int b = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int lo = tt_lo(b, A), hi = tt_lo(b + 1, A);   // never empty: G <= U
     const int kst = A.kst, n = A.n, K = A.K;
@@ -468,13 +469,14 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
         __syncthreads();
         if (tid == 0) {
             const int first = tt_block_of(t_lo, A), last = tt_block_of(t_hi - 1, A);
-            s_last = atomicAdd(&A.counters[Tu], 1u) == (unsigned)(last - first) ? first : -1;
+            s_first = atomicAdd(&A.counters[Tu], 1u) == (unsigned)(last - first) ? first : -1;
+            s_last = last;
         }
         __syncthreads();
-        const int first = s_last;
+        const int first = s_first;
         if (first >= 0) {
             __threadfence();
-            tt_sum_cut_tile<16>(A, J, Tu, first, tt_block_of(t_hi - 1, A), warp, lane, TT_THREADS / 32);
+            tt_sum_cut_tile<16>(A, J, Tu, first, s_last, warp, lane, TT_THREADS / 32);
             if (tid == 0) A.counters[Tu] = 0;
         }
         if (tr) tr[4] += gtimer() - tr0;
