@@ -185,16 +185,16 @@ __device__ __forceinline__ split_walk walk_of(const att_args &a, int r0, int nr,
     return w;
 }
 
-// Chunk t of split s of kv head kh into K/V buffer b (rows hdp floats apart), zeros past n_keys; one
+// Chunk t of split s of kv head kh into K/V buffer b (rows kp / vp floats apart), zeros past n_keys; one
 // commit group.
-__device__ __forceinline__ void load_chunk(const att_args &a, float *Kb, float *Vb, int hd, int hdp, int kh, int s, int t, int nk, int b) {
+__device__ __forceinline__ void load_chunk(const att_args &a, float *Kb, float *Vb, int hd, int kp, int vp, int kh, int s, int t, int nk, int b) {
     const int c0 = s * ATT_CHUNK + t * ATT_SPLITS * ATT_CHUNK, nkeys = min(ATT_CHUNK, nk - c0), hd4 = hd / 4, kvd = a.n_kv * hd;
     for (int idx = threadIdx.x; idx < ATT_CHUNK * hd4; idx += blockDim.x) {
         const int j = idx / hd4, d4 = idx - j * hd4;
         const bool ok = j < nkeys;
         const size_t off = (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * hd + d4 * 4;
-        cp_async16(Kb + (b * ATT_CHUNK + j) * hdp + d4 * 4, a.k + off, ok ? 16 : 0);
-        cp_async16(Vb + (b * ATT_CHUNK + j) * hdp + d4 * 4, a.v + off, ok ? 16 : 0);
+        cp_async16(Kb + (b * ATT_CHUNK + j) * kp + d4 * 4, a.k + off, ok ? 16 : 0);
+        cp_async16(Vb + (b * ATT_CHUNK + j) * vp + d4 * 4, a.v + off, ok ? 16 : 0);
     }
     cp_async_commit();
 }
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A)
             cp_async16(Qs + qv * hd + d4 * 4, a.q + ((size_t)i * a.n_heads + h) * hd + d4 * 4, 16);
         }
         cp_async_commit();
-        auto load = [&](int t, int b) { load_chunk(a, Kb, Vb, hd, hdp, kh, s, t, nk, b); };
+        auto load = [&](int t, int b) { load_chunk(a, Kb, Vb, hd, hdp, hdp, kh, s, t, nk, b); };
         float acc[QPW][NV4][4], mx[QPW], ls[QPW];
         int lo[QPW], hi[QPW];   // each query vector's key range (empty for a warp without one)
 #pragma unroll
@@ -463,7 +463,7 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
             }
         }
         cp_async_commit();
-        auto load = [&](int tt, int b) { load_chunk(a, Kb, Vb, HD, HDP, kh, s, tt, nk, b); };
+        auto load = [&](int tt, int b) { load_chunk(a, Kb, Vb, HD, HDP, HDP, kh, s, tt, nk, b); };
         // mma rows g and g + 8 of this warp: query vectors w0 + g and w0 + g + 8 (key range empty past nv)
         int lo[2], hi[2];
         int wlo = 1 << 30, whi = 0;
@@ -567,10 +567,180 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
     }
 }
 
-// 0: v1 (BS_CUDA_ATT=old), 1: v2 (BS_CUDA_ATT=v2), 2: v3 where the head dim has it (default)
+// ---------------------------------------------------------------------------------------------
+// Attention v4 (default for head_dim 64 and 128; BS_CUDA_ATT=v3 / v2 / old select the kernels above).
+// Why: at one decode row v3's 4 query vectors fill a quarter of one warp's 16-row mma tile, so that warp
+// runs all 384 mmas of the chunk while the other three wait at barriers (Nsight Compute: 0.12 instructions
+// issued per scheduler-cycle, DRAM at 8%: the latency of one warp's chain). v4 transposes both products,
+// S^T = K Q^T and O^T = V^T P^T: query vectors are the mma's N (tiles of 8), keys and head dims its M.
+// - A decode row's group fills half an n-tile, so a chunk needs half the mmas, and the chunk's work is cut
+//   into items the 4 warps share: S^T items (key m-tile, query n-tile, half of the head dims), O^T items
+//   (head-dim m-tile, query n-tile). At one row every warp has one S^T item and two O^T items.
+// - The online softmax sits between them in shared memory: 4 threads per query vector, keys sub + 4e.
+// - 3xTF32 as in v3, with the cross terms in separate accumulators in S^T (shorter chains); a score is
+//   (half 0 + half 1) * scale, each half hi.hi + (hi.lo + lo.hi).
+// - Same grid, key partition, online softmax per split, partials and combine as v2/v3. Batch invariance:
+//   a query vector's arithmetic is the same in whatever n-tile, item, warp or block it runs (an mma's
+//   element [m][n] depends only on row m of A and column n of B), and a chunk outside its key range is an
+//   exact no-op for it (p = 0, alpha = 1), so a row alone == the row in a block, bit for bit. Results
+//   differ from v3's in the last bits (another summation order), never between row counts.
+// - NTQ query n-tiles per block: 1 where a launch has at most 8 query vectors (a decode row), else 4 (a
+//   16-row GQA-4 verify runs as 2 row groups). One K/V buffer (60 KB of shared memory at NTQ 4): 3 blocks
+//   per SM, so a 16-row verify at 512 keys (272 blocks) runs in one wave; the blocks beside each other
+//   hide a chunk's load instead of a second buffer.
+#define AT4_WARPS 4
+#define AT4_SP 36                 // pitch of the score / probability rows (4 mod 32: conflict-free fragments)
+
+template <int HD, int NTQ> constexpr size_t attention4_smem_floats() {
+    return ATT_CHUNK * (HD + 4) + ATT_CHUNK * (HD + 8) + NTQ * 8 * (HD + 4) + 2 * NTQ * 8 * AT4_SP + NTQ * 8;
+}
+
+template <int HD, int NTQ>
+__global__ void __launch_bounds__(AT4_WARPS * 32) attention4_kernel(att2_args A) {
+    pdl_enter();
+    // pitches: K and Q rows 4 mod 32 (A / B fragments of S^T read banks 4g + t), V rows 8 mod 32 (V^T's
+    // A fragment reads banks 8t + g)
+    constexpr int KP = HD + 4, VP = HD + 8, QP = HD + 4, NK8 = HD / 8, MT = HD / 16, HD4 = HD / 4;
+    constexpr int QV = NTQ * 8, PVI = MT * NTQ / AT4_WARPS;   // O^T items per warp
+    static_assert(ATT_CHUNK == 32 && HD % 16 == 0 && PVI * AT4_WARPS == MT * NTQ, "2 key m-tiles per chunk, whole head-dim m-tiles");
+    const att_args &a = A.a;
+    extern __shared__ __align__(16) float sm[];
+    // P overwrites half 0 of S in place (each element is read and then written by the same thread)
+    float *Kc = sm, *Vc = Kc + ATT_CHUNK * KP, *Qs = Vc + ATT_CHUNK * VP;
+    float *Ss = Qs + QV * QP, *Ps = Ss, *Al = Ss + 2 * QV * AT4_SP;
+    const int kh = blockIdx.x, s = blockIdx.y, G = a.n_heads / a.n_kv;
+    const int r0 = blockIdx.z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
+    if (nr <= 0) return;
+    const int nqv = nr * G, R = a.n_q * a.n_heads;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int sq = threadIdx.x >> 2, sub = threadIdx.x & 3;   // softmax: query vector sq, keys sub + 4e
+    const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
+    const split_walk W = walk_of(a, r0, nr, s, nk, qp0);
+    const int STEP = ATT_SPLITS * ATT_CHUNK;
+    for (int qv0 = 0; qv0 < nqv && !W.skip; qv0 += QV) {
+        const int nv = min(QV, nqv - qv0), ntq = (nv + 7) >> 3;
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < ntq * 8 * HD4; idx += blockDim.x) {
+            const int qv = idx / HD4, d4 = idx - qv * HD4;
+            if (qv < nv) {
+                const int gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
+                cp_async16(Qs + qv * QP + d4 * 4, a.q + ((size_t)i * a.n_heads + h) * HD + d4 * 4, 16);
+            } else {   // padding columns of the last n-tile
+                *(float4 *)(Qs + qv * QP + d4 * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
+        cp_async_commit();
+        int slo = 0, shi = 0;   // the softmax thread's query vector's key range (empty for padding)
+        if (sq < nv) key_range(a, r0 + qv_row(qv0 + sq, G, A.gsh), nk, qp0, slo, shi);
+        float smx = -INFINITY, sls = 0.f;
+        float o[PVI][4], ox[PVI][4];
+#pragma unroll
+        for (int u = 0; u < PVI; u++) o[u][0] = o[u][1] = o[u][2] = o[u][3] = ox[u][0] = ox[u][1] = ox[u][2] = ox[u][3] = 0.f;
+        for (int tt = W.tfirst; tt < W.tend; tt++) {
+            load_chunk(a, Kc, Vc, HD, KP, VP, kh, s, tt, nk, 0);
+            cp_async_wait<0>();
+            __syncthreads();
+            const int c0 = s * ATT_CHUNK + tt * STEP;
+            // S^T items: c[0..3] = S^T[keys 16 mt + g, + 8][queries 8 nt + 2t, + 1] over half the head dims
+            for (int item = warp; item < 4 * ntq; item += AT4_WARPS) {
+                const int mt = item & 1, half = (item >> 1) & 1, nt = item >> 2;
+                float sc[4] = { 0.f, 0.f, 0.f, 0.f }, sa[4] = { 0.f, 0.f, 0.f, 0.f }, sb[4] = { 0.f, 0.f, 0.f, 0.f };
+                const float *ka = Kc + (mt * 16 + g) * KP + half * (HD / 2) + t, *qb = Qs + (nt * 8 + g) * QP + half * (HD / 2) + t;
+#pragma unroll
+                for (int ks = 0; ks < NK8 / 2; ks++) {
+                    const float a0 = ka[ks * 8], a1 = ka[8 * KP + ks * 8], a2 = ka[ks * 8 + 4], a3 = ka[8 * KP + ks * 8 + 4];
+                    const float b0 = qb[ks * 8], b1 = qb[ks * 8 + 4];
+                    const uint32_t A0 = __float_as_uint(a0), A1 = __float_as_uint(a1), A2 = __float_as_uint(a2), A3 = __float_as_uint(a3);
+                    const uint32_t B0 = __float_as_uint(b0), B1 = __float_as_uint(b1);
+                    mma_tf32(sa, A0, A1, A2, A3, tf32_lo(b0), tf32_lo(b1));
+                    mma_tf32(sb, tf32_lo(a0), tf32_lo(a1), tf32_lo(a2), tf32_lo(a3), B0, B1);
+                    mma_tf32(sc, A0, A1, A2, A3, B0, B1);
+                }
+                float *so = Ss + half * QV * AT4_SP + (nt * 8 + 2 * t) * AT4_SP + mt * 16 + g;
+                so[0] = sc[0] + (sa[0] + sb[0]);
+                so[AT4_SP] = sc[1] + (sa[1] + sb[1]);
+                so[8] = sc[2] + (sa[2] + sb[2]);
+                so[AT4_SP + 8] = sc[3] + (sa[3] + sb[3]);
+            }
+            __syncthreads();
+            // online softmax of query vector sq over this chunk's keys; the 4 threads of a query vector are
+            // one quad, and all four keep the same running (max, sum)
+            if (sq < ntq * 8) {
+                float sv[8], m = -INFINITY;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const int kj = sub + 4 * e, j = c0 + kj;
+                    sv[e] = j >= slo && j < shi ? (Ss[sq * AT4_SP + kj] + Ss[(QV + sq) * AT4_SP + kj]) * a.scale : -INFINITY;
+                    m = fmaxf(m, sv[e]);
+                }
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                const float mnew = fmaxf(smx, m);
+                float ps = 0.f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const float p = sv[e] == -INFINITY ? 0.f : expf(sv[e] - mnew);
+                    Ps[sq * AT4_SP + sub + 4 * e] = p;
+                    ps += p;
+                }
+                ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+                ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+                const float alpha = smx == -INFINITY ? 0.f : expf(smx - mnew);
+                if (sub == 0) Al[sq] = alpha;
+                smx = mnew; sls = sls * alpha + ps;
+            }
+            __syncthreads();
+            // O^T items: o[u] = O^T[dims 16 mt + g, + 8][queries 8 nt + 2t, + 1]; key step kk: k = t <-> key 8 kk + t
+#pragma unroll
+            for (int u = 0; u < PVI; u++) {
+                const int item = warp + AT4_WARPS * u, mt = item % MT, nt = item / MT;
+                if (nt >= ntq) continue;   // warp-uniform
+                const float al0 = Al[nt * 8 + 2 * t], al1 = Al[nt * 8 + 2 * t + 1];
+                o[u][0] *= al0; o[u][1] *= al1; o[u][2] *= al0; o[u][3] *= al1;
+                ox[u][0] *= al0; ox[u][1] *= al1; ox[u][2] *= al0; ox[u][3] *= al1;
+                const float *va = Vc + t * VP + mt * 16 + g, *pb = Ps + (nt * 8 + g) * AT4_SP + t;
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const float a0 = va[kk * 8 * VP], a1 = va[kk * 8 * VP + 8], a2 = va[(kk * 8 + 4) * VP], a3 = va[(kk * 8 + 4) * VP + 8];
+                    const float b0 = pb[kk * 8], b1 = pb[kk * 8 + 4];
+                    const uint32_t A0 = __float_as_uint(a0), A1 = __float_as_uint(a1), A2 = __float_as_uint(a2), A3 = __float_as_uint(a3);
+                    const uint32_t B0 = __float_as_uint(b0), B1 = __float_as_uint(b1);
+                    mma_tf32(ox[u], A0, A1, A2, A3, tf32_lo(b0), tf32_lo(b1));
+                    mma_tf32(ox[u], tf32_lo(a0), tf32_lo(a1), tf32_lo(a2), tf32_lo(a3), B0, B1);
+                    mma_tf32(o[u], A0, A1, A2, A3, B0, B1);
+                }
+            }
+            __syncthreads();   // K/V, S, P and alpha are rewritten by the next chunk
+        }
+        // partials of this split
+        if (sq < nv && sub == 0) {
+            const int gq = qv0 + sq, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
+            const size_t row = (size_t)s * R + (size_t)i * a.n_heads + h;
+            A.ml[row * 2] = smx; A.ml[row * 2 + 1] = sls;
+        }
+#pragma unroll
+        for (int u = 0; u < PVI; u++) {
+            const int item = warp + AT4_WARPS * u, mt = item % MT, nt = item / MT;
+            if (nt >= ntq) continue;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qv = nt * 8 + 2 * t + (e & 1), d = mt * 16 + g + 8 * (e >> 1);
+                if (qv >= nv) continue;
+                const int gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
+                A.acc[((size_t)s * R + (size_t)i * a.n_heads + h) * HD + d] = o[u][e] + ox[u][e];
+            }
+        }
+    }
+}
+
+// 0: v1 (BS_CUDA_ATT=old), 1: v2 (BS_CUDA_ATT=v2), 2: v3 (BS_CUDA_ATT=v3), 3: v4 where the head dim has
+// them (default)
 static int att_variant(void) {
     static int v = -1;
-    if (v < 0) { const char *e = getenv("BS_CUDA_ATT"); v = e && !strcmp(e, "old") ? 0 : e && !strcmp(e, "v2") ? 1 : 2; }
+    if (v < 0) {
+        const char *e = getenv("BS_CUDA_ATT");
+        v = e && !strcmp(e, "old") ? 0 : e && !strcmp(e, "v2") ? 1 : e && !strcmp(e, "v3") ? 2 : 3;
+    }
     return v;
 }
 
@@ -598,6 +768,17 @@ static void attention3_launch(cuda_impl *c, float *out, const att_args &a0) {
     dim3 grid;
     att2_args A = att2_setup(c, out, a0, AT3_QV, &grid);
     launch_k(c, "attention", attention3_kernel<HD>, grid, dim3(AT3_WARPS * 32), smem, A);
+    if (!ablated("combine")) launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
+}
+
+template <int HD, int NTQ>
+static void attention4_launch(cuda_impl *c, float *out, const att_args &a0) {
+    static size_t smem_set = 48 * 1024;
+    const size_t smem = sizeof(float) * attention4_smem_floats<HD, NTQ>();
+    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention4_kernel<HD, NTQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
+    dim3 grid;
+    att2_args A = att2_setup(c, out, a0, NTQ * 8, &grid);
+    launch_k(c, "attention", attention4_kernel<HD, NTQ>, grid, dim3(AT4_WARPS * 32), smem, A);
     if (!ablated("combine")) launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
 }
 
@@ -634,8 +815,11 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
         a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
         if (v2) {
             float *o = out + (size_t)r * n_heads * hd;
-            if (att_variant() == 2 && hd == 128) attention3_launch<128>(c, o, a);
-            else if (att_variant() == 2 && hd == 64) attention3_launch<64>(c, o, a);
+            const bool few = (size_t)nq * (n_heads / n_kv) <= 8;   // query vectors of the launch fit one n-tile
+            if (att_variant() == 3 && hd == 128) few ? attention4_launch<128, 1>(c, o, a) : attention4_launch<128, 4>(c, o, a);
+            else if (att_variant() == 3 && hd == 64) few ? attention4_launch<64, 1>(c, o, a) : attention4_launch<64, 4>(c, o, a);
+            else if (att_variant() >= 2 && hd == 128) attention3_launch<128>(c, o, a);
+            else if (att_variant() >= 2 && hd == 64) attention3_launch<64>(c, o, a);
             else if (hd == 128) attention2_launch<1, 128>(c, o, a);
             else if (hd == 64) attention2_launch<1, 64>(c, o, a);
             else if (hd == 256) attention2_launch<2, 256>(c, o, a);
