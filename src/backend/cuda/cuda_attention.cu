@@ -10,6 +10,7 @@ struct att_args {
     float *part;             // [S][n_q * n_heads][hd + 2]  (m, l, acc[hd])
     int n_q, n_heads, n_kv, hd, causal, window;
     posarg n_keys, q_pos0;
+    posarg old_keys;         // v4: K/V rows below this were written by kernels that have completed (see cu_attention)
     float scale;
 };
 
@@ -187,9 +188,10 @@ __device__ __forceinline__ split_walk walk_of(const att_args &a, int r0, int nr,
 
 // Chunk t of split s of kv head kh into K/V buffer b (rows kp / vp floats apart), zeros past n_keys; one
 // commit group.
-__device__ __forceinline__ void load_chunk(const att_args &a, float *Kb, float *Vb, int hd, int kp, int vp, int kh, int s, int t, int nk, int b) {
+__device__ __forceinline__ void load_chunk(const att_args &a, float *Kb, float *Vb, int hd, int kp, int vp, int kh, int s, int t, int nk, int b,
+                                           int jfrom = 0, int jto = ATT_CHUNK) {   // rows [jfrom, jto) of the chunk
     const int c0 = s * ATT_CHUNK + t * ATT_SPLITS * ATT_CHUNK, nkeys = min(ATT_CHUNK, nk - c0), hd4 = hd / 4, kvd = a.n_kv * hd;
-    for (int idx = threadIdx.x; idx < ATT_CHUNK * hd4; idx += blockDim.x) {
+    for (int idx = jfrom * hd4 + threadIdx.x; idx < jto * hd4; idx += blockDim.x) {
         const int j = idx / hd4, d4 = idx - j * hd4;
         const bool ok = j < nkeys;
         const size_t off = (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * hd + d4 * 4;
@@ -434,7 +436,7 @@ __device__ __forceinline__ void mma_3xtf32(float (&hh)[4], float (&x)[4], float 
 
 template <int HD>
 __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A) {
-    pdl_enter();
+    pdl_trigger();
     constexpr int HDP = HD + 4, NT = HD / 8, HD4 = HD / 4;   // HDP = 4 mod 32: conflict-free fragment reads
     static_assert(ATT_CHUNK == 32, "4 key tiles of 8 per chunk");
     const att_args &a = A.a;
@@ -450,6 +452,14 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
     const split_walk W = walk_of(a, r0, nr, s, nk, qp0);
     const int tfirst = W.tfirst, tend = W.tend, STEP = ATT_SPLITS * ATT_CHUNK;
     const int w0 = warp * 16;   // this warp's first query vector in the block's tile
+    // K/V rows of earlier forwards (below a.old_keys: see cu_attention) cannot change any more: the first
+    // chunk's share of them streams in before the wait, while the q/k norm kernel before this one runs
+    int pre = 0;
+    if (!W.skip && tfirst < tend) {
+        pre = min(max(pv(a.old_keys) - (s * ATT_CHUNK + tfirst * STEP), 0), ATT_CHUNK);
+        if (pre > 0) load_chunk(a, Kb, Vb, HD, HDP, HDP, kh, s, tfirst, nk, 0, 0, pre);
+    }
+    pdl_wait();
     for (int qv0 = 0; qv0 < nqv && !W.skip; qv0 += AT3_QV) {
         const int nv = min(AT3_QV, nqv - qv0);
         __syncthreads();
@@ -463,7 +473,7 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
             }
         }
         cp_async_commit();
-        auto load = [&](int tt, int b) { load_chunk(a, Kb, Vb, HD, HDP, HDP, kh, s, tt, nk, b); };
+        auto load = [&](int tt, int b) { load_chunk(a, Kb, Vb, HD, HDP, HDP, kh, s, tt, nk, b, qv0 == 0 && tt == tfirst ? pre : 0); };
         // mma rows g and g + 8 of this warp: query vectors w0 + g and w0 + g + 8 (key range empty past nv)
         int lo[2], hi[2];
         int wlo = 1 << 30, whi = 0;
@@ -568,7 +578,8 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attention v4 (default for head_dim 64 and 128; BS_CUDA_ATT=v3 / v2 / old select the kernels above).
+// Attention v4 (BS_CUDA_ATT=v4, head_dim 64 and 128; not the default: faster at one decode row, slower at
+// 16 rows, see docs/cuda.md).
 // Why: at one decode row v3's 4 query vectors fill a quarter of one warp's 16-row mma tile, so that warp
 // runs all 384 mmas of the chunk while the other three wait at barriers (Nsight Compute: 0.12 instructions
 // issued per scheduler-cycle, DRAM at 8%: the latency of one warp's chain). v4 transposes both products,
@@ -584,39 +595,71 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
 //   element [m][n] depends only on row m of A and column n of B), and a chunk outside its key range is an
 //   exact no-op for it (p = 0, alpha = 1), so a row alone == the row in a block, bit for bit. Results
 //   differ from v3's in the last bits (another summation order), never between row counts.
-// - NTQ query n-tiles per block: 1 where a launch has at most 8 query vectors (a decode row), else 4 (a
-//   16-row GQA-4 verify runs as 2 row groups). One K/V buffer (60 KB of shared memory at NTQ 4): 3 blocks
-//   per SM, so a 16-row verify at 512 keys (272 blocks) runs in one wave; the blocks beside each other
-//   hide a chunk's load instead of a second buffer.
-#define AT4_WARPS 4
+// - Under PDL the kernel starts while the q/k norm kernel before it runs; K/V rows of earlier forwards
+//   (below a.old_keys) cannot change any more, so the first chunk's share of them is loaded before
+//   pdl_wait and only the new rows (and Q) after it (cu_attention says when that is safe).
+// - One K and one V buffer, pipelined: the next chunk's K streams in while this chunk's softmax and
+//   O^T run, its V while the next S^T runs (K and V are separate cp.async groups).
+// - NTQ query n-tiles per block, NW warps: a launch of at most 8 query vectors (a decode row) runs NTQ 1
+//   with 4 warps (41 KB of shared memory); more rows run NTQ 8 with 8 warps (87 KB, 2 blocks per SM: a
+//   16-row GQA-4 verify is one block per kv head and split, as in v3). BS_CUDA_AT4_NTQ=4 runs them as
+//   NTQ 4 with 4 warps instead (A/B).
 #define AT4_SP 36                 // pitch of the score / probability rows (4 mod 32: conflict-free fragments)
 
 template <int HD, int NTQ> constexpr size_t attention4_smem_floats() {
     return ATT_CHUNK * (HD + 4) + ATT_CHUNK * (HD + 8) + NTQ * 8 * (HD + 4) + 2 * NTQ * 8 * AT4_SP + NTQ * 8;
 }
 
-template <int HD, int NTQ>
-__global__ void __launch_bounds__(AT4_WARPS * 32) attention4_kernel(att2_args A) {
-    pdl_enter();
+// rows [jfrom, jto) of the chunk at key c0 of kv head kh (K or V) into dst, rows p floats apart; zeros
+// past n_keys; one commit group
+__device__ __forceinline__ void load_rows(const float *src, float *dst, int p, int hd, int kvd, int kh, int c0, int nk, int jfrom, int jto) {
+    const int hd4 = hd / 4, nkeys = nk - c0;
+    for (int idx = jfrom * hd4 + threadIdx.x; idx < jto * hd4; idx += blockDim.x) {
+        const int j = idx / hd4, d4 = idx - j * hd4;
+        const bool ok = j < nkeys;
+        cp_async16(dst + j * p + d4 * 4, src + (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * hd + d4 * 4, ok ? 16 : 0);
+    }
+    cp_async_commit();
+}
+
+template <int HD, int NTQ, int NW>
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_kernel(att2_args A) {   // 8 warps: 2 blocks per SM
+    pdl_trigger();
     // pitches: K and Q rows 4 mod 32 (A / B fragments of S^T read banks 4g + t), V rows 8 mod 32 (V^T's
     // A fragment reads banks 8t + g)
     constexpr int KP = HD + 4, VP = HD + 8, QP = HD + 4, NK8 = HD / 8, MT = HD / 16, HD4 = HD / 4;
-    constexpr int QV = NTQ * 8, PVI = MT * NTQ / AT4_WARPS;   // O^T items per warp
-    static_assert(ATT_CHUNK == 32 && HD % 16 == 0 && PVI * AT4_WARPS == MT * NTQ, "2 key m-tiles per chunk, whole head-dim m-tiles");
+    // S^T: a warp keeps one of the 4 (key m-tile, half) pairs for SI n-tiles. O^T: a warp keeps MTW head-dim
+    // m-tiles pv_mt(m) for NTW n-tiles pv_nt(u) (one m-tile for a share of the n-tiles where NW >= MT).
+    constexpr int QV = NTQ * 8, SI = NTQ * 4 / NW, SG = NW == 8 && SI > 2 ? 2 : SI;
+    constexpr int MTW = NW >= MT ? 1 : MT / NW, NTW = NW >= MT ? NTQ * MT / NW : NTQ;
+    static_assert(ATT_CHUNK == 32 && HD % 16 == 0 && NW % 4 == 0 && SI * NW == NTQ * 4 && (NW >= MT ? NW % MT == 0 && NTW * NW == NTQ * MT : MT % NW == 0)
+                  && NW * 8 >= QV, "2 key m-tiles per chunk, whole head-dim m-tiles, whole items per warp, 4 softmax threads per query vector");
     const att_args &a = A.a;
     extern __shared__ __align__(16) float sm[];
     // P overwrites half 0 of S in place (each element is read and then written by the same thread)
     float *Kc = sm, *Vc = Kc + ATT_CHUNK * KP, *Qs = Vc + ATT_CHUNK * VP;
     float *Ss = Qs + QV * QP, *Ps = Ss, *Al = Ss + 2 * QV * AT4_SP;
-    const int kh = blockIdx.x, s = blockIdx.y, G = a.n_heads / a.n_kv;
+    const int kh = blockIdx.x, s = blockIdx.y, G = a.n_heads / a.n_kv, kvd = a.n_kv * HD;
     const int r0 = blockIdx.z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
     if (nr <= 0) return;
     const int nqv = nr * G, R = a.n_q * a.n_heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int sq = threadIdx.x >> 2, sub = threadIdx.x & 3;   // softmax: query vector sq, keys sub + 4e
-    const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
+    auto pv_mt = [&](int m) { return NW >= MT ? warp % MT : warp + NW * m; };
+    auto pv_nt = [&](int u) { return NW >= MT ? warp / MT + (NW / MT) * u : u; };
+    const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);   // positions: set before the step's first kernel
     const split_walk W = walk_of(a, r0, nr, s, nk, qp0);
     const int STEP = ATT_SPLITS * ATT_CHUNK;
+    auto chunk0 = [&](int tt) { return s * ATT_CHUNK + tt * STEP; };
+    int pre = 0;   // rows of the first chunk loaded before the wait
+    if (!W.skip && W.tfirst < W.tend) {
+        pre = min(max(pv(a.old_keys) - chunk0(W.tfirst), 0), ATT_CHUNK);
+        if (pre > 0) {
+            load_rows(a.k, Kc, KP, HD, kvd, kh, chunk0(W.tfirst), nk, 0, pre);
+            load_rows(a.v, Vc, VP, HD, kvd, kh, chunk0(W.tfirst), nk, 0, pre);
+        }
+    }
+    pdl_wait();
     for (int qv0 = 0; qv0 < nqv && !W.skip; qv0 += QV) {
         const int nv = min(QV, nqv - qv0), ntq = (nv + 7) >> 3;
         __syncthreads();
@@ -633,36 +676,64 @@ __global__ void __launch_bounds__(AT4_WARPS * 32) attention4_kernel(att2_args A)
         int slo = 0, shi = 0;   // the softmax thread's query vector's key range (empty for padding)
         if (sq < nv) key_range(a, r0 + qv_row(qv0 + sq, G, A.gsh), nk, qp0, slo, shi);
         float smx = -INFINITY, sls = 0.f;
-        float o[PVI][4], ox[PVI][4];
+        float o[MTW][NTW][4], ox[MTW][NTW][4];
 #pragma unroll
-        for (int u = 0; u < PVI; u++) o[u][0] = o[u][1] = o[u][2] = o[u][3] = ox[u][0] = ox[u][1] = ox[u][2] = ox[u][3] = 0.f;
+        for (int m = 0; m < MTW; m++)
+#pragma unroll
+            for (int u = 0; u < NTW; u++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[m][u][e] = ox[m][u][e] = 0.f;
+        if (W.tfirst < W.tend) {
+            const int jf = qv0 == 0 ? pre : 0;
+            load_rows(a.k, Kc, KP, HD, kvd, kh, chunk0(W.tfirst), nk, jf, ATT_CHUNK);
+            load_rows(a.v, Vc, VP, HD, kvd, kh, chunk0(W.tfirst), nk, jf, ATT_CHUNK);
+        }
         for (int tt = W.tfirst; tt < W.tend; tt++) {
-            load_chunk(a, Kc, Vc, HD, KP, VP, kh, s, tt, nk, 0);
-            cp_async_wait<0>();
+            const int c0 = chunk0(tt);
+            const bool more = tt + 1 < W.tend;
+            cp_async_wait<1>();   // all but this chunk's V: its K (and Q, the rows loaded early)
             __syncthreads();
-            const int c0 = s * ATT_CHUNK + tt * STEP;
-            // S^T items: c[0..3] = S^T[keys 16 mt + g, + 8][queries 8 nt + 2t, + 1] over half the head dims
-            for (int item = warp; item < 4 * ntq; item += AT4_WARPS) {
-                const int mt = item & 1, half = (item >> 1) & 1, nt = item >> 2;
-                float sc[4] = { 0.f, 0.f, 0.f, 0.f }, sa[4] = { 0.f, 0.f, 0.f, 0.f }, sb[4] = { 0.f, 0.f, 0.f, 0.f };
-                const float *ka = Kc + (mt * 16 + g) * KP + half * (HD / 2) + t, *qb = Qs + (nt * 8 + g) * QP + half * (HD / 2) + t;
+            // S^T: c[0..3] = S^T[keys 16 mt + g, + 8][queries 8 nt + 2t, + 1] over half the head dims. A warp
+            // keeps one (key m-tile, half) and walks n-tiles nt0, nt0 + NW / 4, ...: each K fragment it
+            // loads (and splits) serves all of them.
+#pragma unroll
+            for (int u0 = 0; u0 < SI; u0 += SG) {   // SG n-tiles at a time (registers)
+                const int mt = warp & 1, half = (warp >> 1) & 1, nt0 = warp >> 2;
+                float sc[SG][4], sa[SG][4], sb[SG][4];
+#pragma unroll
+                for (int u = 0; u < SG; u++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) sc[u][e] = sa[u][e] = sb[u][e] = 0.f;
+                const float *ka = Kc + (mt * 16 + g) * KP + half * (HD / 2) + t, *qb = Qs + g * QP + half * (HD / 2) + t;
 #pragma unroll
                 for (int ks = 0; ks < NK8 / 2; ks++) {
                     const float a0 = ka[ks * 8], a1 = ka[8 * KP + ks * 8], a2 = ka[ks * 8 + 4], a3 = ka[8 * KP + ks * 8 + 4];
-                    const float b0 = qb[ks * 8], b1 = qb[ks * 8 + 4];
                     const uint32_t A0 = __float_as_uint(a0), A1 = __float_as_uint(a1), A2 = __float_as_uint(a2), A3 = __float_as_uint(a3);
-                    const uint32_t B0 = __float_as_uint(b0), B1 = __float_as_uint(b1);
-                    mma_tf32(sa, A0, A1, A2, A3, tf32_lo(b0), tf32_lo(b1));
-                    mma_tf32(sb, tf32_lo(a0), tf32_lo(a1), tf32_lo(a2), tf32_lo(a3), B0, B1);
-                    mma_tf32(sc, A0, A1, A2, A3, B0, B1);
+                    const uint32_t L0 = tf32_lo(a0), L1 = tf32_lo(a1), L2 = tf32_lo(a2), L3 = tf32_lo(a3);
+#pragma unroll
+                    for (int u = 0; u < SG; u++) {
+                        const int nt = nt0 + (NW / 4) * (u0 + u);
+                        if (nt >= ntq) break;   // warp-uniform
+                        const float b0 = qb[nt * 8 * QP + ks * 8], b1 = qb[nt * 8 * QP + ks * 8 + 4];
+                        const uint32_t B0 = __float_as_uint(b0), B1 = __float_as_uint(b1);
+                        mma_tf32(sa[u], A0, A1, A2, A3, tf32_lo(b0), tf32_lo(b1));
+                        mma_tf32(sb[u], L0, L1, L2, L3, B0, B1);
+                        mma_tf32(sc[u], A0, A1, A2, A3, B0, B1);
+                    }
                 }
-                float *so = Ss + half * QV * AT4_SP + (nt * 8 + 2 * t) * AT4_SP + mt * 16 + g;
-                so[0] = sc[0] + (sa[0] + sb[0]);
-                so[AT4_SP] = sc[1] + (sa[1] + sb[1]);
-                so[8] = sc[2] + (sa[2] + sb[2]);
-                so[AT4_SP + 8] = sc[3] + (sa[3] + sb[3]);
+#pragma unroll
+                for (int u = 0; u < SG; u++) {
+                    const int nt = nt0 + (NW / 4) * (u0 + u);
+                    if (nt >= ntq) break;
+                    float *so = Ss + half * QV * AT4_SP + (nt * 8 + 2 * t) * AT4_SP + mt * 16 + g;
+                    so[0] = sc[u][0] + (sa[u][0] + sb[u][0]);
+                    so[AT4_SP] = sc[u][1] + (sa[u][1] + sb[u][1]);
+                    so[8] = sc[u][2] + (sa[u][2] + sb[u][2]);
+                    so[AT4_SP + 8] = sc[u][3] + (sa[u][3] + sb[u][3]);
+                }
             }
             __syncthreads();
+            if (more) load_rows(a.k, Kc, KP, HD, kvd, kh, chunk0(tt + 1), nk, 0, ATT_CHUNK);   // K is free: the next chunk's
             // online softmax of query vector sq over this chunk's keys; the 4 threads of a query vector are
             // one quad, and all four keep the same running (max, sum)
             if (sq < ntq * 8) {
@@ -689,29 +760,44 @@ __global__ void __launch_bounds__(AT4_WARPS * 32) attention4_kernel(att2_args A)
                 if (sub == 0) Al[sq] = alpha;
                 smx = mnew; sls = sls * alpha + ps;
             }
+            if (more) cp_async_wait<1>(); else cp_async_wait<0>();   // this chunk's V (the next K may stream on)
             __syncthreads();
-            // O^T items: o[u] = O^T[dims 16 mt + g, + 8][queries 8 nt + 2t, + 1]; key step kk: k = t <-> key 8 kk + t
+            // O^T: o[m][u] = O^T[dims 16 mt(m) + g, + 8][queries 8 nt(u) + 2t, + 1]; key step kk: k = t <->
+            // key 8 kk + t. Each V^T fragment a warp loads (and splits) serves all its n-tiles.
 #pragma unroll
-            for (int u = 0; u < PVI; u++) {
-                const int item = warp + AT4_WARPS * u, mt = item % MT, nt = item / MT;
-                if (nt >= ntq) continue;   // warp-uniform
-                const float al0 = Al[nt * 8 + 2 * t], al1 = Al[nt * 8 + 2 * t + 1];
-                o[u][0] *= al0; o[u][1] *= al1; o[u][2] *= al0; o[u][3] *= al1;
-                ox[u][0] *= al0; ox[u][1] *= al1; ox[u][2] *= al0; ox[u][3] *= al1;
-                const float *va = Vc + t * VP + mt * 16 + g, *pb = Ps + (nt * 8 + g) * AT4_SP + t;
+            for (int m = 0; m < MTW; m++)
 #pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-                    const float a0 = va[kk * 8 * VP], a1 = va[kk * 8 * VP + 8], a2 = va[(kk * 8 + 4) * VP], a3 = va[(kk * 8 + 4) * VP + 8];
-                    const float b0 = pb[kk * 8], b1 = pb[kk * 8 + 4];
-                    const uint32_t A0 = __float_as_uint(a0), A1 = __float_as_uint(a1), A2 = __float_as_uint(a2), A3 = __float_as_uint(a3);
-                    const uint32_t B0 = __float_as_uint(b0), B1 = __float_as_uint(b1);
-                    mma_tf32(ox[u], A0, A1, A2, A3, tf32_lo(b0), tf32_lo(b1));
-                    mma_tf32(ox[u], tf32_lo(a0), tf32_lo(a1), tf32_lo(a2), tf32_lo(a3), B0, B1);
-                    mma_tf32(o[u], A0, A1, A2, A3, B0, B1);
+                for (int u = 0; u < NTW; u++) {
+                    const int nt = pv_nt(u);
+                    if (nt >= ntq) break;   // warp-uniform
+                    const float al0 = Al[nt * 8 + 2 * t], al1 = Al[nt * 8 + 2 * t + 1];
+                    o[m][u][0] *= al0; o[m][u][1] *= al1; o[m][u][2] *= al0; o[m][u][3] *= al1;
+                    ox[m][u][0] *= al0; ox[m][u][1] *= al1; ox[m][u][2] *= al0; ox[m][u][3] *= al1;
                 }
-            }
-            __syncthreads();   // K/V, S, P and alpha are rewritten by the next chunk
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int m = 0; m < MTW; m++) {
+                    const float *va = Vc + (kk * 8 + t) * VP + pv_mt(m) * 16 + g;
+                    const float a0 = va[0], a1 = va[8], a2 = va[4 * VP], a3 = va[4 * VP + 8];
+                    const uint32_t A0 = __float_as_uint(a0), A1 = __float_as_uint(a1), A2 = __float_as_uint(a2), A3 = __float_as_uint(a3);
+                    const uint32_t L0 = tf32_lo(a0), L1 = tf32_lo(a1), L2 = tf32_lo(a2), L3 = tf32_lo(a3);
+#pragma unroll
+                    for (int u = 0; u < NTW; u++) {
+                        const int nt = pv_nt(u);
+                        if (nt >= ntq) break;
+                        const float *pb = Ps + (nt * 8 + g) * AT4_SP + kk * 8 + t;
+                        const float b0 = pb[0], b1 = pb[4];
+                        const uint32_t B0 = __float_as_uint(b0), B1 = __float_as_uint(b1);
+                        mma_tf32(ox[m][u], A0, A1, A2, A3, tf32_lo(b0), tf32_lo(b1));
+                        mma_tf32(ox[m][u], L0, L1, L2, L3, B0, B1);
+                        mma_tf32(o[m][u], A0, A1, A2, A3, B0, B1);
+                    }
+                }
+            __syncthreads();   // V, S, P and alpha are rewritten for the next chunk
+            if (more) load_rows(a.v, Vc, VP, HD, kvd, kh, chunk0(tt + 1), nk, 0, ATT_CHUNK);
         }
+        cp_async_wait<0>();
         // partials of this split
         if (sq < nv && sub == 0) {
             const int gq = qv0 + sq, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
@@ -719,27 +805,29 @@ __global__ void __launch_bounds__(AT4_WARPS * 32) attention4_kernel(att2_args A)
             A.ml[row * 2] = smx; A.ml[row * 2 + 1] = sls;
         }
 #pragma unroll
-        for (int u = 0; u < PVI; u++) {
-            const int item = warp + AT4_WARPS * u, mt = item % MT, nt = item / MT;
-            if (nt >= ntq) continue;
+        for (int m = 0; m < MTW; m++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qv = nt * 8 + 2 * t + (e & 1), d = mt * 16 + g + 8 * (e >> 1);
-                if (qv >= nv) continue;
-                const int gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
-                A.acc[((size_t)s * R + (size_t)i * a.n_heads + h) * HD + d] = o[u][e] + ox[u][e];
+            for (int u = 0; u < NTW; u++) {
+                const int nt = pv_nt(u);
+                if (nt >= ntq) break;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qv = nt * 8 + 2 * t + (e & 1), d = pv_mt(m) * 16 + g + 8 * (e >> 1);
+                    if (qv >= nv) continue;
+                    const int gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
+                    A.acc[((size_t)s * R + (size_t)i * a.n_heads + h) * HD + d] = o[m][u][e] + ox[m][u][e];
+                }
             }
-        }
     }
 }
 
-// 0: v1 (BS_CUDA_ATT=old), 1: v2 (BS_CUDA_ATT=v2), 2: v3 (BS_CUDA_ATT=v3), 3: v4 where the head dim has
-// them (default)
+// 0: v1 (BS_CUDA_ATT=old), 1: v2 (BS_CUDA_ATT=v2), 2: v3 where the head dim has it (default), 3: v4
+// (BS_CUDA_ATT=v4) where the head dim has it
 static int att_variant(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("BS_CUDA_ATT");
-        v = e && !strcmp(e, "old") ? 0 : e && !strcmp(e, "v2") ? 1 : e && !strcmp(e, "v3") ? 2 : 3;
+        v = e && !strcmp(e, "old") ? 0 : e && !strcmp(e, "v2") ? 1 : e && !strcmp(e, "v4") ? 3 : 2;
     }
     return v;
 }
@@ -771,15 +859,24 @@ static void attention3_launch(cuda_impl *c, float *out, const att_args &a0) {
     if (!ablated("combine")) launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
 }
 
-template <int HD, int NTQ>
+template <int HD, int NTQ, int NW>
 static void attention4_launch(cuda_impl *c, float *out, const att_args &a0) {
     static size_t smem_set = 48 * 1024;
     const size_t smem = sizeof(float) * attention4_smem_floats<HD, NTQ>();
-    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention4_kernel<HD, NTQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
+    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention4_kernel<HD, NTQ, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
     dim3 grid;
     att2_args A = att2_setup(c, out, a0, NTQ * 8, &grid);
-    launch_k(c, "attention", attention4_kernel<HD, NTQ>, grid, dim3(AT4_WARPS * 32), smem, A);
+    launch_k(c, "attention", attention4_kernel<HD, NTQ, NW>, grid, dim3(NW * 32), smem, A);
     if (!ablated("combine")) launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
+}
+// v4 for one head size: NTQ 1 for at most 8 query vectors, else NTQ 8 (BS_CUDA_AT4_NTQ=4: NTQ 4)
+template <int HD>
+static void attention4_pick(cuda_impl *c, float *out, const att_args &a0) {
+    static int ntq = -1;
+    if (ntq < 0) { const char *e = getenv("BS_CUDA_AT4_NTQ"); ntq = e && !strcmp(e, "4") ? 4 : 8; }
+    if ((size_t)a0.n_q * (a0.n_heads / a0.n_kv) <= 8) attention4_launch<HD, 1, 4>(c, out, a0);
+    else if (ntq == 4) attention4_launch<HD, 4, 4>(c, out, a0);
+    else attention4_launch<HD, 8, 8>(c, out, a0);
 }
 
 template <int NV4, int HDC>
@@ -806,6 +903,14 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
     if (smem > smem_set) { CK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
     const int RB = 64;   // query rows per launch
     ensure_ws(c, &c->att_ws, &c->att_ws_bytes, sizeof(float) * (ATT_SPLITS * (size_t)(n_q < RB ? n_q : RB) * n_heads * (hd + 2) + 4));
+    // v3 and v4 may read K/V rows below q_pos0 before their PDL wait when they cannot still be in flight: the
+    // attention is causal (the model's forward: rows below q_pos0 come from earlier forwards, rows from
+    // q_pos0 on are this forward's) and the kernel before it waited for its own predecessor before letting
+    // this one start (qk_norm_rope_store, c->kv_settled), so every kernel of earlier forwards has completed.
+    // BS_CUDA_ATT_EARLY=0 turns it off (A/B).
+    static int early_on = -1;
+    if (early_on < 0) early_on = env_on_unless_0("BS_CUDA_ATT_EARLY");
+    const bool early_kv = causal && c->kv_settled && early_on;
     const bool v2 = att_variant() && ((uintptr_t)q & 15) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0 && ((uintptr_t)out & 15) == 0;
     for (int r = 0; r < n_q; r += RB) {
         int nq = n_q - r < RB ? n_q - r : RB;
@@ -813,11 +918,12 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
         a.q = q + (size_t)r * n_heads * hd; a.k = k; a.v = v; a.part = c->att_ws;
         a.n_q = nq; a.n_heads = n_heads; a.n_kv = n_kv; a.hd = hd; a.causal = causal; a.window = window;
         a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
+        a.old_keys.rel = 0; a.old_keys.base = NULL;
+        if (early_kv) a.old_keys = P(c, q_pos0);
         if (v2) {
             float *o = out + (size_t)r * n_heads * hd;
-            const bool few = (size_t)nq * (n_heads / n_kv) <= 8;   // query vectors of the launch fit one n-tile
-            if (att_variant() == 3 && hd == 128) few ? attention4_launch<128, 1>(c, o, a) : attention4_launch<128, 4>(c, o, a);
-            else if (att_variant() == 3 && hd == 64) few ? attention4_launch<64, 1>(c, o, a) : attention4_launch<64, 4>(c, o, a);
+            if (att_variant() == 3 && hd == 128) attention4_pick<128>(c, o, a);
+            else if (att_variant() == 3 && hd == 64) attention4_pick<64>(c, o, a);
             else if (att_variant() >= 2 && hd == 128) attention3_launch<128>(c, o, a);
             else if (att_variant() >= 2 && hd == 64) attention3_launch<64>(c, o, a);
             else if (hd == 128) attention2_launch<1, 128>(c, o, a);

@@ -159,7 +159,9 @@ void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, 
 __global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, int n, int nq, int nkv, int hd,
                                           const void *qw, int qdt, const void *kw, int kdt, float eps, posarg pos0,
                                           float theta, float *kc, float *vc) {
-    pdl_enter();
+    // waits before it lets the attention start: when the attention's blocks begin, every kernel before
+    // this one has completed, so it may read the K/V rows of earlier forwards before its own wait
+    pdl_wait(); pdl_trigger();
     int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     const int nqw = n * nq, nkw = n * nkv;
     const int p0 = pv(pos0);
@@ -186,6 +188,7 @@ void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, i
     int warps = n * (n_heads + 2 * n_kv);
     launch_k(c, "qk_norm_rope_store", qk_norm_rope_store_kernel, dim3((warps + 7) / 8), dim3(256), 0, q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
         q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), theta, kcache, vcache);
+    c->kv_settled = 1;
 }
 
 void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, float theta) {
