@@ -36,6 +36,7 @@ struct cuda_impl {
     int after_gemm;                      // the last kernel launched was the tiled GEMM (or its fixup)
     int kv_settled;                      // the last kernel launched waits for its predecessor before it lets
                                          // its successor start (qk_norm_rope_store): see cu_attention
+    int pdl_next;                        // launch the next kernel with PDL (qk_norm_rope_store for the attention)
     float *ws; size_t ws_bytes;          // matmul split-K partials
     unsigned *counters; int n_counters;  // matmul split-K arrival counters (kept at zero between uses)
     float *att_ws; size_t att_ws_bytes;  // attention partials
@@ -107,8 +108,8 @@ static inline void launch_k(cuda_impl *c, const char *what, void (*kernel)(KArgs
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at; cfg.numAttrs = pdl_enabled() || (c->after_gemm && pdl_after_gemm()) ? 1 : 0;
-    c->after_gemm = 0; c->kv_settled = 0;
+    cfg.attrs = at; cfg.numAttrs = pdl_enabled() || (c->after_gemm && pdl_after_gemm()) || c->pdl_next ? 1 : 0;
+    c->after_gemm = 0; c->kv_settled = 0; c->pdl_next = 0;
     cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     if (e != cudaSuccess) fatal(what, e);
 }

@@ -189,6 +189,13 @@ void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, i
     launch_k(c, "qk_norm_rope_store", qk_norm_rope_store_kernel, dim3((warps + 7) / 8), dim3(256), 0, q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
         q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), theta, kcache, vcache);
     c->kv_settled = 1;
+    // Above one row the attention after it launches with PDL, so that its blocks start, and load the K/V
+    // rows of earlier forwards, while this kernel runs (BS_CUDA_ATT_PDL=0: never; =all: at one row too).
+    // Measured on the H200 (docs/benchmarks.md, session 11): 16-row forward 5.21 vs 5.25 ms at 512 keys,
+    // 5.91 vs 5.99 at 4096; decode +0.5% at 512 keys but -4.6% at 4096.
+    static int att_pdl = -1;
+    if (att_pdl < 0) { const char *e = getenv("BS_CUDA_ATT_PDL"); att_pdl = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "all") ? 2 : 1; }
+    c->pdl_next = pdl_gemm() && (att_pdl == 2 || (att_pdl == 1 && n > 1));
 }
 
 void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, float theta) {
