@@ -47,7 +47,9 @@ $(BUILD)/blockspec: $(CLI_OBJ) $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/run_tests: $(TEST_OBJ) $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ)) $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # Decode-shaped timings of a backend (bench/backend_bench.c): built by `make cuda` and `make bench-tools`.
 $(BUILD)/backend_bench: $(BUILD)/bench/backend_bench.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
-bench-tools: $(BUILD)/backend_bench
+# One CPU matmul with its weights streamed vs cached (bench/cpu_mm_stream.c): `make bench-tools`.
+$(BUILD)/cpu_mm_stream: $(BUILD)/bench/cpu_mm_stream.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+bench-tools: $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream
 $(BUILD)/%.o: %.c ; @mkdir -p $(dir $@) && $(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 $(BUILD)/%.o: %.cu ; @mkdir -p $(dir $@) && $(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
