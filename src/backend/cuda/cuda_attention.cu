@@ -578,8 +578,8 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attention v4 (BS_CUDA_ATT=v4, head_dim 64 and 128; not the default: faster at one decode row, slower at
-// 16 rows, see docs/cuda.md).
+// Attention v4 (BS_CUDA_ATT=v4, head_dim 64 and 128; not the default: faster at one decode row at long
+// contexts, slower at 16 rows, see docs/cuda.md).
 // Why: at one decode row v3's 4 query vectors fill a quarter of one warp's 16-row mma tile, so that warp
 // runs all 384 mmas of the chunk while the other three wait at barriers (Nsight Compute: 0.12 instructions
 // issued per scheduler-cycle, DRAM at 8%: the latency of one warp's chain). v4 transposes both products,
