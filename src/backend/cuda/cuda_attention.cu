@@ -933,6 +933,7 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
             else attention2_launch<2, 0>(c, o, a);
             continue;
         }
+        c->kv_settled = 0; c->pdl_next = 0;   // launched here, not by launch_k
         attention_kernel<<<dim3(n_kv, ATT_SPLITS), 128, smem, c->st>>>(a);
         LAUNCHED("attention");
         int rows = nq * n_heads;

@@ -36,7 +36,9 @@ struct cuda_impl {
     int after_gemm;                      // the last kernel launched was the tiled GEMM (or its fixup)
     int kv_settled;                      // the last kernel launched waits for its predecessor before it lets
                                          // its successor start (qk_norm_rope_store): see cu_attention
-    int pdl_next;                        // launch the next kernel with PDL (qk_norm_rope_store for the attention)
+    int pdl_next;                        // launch the next kernel with PDL (qk_norm_rope_store for the attention;
+                                         // harmless if a stale flag reaches another kernel: every launch_k
+                                         // kernel waits before it reads)
     float *ws; size_t ws_bytes;          // matmul split-K partials
     unsigned *counters; int n_counters;  // matmul split-K arrival counters (kept at zero between uses)
     float *att_ws; size_t att_ws_bytes;  // attention partials
