@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "util/threadpool.h"
 #include "util/timer.h"
@@ -24,13 +25,13 @@ int main(int argc, char **argv) {
     const int calls = argc > 4 ? atoi(argv[4]) : 200, threads = argc > 5 ? atoi(argv[5]) : 2;
     if (n < 1 || O < 1 || K < 1 || calls < 1 || threads < 1) { fprintf(stderr, "cpu_mm_stream: ROWS, OUT, IN, CALLS and THREADS must be positive\n"); return 2; }
     bs_pool_init(threads);
-    const bs_mm_kernel *kt = bs_cpu_path_supported(BS_CPU_AVX2) ? bs_mm_avx2 : bs_mm_scalar;
+    bs_backend *be = bs_backend_cpu(0);   // the fast backend on its default kernel path (BS_CPU_KERNELS)
     const size_t wbytes = (size_t)O * K * 2;
     const int copies = (int)(256e6 / wbytes) + 1;   // beyond any last-level cache of these machines
     bs_mat *W = calloc(copies, sizeof *W);
     float *x = malloc(sizeof(float) * n * K), *y = malloc(sizeof(float) * n * O);
     double *t = malloc(sizeof(double) * calls);
-    if (!W || !x || !y || !t) { fprintf(stderr, "cpu_mm_stream: out of memory\n"); return 1; }
+    if (!be || !W || !x || !y || !t) { fprintf(stderr, "cpu_mm_stream: out of memory\n"); return 1; }
     for (int m = 0; m < copies; m++) {
         uint16_t *w = malloc(wbytes);
         if (!w) { fprintf(stderr, "cpu_mm_stream: out of memory (%d copies of %zu bytes)\n", copies, wbytes); return 1; }
@@ -39,13 +40,13 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < n * K; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
     printf("matmul %d x %d (bf16) x %d rows, %d threads, %s kernels, %d copies of the weights when streamed\n", O, K, n, threads,
-           kt == bs_mm_avx2 ? "avx2" : "scalar", copies);
+           bs_cpu_path_name(bs_cpu_default_path()), copies);
     const double fma = (double)n * O * K;
     for (int pass = 0; pass < 2; pass++) {
         for (int c = 0; c < calls; c++) {
             const bs_mat *w = &W[pass == 0 ? c % copies : 0];
             double t0 = bs_now();
-            bs_cpu_matmul_with(kt, y, x, n, w, 0);
+            be->matmul(be, y, x, n, w, 0);
             t[c] = bs_now() - t0;
         }
         report(pass == 0 ? "weights streamed from memory" : "weights cached (one copy)", t, calls, fma);

@@ -10,7 +10,7 @@ struct att_args {
     float *part;             // [S][n_q * n_heads][hd + 2]  (m, l, acc[hd])
     int n_q, n_heads, n_kv, hd, causal, window;
     posarg n_keys, q_pos0;
-    posarg old_keys;         // v4: K/V rows below this were written by kernels that have completed (see cu_attention)
+    posarg old_keys;         // v3, v4: K/V rows below this were written by kernels that have completed (see cu_attention)
     float scale;
 };
 
@@ -821,6 +821,13 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_kernel(at
     }
 }
 
+// The combine of a v2 / v3 / v4 launch (NV4: float4 slots per lane of a head vector).
+template <int NV4>
+static void attention2_combine_launch(cuda_impl *c, const att2_args &A) {
+    if (ablated("combine")) return;
+    launch_k(c, "attention combine", attention2_combine_kernel<NV4>, dim3((unsigned)((A.a.n_q * A.a.n_heads + 3) / 4)), dim3(128), 0, A);
+}
+
 // 0: v1 (BS_CUDA_ATT=old), 1: v2 (BS_CUDA_ATT=v2), 2: v3 where the head dim has it (default), 3: v4
 // (BS_CUDA_ATT=v4) where the head dim has it
 static int att_variant(void) {
@@ -856,7 +863,7 @@ static void attention3_launch(cuda_impl *c, float *out, const att_args &a0) {
     dim3 grid;
     att2_args A = att2_setup(c, out, a0, AT3_QV, &grid);
     launch_k(c, "attention", attention3_kernel<HD>, grid, dim3(AT3_WARPS * 32), smem, A);
-    if (!ablated("combine")) launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
+    attention2_combine_launch<(HD + 127) / 128>(c, A);
 }
 
 template <int HD, int NTQ, int NW>
@@ -867,7 +874,7 @@ static void attention4_launch(cuda_impl *c, float *out, const att_args &a0) {
     dim3 grid;
     att2_args A = att2_setup(c, out, a0, NTQ * 8, &grid);
     launch_k(c, "attention", attention4_kernel<HD, NTQ, NW>, grid, dim3(NW * 32), smem, A);
-    if (!ablated("combine")) launch_k(c, "attention combine", attention2_combine_kernel<(HD + 127) / 128>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
+    attention2_combine_launch<(HD + 127) / 128>(c, A);
 }
 // v4 for one head size: NTQ 1 for at most 8 query vectors, else NTQ 8 (BS_CUDA_AT4_NTQ=4: NTQ 4)
 template <int HD>
@@ -888,7 +895,7 @@ static void attention2_launch(cuda_impl *c, float *out, const att_args &a0) {
     dim3 grid;
     att2_args A = att2_setup(c, out, a0, AT2_QV, &grid);
     launch_k(c, "attention", attention2_kernel<NV4, HDC>, grid, dim3(AT2_WARPS * 32), smem, A);
-    launch_k(c, "attention combine", attention2_combine_kernel<NV4>, dim3((unsigned)((a0.n_q * a0.n_heads + 3) / 4)), dim3(128), 0, A);
+    attention2_combine_launch<NV4>(c, A);
 }
 
 void cu_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int n_heads,
@@ -910,7 +917,8 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
     // BS_CUDA_ATT_EARLY=0 turns it off (A/B).
     static int early_on = -1;
     if (early_on < 0) early_on = env_on_unless_0("BS_CUDA_ATT_EARLY");
-    const bool early_kv = causal && c->kv_settled && early_on;
+    posarg old_keys = { 0, NULL };
+    if (causal && c->kv_settled && early_on) old_keys = P(c, q_pos0);
     const bool v2 = att_variant() && ((uintptr_t)q & 15) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0 && ((uintptr_t)out & 15) == 0;
     for (int r = 0; r < n_q; r += RB) {
         int nq = n_q - r < RB ? n_q - r : RB;
@@ -918,8 +926,7 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
         a.q = q + (size_t)r * n_heads * hd; a.k = k; a.v = v; a.part = c->att_ws;
         a.n_q = nq; a.n_heads = n_heads; a.n_kv = n_kv; a.hd = hd; a.causal = causal; a.window = window;
         a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
-        a.old_keys.rel = 0; a.old_keys.base = NULL;
-        if (early_kv) a.old_keys = P(c, q_pos0);
+        a.old_keys = old_keys;
         if (v2) {
             float *o = out + (size_t)r * n_heads * hd;
             if (att_variant() == 3 && hd == 128) attention4_pick<128>(c, o, a);
@@ -933,7 +940,7 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
             else attention2_launch<2, 0>(c, o, a);
             continue;
         }
-        c->kv_settled = 0; c->pdl_next = 0;   // launched here, not by launch_k
+        launch_flags_clear(c);
         attention_kernel<<<dim3(n_kv, ATT_SPLITS), 128, smem, c->st>>>(a);
         LAUNCHED("attention");
         int rows = nq * n_heads;

@@ -510,8 +510,8 @@ static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
     // PDL for the kernel after it (BS_CUDA_PDL=after) only after multi-row launches: measured on the H200
     // in one run, after 1-row GEMMs it now costs decode 6% (199.5 vs 211.8 tok/s), after 16-row ones it
     // still saves 1% (5.70 vs 5.76 ms).
+    launch_flags_clear(c);
     c->after_gemm = A.n > 1;
-    c->kv_settled = 0; c->pdl_next = 0;   // launched here, not by launch_k
 }
 
 // Streamed weights use the L2 evict-first policy (BS_CUDA_EVF=0 turns it off).

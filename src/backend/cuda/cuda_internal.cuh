@@ -103,6 +103,11 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_enter() { pdl_trigger(); pdl_wait(); }
 
+// after_gemm, kv_settled and pdl_next describe the kernel launched last, for the next launch: every
+// launch clears them (launch_k here, launches of their own through this), then the op that launched
+// sets what holds for its kernel.
+static inline void launch_flags_clear(cuda_impl *c) { c->after_gemm = 0; c->kv_settled = 0; c->pdl_next = 0; }
+
 template <typename... KArgs, typename... Args>
 static inline void launch_k(cuda_impl *c, const char *what, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args &&...args) {
     cudaLaunchConfig_t cfg = {};
@@ -111,7 +116,7 @@ static inline void launch_k(cuda_impl *c, const char *what, void (*kernel)(KArgs
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at; cfg.numAttrs = pdl_enabled() || (c->after_gemm && pdl_after_gemm()) || c->pdl_next ? 1 : 0;
-    c->after_gemm = 0; c->kv_settled = 0; c->pdl_next = 0;
+    launch_flags_clear(c);
     cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     if (e != cudaSuccess) fatal(what, e);
 }

@@ -377,7 +377,7 @@ static void ids_download(cuda_impl *c, int32_t *host, int n) {
 // ids_dev NULL and ids_host given, to the host through the backend's download buffer.
 static void sr_rows(cuda_impl *c, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
                     const double *u, int32_t *ids_dev, int32_t *ids_host) {
-    c->after_gemm = 0;
+    launch_flags_clear(c);
     for (int r = 0; r < n; r += SR_MAX_ROWS) {
         const int nn = n - r < SR_MAX_ROWS ? n - r : SR_MAX_ROWS;
         sr_uniforms U; memset(&U, 0, sizeof U);
@@ -404,7 +404,7 @@ int cu_sample_rows_to(bs_backend *be, float *probs, const float *logits, int n, 
 static void accept_launch(cuda_impl *c, const float *p, const float *q, const int32_t *drafts_host, const int32_t *drafts_dev, int n,
                           int V, const double *u, int32_t *out) {
     if (n > SR_MAX_ROWS) { fprintf(stderr, "blockspec: accept_sampled: %d drafts (at most %d)\n", n, SR_MAX_ROWS); exit(1); }
-    c->after_gemm = 0;
+    launch_flags_clear(c);
     sr_drafts D; sr_uniforms U;
     memset(&D, 0, sizeof D); memset(&U, 0, sizeof U);
     for (int k = 0; drafts_host && k < n; k++) D.d[k] = drafts_host[k];
