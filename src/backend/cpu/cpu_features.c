@@ -23,7 +23,9 @@ static int cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
 }
 #endif
 
-int bs_cpu_path_supported(bs_cpu_path p) {
+// Computed once: cpuid traps to the hypervisor in a VM (measured ~12 us a call here), and the attention
+// asks on every call.
+static int path_supported_uncached(bs_cpu_path p) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_bit(1, 0, 2, 29);   // f16c
@@ -39,6 +41,14 @@ int bs_cpu_path_supported(bs_cpu_path p) {
 #else
     return p == BS_CPU_SCALAR;
 #endif
+}
+
+int bs_cpu_path_supported(bs_cpu_path p) {
+    static int known[BS_CPU_N_PATHS];   // 0: not asked yet, 1: no, 2: yes (a race only writes the same value twice)
+    if (p < 0 || p >= BS_CPU_N_PATHS) return 0;
+    int v = __atomic_load_n(&known[p], __ATOMIC_RELAXED);
+    if (!v) { v = path_supported_uncached(p) ? 2 : 1; __atomic_store_n(&known[p], v, __ATOMIC_RELAXED); }
+    return v == 2;
 }
 
 bs_cpu_path bs_cpu_default_path(void) {
