@@ -181,6 +181,56 @@ TEST(cuda_matmul_multi) {
     if (!*failed_) multi_case(failed_, be, 17, many, 512, 0);    // more than one launch takes: one by one
 }
 
+// q/k/v with the attention inputs' step in the q/k/v fixup (backend op qkv_norm_rope_store) == matmul_multi
+// + qk_norm_rope_store, bit for bit: q, k, v, and the K/V cache rows (others untouched), for 1, 3, 16 and 70
+// rows (70: two launches, the second at pos0 + 64), BF16 and 8-bit weights. The shapes (128-wide heads,
+// 8 tiles of 8 or 16 units) are ones the CUDA backend fuses on any GPU, so a declined call fails here.
+TEST(cuda_qkv_norm_rope_store) {
+    NEED_CUDA(be);
+    CHECK(be->qkv_norm_rope_store, "the CUDA backend has no qkv_norm_rope_store");
+    if (!be->qkv_norm_rope_store) return;
+    bs_err err = {0};
+    const int hd = 128, nh = 4, nkv = 2, ctx = 160, kd = nkv * hd;
+    for (int lossy = 0; lossy < 2; lossy++) {
+        const int K = lossy ? 1024 : 512, Ms[3] = { nh * hd, kd, kd };
+        bs_mat hw[3], dw[3];
+        const bs_mat *wp[3];
+        for (int i = 0; i < 3; i++) {
+            hw[i] = (bs_mat){ rand_mat(BS_BF16, (size_t)Ms[i] * K), BS_BF16, Ms[i], K };
+            CHECK((lossy ? be->weight_lossy(be, &dw[i], &hw[i], &err) : be->weight(be, &dw[i], &hw[i], &err)) == 0, "%s", err.msg);
+            wp[i] = &dw[i];
+        }
+        bs_mat qn = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, kn = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, dqn, dkn;
+        CHECK(be->weight(be, &dqn, &qn, &err) == 0 && be->weight(be, &dkn, &kn, &err) == 0, "%s", err.msg);
+        const int ns[] = { 1, 3, 16, 70 };
+        for (int ni = 0; ni < 4 && !*failed_; ni++) {
+            const int n = ns[ni], pos0 = 5 + ni;
+            float *x = rand_vec((size_t)n * K, 1), *c0 = rand_vec((size_t)ctx * kd, 1), *dx = up(be, x, (size_t)n * K);
+            float *o[2][5];   // q, k, v, kcache, vcache: [0] separate ops, [1] fused
+            const size_t sz[5] = { (size_t)n * Ms[0], (size_t)n * kd, (size_t)n * kd, (size_t)ctx * kd, (size_t)ctx * kd };
+            for (int f = 0; f < 2; f++) {
+                for (int i = 0; i < 3; i++) o[f][i] = up(be, NULL, sz[i]);
+                o[f][3] = up(be, c0, sz[3]); o[f][4] = up(be, c0, sz[4]);
+            }
+            be->matmul_multi(be, 3, o[0], dx, n, wp, 0);
+            be->qk_norm_rope_store(be, o[0][0], o[0][1], o[0][2], n, nh, nkv, hd, &dqn, &dkn, 1e-6f, pos0, 1e6f, o[0][3], o[0][4]);
+            int r = be->qkv_norm_rope_store(be, dx, n, wp, o[1][0], o[1][1], o[1][2], nh, nkv, hd, &dqn, &dkn, 1e-6f, pos0, 1e6f, o[1][3], o[1][4]);
+            // (row-major weights, BS_CUDA_MM=old: nothing to fuse, and the model runs the two ops)
+            CHECK(r == 0 || !dw[0].layout, "qkv_norm_rope_store declined a shape it fuses (%d rows%s)", n, lossy ? ", 8-bit" : "");
+            for (int i = 0; i < 5; i++) {
+                float *a = down(be, o[0][i], sz[i]), *b = down(be, o[1][i], sz[i]);
+                CHECK(r || !memcmp(a, b, sizeof(float) * sz[i]), "qkv_norm_rope_store (%d rows%s): output %d differs from matmul_multi + qk_norm_rope_store",
+                      n, lossy ? ", 8-bit" : "", i);
+                free(a); free(b);
+                be->free(be, o[0][i]); be->free(be, o[1][i]);
+            }
+            free(x); free(c0); be->free(be, dx);
+        }
+        for (int i = 0; i < 3; i++) free((void *)hw[i].data);
+        free((void *)qn.data); free((void *)kn.data);
+    }
+}
+
 // The down projection with SwiGLU fused in (bs_swiglu_matmul: the backend's fused op where it takes the
 // case, else swiglu + matmul): bit-identical to swiglu + matmul on the same backend (the same fp32
 // activation, the same GEMM order), close to the CPU reference, and batch invariant (a row computed

@@ -111,6 +111,14 @@ struct bs_backend {
                                const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
                                float *kcache, float *vcache);
 
+    // Optional (NULL, or nonzero return when this backend cannot fuse the case: the two ops below): a
+    // layer's q/k/v projections with the attention inputs' step fused in, equal bit for bit to
+    //   matmul_multi(3, {q, k, v}, x, n, Wqkv, 0); qk_norm_rope_store(q, k, v, n, ...).
+    // pos0 is a position argument (see record_begin).
+    int (*qkv_norm_rope_store)(bs_backend *be, const float *x, int n, const bs_mat *const *Wqkv, float *q, float *k, float *v,
+                               int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0,
+                               float theta, float *kcache, float *vcache);
+
     // Optional (NULL: one head_norm_rope per buffer): head_norm_rope of `count` buffers x[i] with norm
     // weights norm_w[i] (the same n, n_heads, hd, eps, pos0, theta) in one call, equal to the separate
     // calls: e.g. the new context rows' K of every drafter layer.
@@ -198,6 +206,19 @@ static inline void bs_qk_norm_rope_store(bs_backend *be, float *q, float *k, con
     be->head_norm_rope(be, k, n, n_kv, hd, k_norm, eps, pos0, theta);
     be->store_rows(be, kcache, pos0, k, n, n_kv * hd);
     be->store_rows(be, vcache, pos0, v, n, n_kv * hd);
+}
+
+// q/k/v projections of x, then the attention inputs' step: the backend's fused op where it takes the
+// case, else matmul_multi + qk_norm_rope_store (bit-identical; tests/test_cuda.c checks the CUDA one).
+static inline void bs_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *const *Wqkv, float *q, float *k,
+                                          float *v, int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm,
+                                          float eps, int pos0, float theta, float *kcache, float *vcache) {
+    if (be->qkv_norm_rope_store && be->qkv_norm_rope_store(be, x, n, Wqkv, q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0,
+                                                           theta, kcache, vcache) == 0)
+        return;
+    float *y[3] = { q, k, v };
+    bs_matmul_multi(be, 3, y, x, n, Wqkv, 0);
+    bs_qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, theta, kcache, vcache);
 }
 
 // The CPU backend: `reference` selects the plain scalar ops (the exact, simple path the fast

@@ -398,14 +398,11 @@ static void backbone(dflash *m, const int32_t *ids) {
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
         be->rmsnorm(be, m->xn, m->x, B, H, &L->attn_norm, c->rms_eps);
-        {
-            float *ys[3] = { m->q, m->kx, m->vx };
-            const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
-            bs_matmul_multi(be, 3, ys, m->xn, B, ws, 0);
-        }
-        // The block's K/V rows go to the cache rows after the context (transient: the next pass overwrites them).
-        bs_qk_norm_rope_store(be, m->q, m->kx, m->vx, B, c->n_heads, c->n_kv_heads, c->head_dim, &L->q_norm, &L->k_norm,
-                              c->rms_eps, n_ctx, m->rope_theta, m->kc[l], m->vc[l]);
+        // q/k/v; the block's K/V rows go to the cache rows after the context (transient: the next pass
+        // overwrites them).
+        const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
+        bs_qkv_norm_rope_store(be, m->xn, B, ws, m->q, m->kx, m->vx, c->n_heads, c->n_kv_heads, c->head_dim, &L->q_norm, &L->k_norm,
+                               c->rms_eps, n_ctx, m->rope_theta, m->kc[l], m->vc[l]);
         // Non-causal over [context ; block]; a sliding layer sees the last W context rows plus the whole block.
         int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
         be->attention(be, m->att, m->q, m->kc[l], m->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);

@@ -131,12 +131,11 @@ static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int 
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
         be->rmsnorm(be, m->xn, m->x, n, H, &L->attn_norm, c->rms_eps);
-        float *qkv[3] = { m->q, m->kx, m->vx };
         const bs_mat *wqkv[3] = { &L->wq, &L->wk, &L->wv };
-        bs_matmul_multi(be, 3, qkv, m->xn, n, wqkv, 0);
-        // New K/V rows into the cache at their positions (a position argument: replayable).
-        bs_qk_norm_rope_store(be, m->q, m->kx, m->vx, n, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps, pos0,
-                              c->rope_theta, kv->k[l], kv->v[l]);
+        // q/k/v, then q/k norm + RoPE and the new K/V rows into the cache at their positions (a position
+        // argument: replayable).
+        bs_qkv_norm_rope_store(be, m->xn, n, wqkv, m->q, m->kx, m->vx, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps, pos0,
+                               c->rope_theta, kv->k[l], kv->v[l]);
         be->attention(be, m->att, m->q, kv->k[l], kv->v[l], n, nH, nKV, hd, pos0 + n, pos0, 1, 0);
         be->matmul(be, m->x, m->att, n, &L->wo, 1);  // residual add fused into the projection
         be->rmsnorm(be, m->xn, m->x, n, H, &L->mlp_norm, c->rms_eps);

@@ -19,7 +19,7 @@ make cuda -j16 "${X[@]}" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log";
 echo "built in $(( $(date +%s) - t0 )) s"
 echo "== tests"; export BS_FIXTURES="$FIX" BS_BIN=build-cuda/blockspec
 # one process per GPU test, each under a time limit, so a hang is attributed and cannot eat the lease
-for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_swiglu_matmul cuda_matmul_fp8 cuda_op_rmsnorm_rope_elementwise cuda_op_attention cuda_record_replay \
+for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_qkv_norm_rope_store cuda_swiglu_matmul cuda_matmul_fp8 cuda_op_rmsnorm_rope_elementwise cuda_op_attention cuda_record_replay \
          cuda_forward_random_model_vs_cpu cuda_target_fixture cuda_greedy_spec_equals_plain spec_greedy_lossless_cuda \
          drafter_fixture_cuda drafter_graphs_cuda spec_drafters_greedy_lossless_cuda spec_drafters_fp8_lossless_cuda \
          cuda_sample_rows_vs_host cuda_accept_sampled_vs_host spec_drafters_sampling_lossless_cuda \

@@ -292,7 +292,7 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     be->argmax_to = cu_argmax_to; be->embed_from = cu_embed_from; be->scatter_cols = cu_scatter_cols;
     be->sample_rows = cu_sample_rows; be->sample_rows_to = cu_sample_rows_to; be->accept_sampled = cu_accept_sampled; be->accept_sampled_to = cu_accept_sampled_to;
     be->store_rows = cu_store_rows; be->matmul_multi = cu_matmul_multi; be->swiglu_matmul = cu_swiglu_matmul;
-    if (fuse_enabled()) be->qk_norm_rope_store = cu_qk_norm_rope_store;
+    if (fuse_enabled()) { be->qk_norm_rope_store = cu_qk_norm_rope_store; be->qkv_norm_rope_store = cu_qkv_norm_rope_store; }
     be->record_begin = cu_record_begin; be->record_end = cu_record_end; be->replay = cu_replay; be->record_free = cu_record_free;
     be->destroy = cu_destroy;
     if (getenv("BS_CUDA_PROFILE") && !prof_active()) prof_install(be);

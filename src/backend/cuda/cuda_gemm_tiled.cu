@@ -142,6 +142,10 @@ int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
 
 // ---------------------------------------------------------------------------------------------
 
+// The attention inputs' step fused into the q/k/v GEMM's fixup (cu_qkv_norm_rope_store): jobs 0, 1, 2 are
+// q, k, v; a 128-row tile is one head; every tile is cut, so the fixup sums every (head, activation row).
+struct tt_qk { const void *qw, *kw; int qdt, kdt, nkv; float eps, theta; posarg pos0; float *kc, *vc; };
+
 struct tt_job { float *y; const __nv_bfloat16 *W; const float *scale; int M, acc, tile0; };   // scale: 8-bit tiles only
 struct tt_args {
     tt_job j[MM_MAX_JOBS];
@@ -155,6 +159,8 @@ struct tt_args {
     int evict_first;            // stream this launch's weights with the L2 evict-first policy
     int fixup;                  // cut tiles are summed by tt_fixup_kernel after the launch
     int spread;                 // the fixup spreads a cut tile's columns over the blocks at its cuts
+    int qk_on;                  // the fixup also runs qk_norm_rope_store's step on each summed head (tt_qk)
+    tt_qk qk;
 };
 
 // First unit of block b (64-bit product: U * G can pass 2^31).
@@ -211,9 +217,10 @@ __device__ __forceinline__ unsigned long long gtimer() { unsigned long long t; a
 // its cuts); warp w of nw takes the w-th, (w + nw)-th, ... of them; lane l rows 4l .. 4l + 3 (float4).
 // A column's partials are independent loads, issued NB at a time; the additions stay in block order
 // whatever NB is, and whoever sums a column.
+// hs (qk_on only): 128 floats of shared memory per warp, where a summed head waits for its norm and RoPE.
 template <int NB>
 __device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int first, int last, int warp, int lane, int nw,
-                                int c0 = 0, int cstep = 1) {
+                                int c0 = 0, int cstep = 1, float *hs = NULL) {
     const int n = A.n, M = J.M, rbase = (Tu - J.tile0) * TT_M, t_lo = Tu * A.kst;
     const int fs = tt_lo(first, A) < t_lo ? 1 : 0;
     for (int col = c0 + warp * cstep; col < n; col += nw * cstep) {
@@ -236,6 +243,29 @@ __device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int f
                 if (b0 + e <= last) { v.x += p[e].x; v.y += p[e].y; v.z += p[e].z; v.w += p[e].w; }
         }
         const float vv[4] = { v.x, v.y, v.z, v.w };
+        if (hs) {   // qk_norm_rope_store's step for this head and row, with its arithmetic (head_norm_rope_warp)
+            const int ji = tt_job_of(Tu, A), h = Tu - J.tile0, p = pv(A.qk.pos0) + col;
+            float *hw = hs + warp * TT_M, *head = J.y + (size_t)col * M + rbase;
+            if (ji == 2) {
+                float *vr = A.qk.vc + ((size_t)p * A.qk.nkv + h) * TT_M + 4 * lane;
+#pragma unroll
+                for (int e = 0; e < 4; e++) { yc[e] = vv[e]; vr[e] = vv[e]; }
+                continue;
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) hw[4 * lane + e] = vv[e];
+            __syncwarp();
+            if (ji == 0) {
+                head_norm_rope_warp(hw, head, TT_M, A.qk.qw, A.qk.qdt, A.qk.eps, p, A.qk.theta, lane);
+            } else {
+                head_norm_rope_warp(hw, A.qk.kc + ((size_t)p * A.qk.nkv + h) * TT_M, TT_M, A.qk.kw, A.qk.kdt, A.qk.eps, p, A.qk.theta, lane);
+                __syncwarp();
+#pragma unroll
+                for (int e = 0; e < 4; e++) yc[e] = hw[4 * lane + e];
+            }
+            __syncwarp();   // hw is rewritten for the warp's next column
+            continue;
+        }
 #pragma unroll
         for (int e = 0; e < 4; e++)
             if (rbase + 4 * lane + e < M) yc[e] = J.acc ? y0[e] + vv[e] : vv[e];
@@ -251,9 +281,13 @@ __device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int f
 // one round trip, so the sum does not grow with the row count (4 warps for 16 columns took 4). At most
 // 64 registers (8 loads in flight per lane), so that two 512-thread blocks fit an SM and all G - 1
 // blocks run in one wave (117 registers gave one block per SM: two waves at 16 rows).
+// QK: the q/k/v launch of cu_qkv_norm_rope_store. It then waits before it lets its successor start, as
+// qk_norm_rope_store does (the attention after it may read earlier forwards' K/V rows before its own wait).
+template <bool QK>
 __global__ void __launch_bounds__(512, 2) tt_fixup_kernel(tt_args A) {
-    pdl_trigger();
-    pdl_wait();
+    __shared__ float hs[QK ? 16 * TT_M : 1];
+    if (QK) { pdl_wait(); pdl_trigger(); }
+    else { pdl_trigger(); pdl_wait(); }
     const int b = blockIdx.x + 1, lb = tt_lo(b, A), T = lb / A.kst, t_lo = T * A.kst;
     if (lb == t_lo) return;   // GEMM block b starts a tile: no cut here
     // Tile T is cut at the starts of GEMM blocks first + 1 .. last; the block at the k-th of those nb
@@ -263,7 +297,7 @@ __global__ void __launch_bounds__(512, 2) tt_fixup_kernel(tt_args A) {
     int nb = last - first;
     if (!A.spread) { if (k) return; nb = 1; }   // the first cut's block sums every column
     if (k >= A.n) return;
-    tt_sum_cut_tile<8>(A, A.j[tt_job_of(T, A)], T, first, last, threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5, k, nb);
+    tt_sum_cut_tile<8>(A, A.j[tt_job_of(T, A)], T, first, last, threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5, k, nb, QK ? hs : NULL);
 }
 // BS_CUDA_FIXUP_WARPS=k (1..16) fixes the block at k warps whatever the row count, for A/B runs (4 =
 // the earlier fixed block).
@@ -505,13 +539,14 @@ static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
     CK(cudaLaunchKernelEx(&cfg, tt_kernel<NT, SW, F8>, A));
     if (A.fixup && A.G > 1 && !ablated("fixup")) {
         cfg.gridDim = dim3(A.G - 1); cfg.blockDim = dim3(tt_fixup_threads(A.n)); cfg.dynamicSmemBytes = 0;
-        CK(cudaLaunchKernelEx(&cfg, tt_fixup_kernel, A));
+        CK(cudaLaunchKernelEx(&cfg, A.qk_on ? tt_fixup_kernel<true> : tt_fixup_kernel<false>, A));
     }
     // PDL for the kernel after it (BS_CUDA_PDL=after) only after multi-row launches: measured on the H200
     // in one run, after 1-row GEMMs it now costs decode 6% (199.5 vs 211.8 tok/s), after 16-row ones it
     // still saves 1% (5.70 vs 5.76 ms).
     launch_flags_clear(c);
     c->after_gemm = A.n > 1;
+    if (A.qk_on) qknrs_launched(c, A.n);   // what qk_norm_rope_store's launch would have set
 }
 
 // Streamed weights use the L2 evict-first policy (BS_CUDA_EVF=0 turns it off).
@@ -535,9 +570,10 @@ static void tt_launch_f(cuda_impl *c, const tt_args &A, bool f8) {
 }
 
 // y[i] (+)= x . W[i]^T for `count` tiled weights of the same K and layout (all BF16 tiles or all 8-bit
-// tiles), one launch per 64 rows; with up != NULL (one weight) the input is silu(x) * up instead of x.
-void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
-                     const float *up) {
+// tiles), one launch per 64 rows; with up != NULL (one weight) the input is silu(x) * up instead of x;
+// with qk != NULL (q/k/v) the fixup runs the attention inputs' step at positions pos0 + row.
+static void tt_run(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
+                   const float *up, const tt_qk *qk, int pos0) {
     tt_args A; memset(&A, 0, sizeof A);
     const bool f8 = W[0]->layout == BS_CUDA_FP8;
     A.count = count; A.K = (int)W[0]->cols; A.kst = A.K / (f8 ? T8_K : TT_K); A.G = c->sms * tt_blocks_per_sm();
@@ -570,6 +606,7 @@ void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *con
         A.ws = c->ws; A.n = nn; A.x = x + (size_t)r * A.K; A.up = up ? up + (size_t)r * A.K : NULL;
         for (int i = 0; i < count; i++) A.j[i].y = y[i] + (size_t)r * A.j[i].M;
         A.trace = mm_trace_next(A.G, tiles * TT_M, A.K, count, nn, bytes, up != NULL);
+        if (qk) { A.qk_on = 1; A.qk = *qk; A.qk.pos0 = P(c, pos0 + r); }
         if (up) {   // callers fuse up to 8 rows (cu_swiglu_matmul: 1 by default)
             tt_launch_f<1, true>(c, A, f8);
         } else {
@@ -579,4 +616,49 @@ void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *con
             else tt_launch_f<8, false>(c, A, f8);
         }
     }
+}
+
+void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
+                     const float *up) {
+    tt_run(c, count, y, W, acc, x, n, up, NULL, 0);
+}
+
+// Every tile of a launch over these weights is cut between GEMM blocks (so the fixup sums every output):
+// a block's range, ceil(U / G) units at most, is shorter than a tile. Depends on the shapes and the GPU only.
+static bool tt_every_tile_cut(cuda_impl *c, int count, const bs_mat *const *W) {
+    const bool f8 = W[0]->layout == BS_CUDA_FP8;
+    const long long kst = W[0]->cols / (f8 ? T8_K : TT_K);
+    long long tiles = 0;
+    for (int i = 0; i < count; i++) tiles += (W[i]->rows + TT_M - 1) / TT_M;
+    const long long U = tiles * kst, G = (long long)c->sms * tt_blocks_per_sm() < U ? (long long)c->sms * tt_blocks_per_sm() : U;
+    return G > 1 && (U + G - 1) / G < kst;
+}
+
+// q/k/v with qk_norm_rope_store's step in the q/k/v fixup (backend.h, qkv_norm_rope_store): one kernel
+// less on a layer's chain (H200 measurements in docs/benchmarks.md, session 12). Declined (-1: the model
+// runs matmul_multi + qk_norm_rope_store, the same bits) unless the heads are 128 wide (one tile), the
+// weights tiled alike, every tile cut (tt_every_tile_cut), the fixup kernel on. BS_CUDA_QKV_FUSE=0 declines
+// always (A/B runs).
+int cu_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *const *W, float *q, float *k, float *v, int n_heads,
+                           int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
+                           float *kcache, float *vcache) {
+    cuda_impl *c = CI(be);
+    static int on = -1;
+    if (on < 0) on = env_on_unless_0("BS_CUDA_QKV_FUSE");
+    if (n <= 0) return 0;
+    if (!on || !fuse_enabled() || ablated("qknrs") || ablated("fixup") || !fixup_kernel_on() || hd != TT_M || ((uintptr_t)x & 15)) return -1;
+    for (int i = 0; i < 3; i++)
+        if ((W[i]->layout != BS_CUDA_TILED && W[i]->layout != BS_CUDA_FP8) || W[i]->layout != W[0]->layout || W[i]->cols != W[0]->cols)
+            return -1;
+    if (W[0]->rows != (int64_t)n_heads * hd || W[1]->rows != (int64_t)n_kv * hd || W[2]->rows != (int64_t)n_kv * hd) return -1;
+    if ((q_norm && q_norm->layout) || (k_norm && k_norm->layout) || !tt_every_tile_cut(c, 3, W)) return -1;
+    tt_qk qk;
+    memset(&qk, 0, sizeof qk);
+    qk.qw = q_norm ? q_norm->data : NULL; qk.qdt = q_norm ? (int)q_norm->dtype : 0;
+    qk.kw = k_norm ? k_norm->data : NULL; qk.kdt = k_norm ? (int)k_norm->dtype : 0;
+    qk.nkv = n_kv; qk.eps = eps; qk.theta = theta; qk.kc = kcache; qk.vc = vcache;
+    float *y[3] = { q, k, v };
+    const int acc[3] = { 0, 0, 0 };
+    tt_run(c, 3, y, W, acc, x, n, NULL, &qk, pos0);
+    return 0;
 }

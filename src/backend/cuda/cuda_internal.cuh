@@ -73,6 +73,44 @@ __device__ __forceinline__ float ld_elem(const void *d, int dt, size_t i) {
     return __half2float(((const __half *)d)[i]);
 }
 
+// (cuda_norm_rope.cu's head norm kernels, and the q/k/v fixup of cuda_gemm_tiled.cu)
+// One warp per (row, head): optional per-head RMSNorm, then rotate-half RoPE; the result goes back to v
+// and, when v2 != NULL, to v2 too (the fused K path writes the rotated key into the cache as well).
+__device__ __forceinline__ void head_norm_rope_warp(float *v, float *v2, int hd, const void *nw, int dt, float eps, int pos,
+                                                    float theta, int lane) {
+    int half = hd / 2;
+    float a[4], b[4];   // hd <= 256
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int i = lane + 32 * u;
+        a[u] = i < half ? v[i] : 0.f; b[u] = i < half ? v[i + half] : 0.f;
+        ss += a[u] * a[u] + b[u] * b[u];
+    }
+    if (nw) {
+        for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        float inv = 1.0f / sqrtf(ss / hd + eps);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int i = lane + 32 * u;
+            if (i < half) { a[u] = a[u] * inv * ld_elem(nw, dt, i); b[u] = b[u] * inv * ld_elem(nw, dt, i + half); }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int i = lane + 32 * u;
+        if (i < half) {
+            // theta < 0: base |theta|, inv_freq rounded to bf16 (bs_rope_inv_freq)
+            float inv_freq = 1.0f / powf(fabsf(theta), (float)(2 * i) / (float)hd);
+            if (theta < 0) inv_freq = __bfloat162float(__float2bfloat16_rn(inv_freq));
+            float ang = (float)pos * inv_freq, cs = cosf(ang), sn = sinf(ang);
+            float r0 = a[u] * cs - b[u] * sn, r1 = b[u] * cs + a[u] * sn;
+            v[i] = r0; v[i + half] = r1;
+            if (v2) { v2[i] = r0; v2[i + half] = r1; }
+        }
+    }
+}
+
 // Tiled BF16 weights (cuda_gemm_tiled.cu): [M/128][K/64] tiles of 128 rows x 64 k, XOR-swizzled
 // 16-byte chunks, k permuted inside each 16-k group. layout = BS_CUDA_TILED in their bs_mat.
 #define BS_CUDA_TILED 1
@@ -89,6 +127,12 @@ int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
 void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
                      const float *up = NULL);
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int accumulate);
+int cu_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *const *W, float *q, float *k, float *v, int n_heads,
+                           int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
+                           float *kcache, float *vcache);
+// The flags qk_norm_rope_store's launch leaves for the attention after it (cuda_norm_rope.cu); the fused
+// q/k/v fixup sets the same.
+void qknrs_launched(cuda_impl *c, int n);
 
 // Programmatic dependent launch (BS_CUDA_PDL=0 turns it off). Every kernel of a forward is launched
 // with launch_k, which lets it start while the kernel before it is still running: it first allows

@@ -80,43 +80,6 @@ void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const 
     launch_k(CI(be), "rmsnorm", rmsnorm_kernel, dim3(n), dim3(dim >= 1024 ? 512 : 128), 0, y, x, dim, (const void *)(w ? w->data : NULL), (int)(w ? w->dtype : 0), eps);
 }
 
-// One warp per (row, head): optional per-head RMSNorm, then rotate-half RoPE; the result goes back to v
-// and, when v2 != NULL, to v2 too (the fused K path writes the rotated key into the cache as well).
-__device__ __forceinline__ void head_norm_rope_warp(float *v, float *v2, int hd, const void *nw, int dt, float eps, int pos,
-                                                    float theta, int lane) {
-    int half = hd / 2;
-    float a[4], b[4];   // hd <= 256
-    float ss = 0.f;
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        int i = lane + 32 * u;
-        a[u] = i < half ? v[i] : 0.f; b[u] = i < half ? v[i + half] : 0.f;
-        ss += a[u] * a[u] + b[u] * b[u];
-    }
-    if (nw) {
-        for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-        float inv = 1.0f / sqrtf(ss / hd + eps);
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int i = lane + 32 * u;
-            if (i < half) { a[u] = a[u] * inv * ld_elem(nw, dt, i); b[u] = b[u] * inv * ld_elem(nw, dt, i + half); }
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        int i = lane + 32 * u;
-        if (i < half) {
-            // theta < 0: base |theta|, inv_freq rounded to bf16 (bs_rope_inv_freq)
-            float inv_freq = 1.0f / powf(fabsf(theta), (float)(2 * i) / (float)hd);
-            if (theta < 0) inv_freq = __bfloat162float(__float2bfloat16_rn(inv_freq));
-            float ang = (float)pos * inv_freq, cs = cosf(ang), sn = sinf(ang);
-            float r0 = a[u] * cs - b[u] * sn, r1 = b[u] * cs + a[u] * sn;
-            v[i] = r0; v[i + half] = r1;
-            if (v2) { v2[i] = r0; v2[i + half] = r1; }
-        }
-    }
-}
-
 __global__ void head_norm_rope_kernel(float *x, int n, int n_heads, int hd, const void *nw, int dt, float eps,
                                       posarg pos0, float theta) {
     pdl_enter();
@@ -188,6 +151,10 @@ void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, i
     int warps = n * (n_heads + 2 * n_kv);
     launch_k(c, "qk_norm_rope_store", qk_norm_rope_store_kernel, dim3((warps + 7) / 8), dim3(256), 0, q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
         q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), theta, kcache, vcache);
+    qknrs_launched(c, n);
+}
+
+void qknrs_launched(cuda_impl *c, int n) {
     c->kv_settled = 1;
     // Above one row the attention after it launches with PDL, so that its blocks start, and load the K/V
     // rows of earlier forwards, while this kernel runs (BS_CUDA_ATT_PDL=0: never; =all: at one row too).

@@ -63,6 +63,12 @@ static void pf_qkrs(bs_backend *be, float *q, float *k, const float *v, int n, i
                     const bs_mat *kw, float eps, int pos0, float theta, float *kc, float *vc) {
     PROF("qk_norm_rope_store", n, g_prof->inner.qk_norm_rope_store(be, q, k, v, n, nh, nkv, hd, qw, kw, eps, pos0, theta, kc, vc));
 }
+static int pf_qkv(bs_backend *be, const float *x, int n, const bs_mat *const *W, float *q, float *k, float *v, int nh, int nkv, int hd,
+                  const bs_mat *qw, const bs_mat *kw, float eps, int pos0, float theta, float *kc, float *vc) {
+    int r;
+    PROF("matmul q/k/v + qk_norm_rope_store", n, r = g_prof->inner.qkv_norm_rope_store(be, x, n, W, q, k, v, nh, nkv, hd, qw, kw, eps, pos0, theta, kc, vc));
+    return r;
+}
 static int pf_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int acc) {
     int r;
     char nm[40]; snprintf(nm, sizeof nm, "swiglu+matmul %lldx%lld", (long long)W->rows, (long long)W->cols);
@@ -92,6 +98,7 @@ void prof_install(bs_backend *be) {
     if (be->qk_norm_rope_store) be->qk_norm_rope_store = pf_qkrs;
     if (be->head_norm_rope_multi) be->head_norm_rope_multi = pf_hnr_multi;
     if (be->swiglu_matmul) be->swiglu_matmul = pf_swiglu_matmul;
+    if (be->qkv_norm_rope_store) be->qkv_norm_rope_store = pf_qkv;
     be->record_begin = NULL; be->record_end = NULL; be->replay = NULL; be->record_free = NULL;
 }
 void prof_report(void) {
