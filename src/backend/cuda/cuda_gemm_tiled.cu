@@ -31,7 +31,7 @@
 // are requested before griddepcontrol.wait; x, y and the workspaces only after it.
 #include "backend/cuda/cuda_internal.cuh"
 
-#define TT_STAGES 4                  // pipeline depth (16 KiB of weights each)
+#define TT_STAGES 4                  // pipeline depth (16 KiB of weights each; 5 and 6 measured, docs/benchmarks.md session 12)
 #define TT_XSTRIDE 80                // floats per staged x row: 64 + 16 keeps the float4 fragment loads conflict-free
 #define TT_THREADS 128
 
@@ -161,6 +161,7 @@ struct tt_args {
     int spread;                 // the fixup spreads a cut tile's columns over the blocks at its cuts
     int qk_on;                  // the fixup also runs qk_norm_rope_store's step on each summed head (tt_qk)
     tt_qk qk;
+    int pre;                    // weight stages requested before the PDL wait (BS_CUDA_MM_PRE, default TT_STAGES - 1)
 };
 
 // First unit of block b (64-bit product: U * G can pass 2^31).
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
         int wT = lT, wsx = ls;
 #pragma unroll
         for (int i = 0; i < TT_STAGES - 1; i++) {
-            if (lo + i < hi) {
+            if (lo + i < hi && i < A.pre) {
                 load_w(wT, wsx, i);
                 if (++wsx == kst) { wsx = 0; wT++; }
             }
@@ -388,7 +389,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     if (tr) tr[1] = gtimer();
 #pragma unroll
-    for (int i = 0; i < TT_STAGES - 1; i++) { if (lo + i < hi) load_next(false); cp_async_commit(); }
+    for (int i = 0; i < TT_STAGES - 1; i++) { if (lo + i < hi) load_next(i >= A.pre); cp_async_commit(); }
 
     int T = lo / kst, s = lo - T * kst, slot = 0;
     for (int u = lo; u < hi; u++) {
@@ -544,8 +545,10 @@ static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
     // PDL for the kernel after it (BS_CUDA_PDL=after) only after multi-row launches: measured on the H200
     // in one run, after 1-row GEMMs it now costs decode 6% (199.5 vs 211.8 tok/s), after 16-row ones it
     // still saves 1% (5.70 vs 5.76 ms).
+    static int after1 = -1;   // BS_CUDA_PDL_AFTER1=1: PDL after 1-row GEMMs too (A/B runs)
+    if (after1 < 0) { const char *e = getenv("BS_CUDA_PDL_AFTER1"); after1 = e && !strcmp(e, "1"); }
     launch_flags_clear(c);
-    c->after_gemm = A.n > 1;
+    c->after_gemm = A.n > 1 || after1;
     if (A.qk_on) qknrs_launched(c, A.n);   // what qk_norm_rope_store's launch would have set
 }
 
@@ -598,6 +601,9 @@ static void tt_run(cuda_impl *c, int count, float *const *y, const bs_mat *const
     A.counters = c->counters;
     A.evict_first = evict_first_on();
     A.fixup = fixup_kernel_on();
+    static int pre = -1;
+    if (pre < 0) { const char *e = getenv("BS_CUDA_MM_PRE"); pre = e && atoi(e) >= 0 && atoi(e) < TT_STAGES ? atoi(e) : TT_STAGES - 1; }
+    A.pre = pre;
     long long bytes = 0;
     for (int i = 0; i < count; i++) bytes += (long long)(f8 ? mm_fp8_bytes(W[i]) : mm_tiled_bytes(W[i]));
     for (int r = 0; r < n; r += 64) {
