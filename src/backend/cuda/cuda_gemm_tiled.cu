@@ -566,6 +566,12 @@ static int fixup_kernel_on(void) {
     return v;
 }
 
+// Units (64-k or 128-k stages) per tile of a tiled weight.
+static int tt_kst(const bs_mat *W) { return (int)(W->cols / (W->layout == BS_CUDA_FP8 ? T8_K : TT_K)); }
+// GEMM blocks of a launch over U units: 2 per SM (BS_CUDA_MM_BLOCKS), and never more than the units, so
+// every block gets at least one (the partial sums count on it). Depends on the shapes and the GPU only.
+static int tt_grid(cuda_impl *c, long long U) { const long long G = (long long)c->sms * tt_blocks_per_sm(); return (int)(G < U ? G : U); }
+
 template <int NT, bool SW>
 static void tt_launch_f(cuda_impl *c, const tt_args &A, bool f8) {
     if (f8) tt_launch_nt<NT, SW, true>(c, A);
@@ -579,7 +585,7 @@ static void tt_run(cuda_impl *c, int count, float *const *y, const bs_mat *const
                    const float *up, const tt_qk *qk, int pos0) {
     tt_args A; memset(&A, 0, sizeof A);
     const bool f8 = W[0]->layout == BS_CUDA_FP8;
-    A.count = count; A.K = (int)W[0]->cols; A.kst = A.K / (f8 ? T8_K : TT_K); A.G = c->sms * tt_blocks_per_sm();
+    A.count = count; A.K = (int)W[0]->cols; A.kst = tt_kst(W[0]);
     int tiles = 0;
     for (int i = 0; i < count; i++) {
         const int tl = (int)((W[i]->rows + TT_M - 1) / TT_M);
@@ -589,7 +595,7 @@ static void tt_run(cuda_impl *c, int count, float *const *y, const bs_mat *const
     }
     if ((long long)tiles * A.kst >= (1ll << 31)) { fprintf(stderr, "blockspec: CUDA matmul: weight too large for the tiled GEMM\n"); exit(1); }
     A.U = tiles * A.kst;
-    if (A.G > A.U) A.G = A.U;   // every block gets at least one unit (the partial sums count on it)
+    A.G = tt_grid(c, A.U);
     static int spread_on = -1;   // BS_CUDA_FIXUP_SPREAD=0: one fixup block sums a whole tile (A/B runs)
     if (spread_on < 0) spread_on = env_on_unless_0("BS_CUDA_FIXUP_SPREAD");
     A.spread = spread_on;
@@ -632,11 +638,10 @@ void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *con
 // Every tile of a launch over these weights is cut between GEMM blocks (so the fixup sums every output):
 // a block's range, ceil(U / G) units at most, is shorter than a tile. Depends on the shapes and the GPU only.
 static bool tt_every_tile_cut(cuda_impl *c, int count, const bs_mat *const *W) {
-    const bool f8 = W[0]->layout == BS_CUDA_FP8;
-    const long long kst = W[0]->cols / (f8 ? T8_K : TT_K);
+    const long long kst = tt_kst(W[0]);
     long long tiles = 0;
     for (int i = 0; i < count; i++) tiles += (W[i]->rows + TT_M - 1) / TT_M;
-    const long long U = tiles * kst, G = (long long)c->sms * tt_blocks_per_sm() < U ? (long long)c->sms * tt_blocks_per_sm() : U;
+    const long long U = tiles * kst, G = tt_grid(c, U);   // the partition tt_run launches
     return G > 1 && (U + G - 1) / G < kst;
 }
 
