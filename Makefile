@@ -49,7 +49,11 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ)) $(L
 $(BUILD)/backend_bench: $(BUILD)/bench/backend_bench.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # One CPU matmul with its weights streamed vs cached (bench/cpu_mm_stream.c): `make bench-tools`.
 $(BUILD)/cpu_mm_stream: $(BUILD)/bench/cpu_mm_stream.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
-bench-tools: $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream
+# Memory read rates in the orders the CPU kernels use (bench/cpu_read_orders.c): `make bench-tools`.
+$(BUILD)/cpu_read_orders: $(BUILD)/bench/cpu_read_orders.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+bench-tools: $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders
+# What a dependent link between GPU kernels costs, handed over by PDL, a counter or flags (bench/cuda_link_latency.cu).
+build-cuda/cuda_link_latency: bench/cuda_link_latency.cu ; @mkdir -p build-cuda && $(NVCC) $(NVFLAGS) -o $@ $<
 $(BUILD)/%.o: %.c ; @mkdir -p $(dir $@) && $(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 $(BUILD)/%.o: %.cu ; @mkdir -p $(dir $@) && $(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
@@ -60,7 +64,7 @@ test: $(BUILD)/run_tests $(BUILD)/blockspec
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
-cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench
+cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench build-cuda/cuda_link_latency
 
 # Everything a fresh Debian 12 machine needs (run as root): compilers, the Debian libraries blockspec
 # links, and the npm packages the tokenizer tests compare against.
