@@ -63,8 +63,9 @@ bs_cpu_path bs_cpu_default_path(void) {
     }
     // The exact (fp32-activation) paths only: avx512bf16 rounds activations and stays opt-in.
     // AVX-512 is opt-in too: benchmarked on an AVX-512 Xeon (2 cores), its kernels were slower than the
-    // AVX2 ones at 2-16 rows (docs/benchmarks.md, "On an AVX-512 CPU"); tests/test_cpu_ops.c runs every
-    // supported path.
+    // AVX2 ones at 2-16 rows (docs/benchmarks.md, "On an AVX-512 CPU"); on a Zen 5 EPYC (2 cores) they
+    // were slower at 1 row (39.5 vs 29-30 ms) and faster at 16 (137-139 vs 157-175 ms; session 13).
+    // tests/test_cpu_ops.c runs every supported path.
     if (bs_cpu_path_supported(BS_CPU_AVX2)) return BS_CPU_AVX2;
     return BS_CPU_SCALAR;
 }
