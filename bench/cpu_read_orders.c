@@ -31,6 +31,12 @@ static const char *order_name[N_ORDERS] = {
 
 typedef struct { int order; float **kv; const uint16_t *w; size_t wrows; float sum[64]; } job;
 
+// Thread t's weight rows [r0, r1) of nt, whole 8-row blocks.
+static void w_rows(const job *j, int t, int nt, size_t *r0, size_t *r1) {
+    *r0 = j->wrows * t / nt / 8 * 8;
+    *r1 = j->wrows * (t + 1) / nt / 8 * 8;
+}
+
 __attribute__((target("avx2"))) static __m256 run(const float *p, int n, __m256 a) {   // n floats, multiple of 8
     for (int i = 0; i < n; i += 8) a = _mm256_add_ps(a, _mm256_loadu_ps(p + i));
     return a;
@@ -61,7 +67,8 @@ __attribute__((target("avx2"))) static void task(void *ctx, int t, int nt) {
             }
         }
     } else {
-        const size_t r0 = j->wrows * t / nt / 8 * 8, r1 = j->wrows * (t + 1) / nt / 8 * 8;
+        size_t r0, r1;
+        w_rows(j, t, nt, &r0, &r1);
         const uint16_t *w = j->w;
         if (j->order == W_STREAM) {
             const float *p = (const float *)(w + r0 * WK), *e = (const float *)(w + r1 * WK);
@@ -122,7 +129,11 @@ int main(int argc, char **argv) {
             double dt = bs_now() - t0;
             if (dt < best) best = dt;
         }
-        const double bytes = o < W_STREAM ? 2.0 * L * kv_bytes : (double)(j.wrows / threads / 8 * 8 * threads) * 2 * WK;
+        double bytes = 2.0 * L * kv_bytes;
+        if (o >= W_STREAM) {   // the rows the threads read (whole 8-row blocks)
+            bytes = 0;
+            for (int t = 0; t < threads; t++) { size_t r0, r1; w_rows(&j, t, threads, &r0, &r1); bytes += (double)(r1 - r0) * 2 * WK; }
+        }
         printf("%-40s %9.2f %8.1f\n", order_name[o], best * 1e3, bytes / best / 1e9);
     }
     return 0;

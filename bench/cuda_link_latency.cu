@@ -9,13 +9,8 @@
 // handover alone. Why: docs/cuda.md ("What is left") asked whether decode links that wait for the data they
 // read, instead of a whole grid, would be cheaper than the ~2.5-3.5 us a link costs in the decode step.
 //   build-cuda/cuda_link_latency        (built by `make cuda`; prints us per link for 8 / 132 / 264 blocks)
-#include <cstdio>
-#include <cstdlib>
-#include <cuda_runtime.h>
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "cuda_link_latency: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "backend/cuda/cuda_internal.cuh"   // the decode path's own PDL primitives (pdl_trigger / pdl_wait) and CK
 
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) { unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
 __device__ __forceinline__ void red_release(unsigned *p, unsigned v) { asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory"); }
 __device__ __forceinline__ void st_release(unsigned *p, unsigned v) { asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory"); }
