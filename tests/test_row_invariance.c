@@ -157,3 +157,44 @@ TEST(row_invariance_ops_every_n) {
         be->destroy(be);
     }
 }
+
+// The avx512 path computes the AVX2 path's sums (cpu_matmul_avx512.c: two weight rows per zmm, lane for lane
+// the AVX2 accumulators), so the two paths agree bit for bit: every dtype, 1-24 rows (the AVX2 blocks at 1-3,
+// the paired zmm blocks from 4, row groups of 3 and 4), O not a multiple of the 6-row pair block, K with and
+// without a tail past the 16-wide steps, accumulate on and off (larger calls run split over the pool).
+TEST(cpu_avx512_matmul_equals_avx2) {
+    if (!bs_cpu_path_supported(BS_CPU_AVX512)) SKIP("this CPU has no AVX-512F/BW/VL/DQ: the avx512 path cannot run here");
+    bs_rng r; bs_rng_seed(&r, 33);
+    static const int Ks[] = { 16, 100, 1000 }, Os[] = { 1, 5, 6, 7, 389 };
+    {
+        bs_backend *a = bs_backend_cpu(0), *b = bs_backend_cpu(0);
+        bs_cpu_install_path(a, BS_CPU_AVX2);
+        bs_cpu_install_path(b, BS_CPU_AVX512);
+        for (int dt = 0; dt < 3; dt++)
+            for (int ki = 0; ki < 3; ki++)
+                for (int oi = 0; oi < 5; oi++) {
+                    const int K = Ks[ki], O = Os[oi], NMAX = 24;
+                    size_t esz = bs_dtype_size(dt);
+                    uint8_t *w = malloc((size_t)O * K * esz);
+                    float *x = malloc(sizeof(float) * NMAX * K), *ya = malloc(sizeof(float) * NMAX * O), *yb = malloc(sizeof(float) * NMAX * O);
+                    for (size_t i = 0; i < (size_t)O * K; i++) {
+                        float f = (float)(bs_rng_uniform(&r) * 2 - 1);
+                        if (dt == BS_F32) ((float *)w)[i] = f;
+                        else if (dt == BS_BF16) ((uint16_t *)w)[i] = bs_f32_to_bf16(f);
+                        else ((uint16_t *)w)[i] = (uint16_t)(0x3000 + (bs_rng_u64(&r) & 0x7ff));
+                    }
+                    for (int i = 0; i < NMAX * K; i++) x[i] = (float)(bs_rng_uniform(&r) * 2 - 1);
+                    bs_mat W = { w, dt, O, K };
+                    for (int n = 1; n <= NMAX; n++)
+                        for (int acc = 0; acc < 2; acc++) {
+                            for (int i = 0; i < n * O; i++) ya[i] = yb[i] = (float)i * 0.25f;
+                            a->matmul(a, ya, x, n, &W, acc);
+                            b->matmul(b, yb, x, n, &W, acc);
+                            CHECK(memcmp(ya, yb, sizeof(float) * n * O) == 0, "dt %d K %d O %d n %d acc %d: avx512 differs from avx2",
+                                  dt, K, O, n, acc);
+                        }
+                    free(w); free(x); free(ya); free(yb);
+                }
+        a->destroy(a); b->destroy(b);
+    }
+}

@@ -30,7 +30,7 @@ static int path_supported_uncached(bs_cpu_path p) {
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_bit(1, 0, 2, 29);   // f16c
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl");
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     switch (p) {
     case BS_CPU_SCALAR: return 1;
     case BS_CPU_AVX2: return avx2;
@@ -51,6 +51,20 @@ int bs_cpu_path_supported(bs_cpu_path p) {
     return v == 2;
 }
 
+// AMD, family 0x1A or later (Zen 5): the family where the avx512 path was measured faster than avx2.
+static int cpu_is_amd_zen5_or_later(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u) return 0;   // "Auth"enticAMD
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    unsigned family = (a >> 8) & 0xf;
+    if (family == 0xf) family += (a >> 20) & 0xff;
+    return family >= 0x1a;
+#else
+    return 0;
+#endif
+}
+
 bs_cpu_path bs_cpu_default_path(void) {
     const char *env = getenv("BS_CPU_KERNELS");
     if (env && *env) {
@@ -62,10 +76,13 @@ bs_cpu_path bs_cpu_default_path(void) {
             }
     }
     // The exact (fp32-activation) paths only: avx512bf16 rounds activations and stays opt-in.
-    // AVX-512 is opt-in too: benchmarked on an AVX-512 Xeon (2 cores), its kernels were slower than the
-    // AVX2 ones at 2-16 rows (docs/benchmarks.md, "On an AVX-512 CPU"); on a Zen 5 EPYC (2 cores) they
-    // were slower at 1 row (39.5 vs 29-30 ms) and faster at 16 (137-139 vs 157-175 ms; session 13).
+    // avx512 computes the avx2 path's results bit for bit (cpu_matmul_avx512.c), so choosing it is a
+    // question of speed only. It is the default where it was measured faster: AMD family 0x1A (Zen 5), a
+    // 2-vCPU EPYC, 4-16-row forwards 1.3-1.6x and prefill 1.6x faster, 1-2 rows the same code (session 14,
+    // docs/benchmarks.md). Elsewhere avx2 stays the default until measured: on an AVX-512 Xeon the
+    // previous AVX-512 kernels (their own 16-lane sums, no prefetch) were slower than AVX2 at 2-16 rows.
     // tests/test_cpu_ops.c runs every supported path.
+    if (cpu_is_amd_zen5_or_later() && bs_cpu_path_supported(BS_CPU_AVX512)) return BS_CPU_AVX512;
     if (bs_cpu_path_supported(BS_CPU_AVX2)) return BS_CPU_AVX2;
     return BS_CPU_SCALAR;
 }

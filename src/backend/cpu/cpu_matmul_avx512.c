@@ -1,128 +1,123 @@
-// AVX-512 matmul kernels (fp32 activations, exact up to summation order) and the opt-in AVX512-BF16 kernel.
-// Same blocking as the AVX2 kernels (cpu_matmul_avx2.c) at twice the width: per 32 weights of a row,
-// BF16 is one 64-byte load + vpslld (evens) + vpandd (odds) against x permuted in 32-float chunks; F16 is
-// two vcvtph2ps; F32 two loads.
+// AVX-512 matmul kernels: the AVX2 path's arithmetic on zmm registers (so this path's results are the AVX2
+// path's, bit for bit), and the opt-in AVX512-BF16 kernel.
+//
+// BS_CPU_AVX512 (BF16 weights): a compute-bound block (4+ activation rows: verify blocks, drafter blocks,
+// prefill) holds two weight rows per zmm register, [16 weights of row a | the same 16 of row b], against x
+// duplicated into both halves. Lane l < 8 then does exactly what lane l of row a's ymm accumulator does in
+// cpu_matmul_avx2.c's 3 x C block (per 16-wide step: the even weights times x's even half, then the odd
+// ones), and lane 8 + l the same for row b; each half is summed by the same bs_hsum8 tree and K tail
+// (store1). So every (weight row, activation row) result is the AVX2 kernel's: decode rows (which stay on
+// the AVX2 8 x 1 / 6 x 2 / 4 x 3 blocks, memory-bound, where zmm did not stream faster) and rows in a
+// verify block agree bit for bit, as row invariance requires, and switching between the avx2 and avx512
+// paths changes no result. F16 and F32 weights use the AVX2 kernels unchanged.
+// Why not AVX-512's own 16-lane chains (this file until session 14): their sums differ from AVX2's, so the
+// path was a second arithmetic to test, and its 1-row kernel streamed ~8% slower than AVX2's on a Zen 5
+// EPYC; the paired block computes the AVX2 sums at the zmm kernels' rate (docs/benchmarks.md, session 14).
 //
 // BS_CPU_AVX512BF16 (BF16 weights only): x is rounded to bf16 (round-to-nearest-even) once per call and
 // each 32-weight step is one vdpbf16ps (pairwise bf16 products accumulated in fp32). Error: each x_i is
 // perturbed by <= 2^-9 relative, so |y - y_ref| <= ~2^-9 * sum_i |x_i w_i| (plus the fp32 part); the
 // test requires 2^-8 * sum|x w| and prints the worst observed. This is NOT the exact path and is used
 // only when BS_CPU_KERNELS=avx512bf16 asks for it.
-//
-// Written on a machine without AVX-512: compiled everywhere, tested (tests/test_cpu_ops.c) only where the
-// CPU supports it, not benchmarked yet.
 #include <immintrin.h>
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_simd_avx2.h"
 
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define AI512 static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define AI512 static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#ifndef PFD
+#define PFD 2   // prefetch distance in blocks, as the AVX2 kernels
+#endif
 
-AI512 void loadw32(int dt, const void *W, size_t i, __m512 *we, __m512 *wo) {
-    if (dt == BS_BF16) {
-        __m512i v = _mm512_loadu_si512((const void *)((const uint16_t *)W + i));
-        *we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-        *wo = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
-    } else if (dt == BS_F16) {
-        const uint16_t *p = (const uint16_t *)W + i;
-        *we = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-        *wo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 16)));
-    } else {
-        const float *p = (const float *)W + i;
-        *we = _mm512_loadu_ps(p);
-        *wo = _mm512_loadu_ps(p + 16);
-    }
-}
-
+// The K tail of one (weight row, activation row) dot product past kf, and the store: cpu_matmul_avx2.c's.
 AI512 void store1(int dt, float s, const void *W, size_t wrow, int64_t K, int64_t kf, const float *x, float *d, int acc) {
     for (int64_t k = kf; k < K; k++) s += x[k] * bs_load_elem(W, dt, wrow + k);
     *d = acc ? *d + s : s;
 }
 
-#define ZERO(v) __m512 v = _mm512_setzero_ps()
-#define FMA2(acc, we, wo, xp) acc = _mm512_fmadd_ps(we, _mm512_loadu_ps(xp), acc); acc = _mm512_fmadd_ps(wo, _mm512_loadu_ps((xp) + 16), acc)
-#define ST(a, i, j) store1(dt, _mm512_reduce_add_ps(a), W, w##i, K, kf, x##j, y + (size_t)j * O + i, acc)
-
-// 4 weight rows x 4 activation rows (16 of the 32 zmm registers as accumulators).
-AI512 void b4x4(const int dt, const void *W, int64_t o, int64_t K, int64_t kf, const float *x, float *y, int64_t O, int acc) {
-    ZERO(a00); ZERO(a01); ZERO(a02); ZERO(a03); ZERO(a10); ZERO(a11); ZERO(a12); ZERO(a13);
-    ZERO(a20); ZERO(a21); ZERO(a22); ZERO(a23); ZERO(a30); ZERO(a31); ZERO(a32); ZERO(a33);
-    size_t w0 = (size_t)o * K, w1 = w0 + K, w2 = w1 + K, w3 = w2 + K;
-    const float *x0 = x, *x1 = x + K, *x2 = x + 2 * K, *x3 = x + 3 * K;
-    for (int64_t k = 0; k < kf; k += 32) {
-        __m512 we, wo;
-        loadw32(dt, W, w0 + k, &we, &wo); FMA2(a00, we, wo, x0 + k); FMA2(a01, we, wo, x1 + k); FMA2(a02, we, wo, x2 + k); FMA2(a03, we, wo, x3 + k);
-        loadw32(dt, W, w1 + k, &we, &wo); FMA2(a10, we, wo, x0 + k); FMA2(a11, we, wo, x1 + k); FMA2(a12, we, wo, x2 + k); FMA2(a13, we, wo, x3 + k);
-        loadw32(dt, W, w2 + k, &we, &wo); FMA2(a20, we, wo, x0 + k); FMA2(a21, we, wo, x1 + k); FMA2(a22, we, wo, x2 + k); FMA2(a23, we, wo, x3 + k);
-        loadw32(dt, W, w3 + k, &we, &wo); FMA2(a30, we, wo, x0 + k); FMA2(a31, we, wo, x1 + k); FMA2(a32, we, wo, x2 + k); FMA2(a33, we, wo, x3 + k);
-    }
-    ST(a00, 0, 0); ST(a01, 0, 1); ST(a02, 0, 2); ST(a03, 0, 3); ST(a10, 1, 0); ST(a11, 1, 1); ST(a12, 1, 2); ST(a13, 1, 3);
-    ST(a20, 2, 0); ST(a21, 2, 1); ST(a22, 2, 2); ST(a23, 2, 3); ST(a30, 3, 0); ST(a31, 3, 1); ST(a32, 3, 2); ST(a33, 3, 3);
+// ---- the compute-bound BF16 block, two weight rows per zmm ----
+// 3 pairs of weight rows (6 rows) x C <= 4 activation rows: 12 zmm accumulators, each lane-for-lane the
+// AVX2 3 x 4 block's accumulators of two rows.
+#define PAIRS 3
+AI512 __m512i load_pair(const uint16_t *a, const uint16_t *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
 }
-// 4 weight rows x 1 activation row. One accumulator chain per (weight row, activation row), updated in the
-// same order as in every other block shape (first 16 weights, then the next 16, step by step): a row's
-// result must not depend on how many rows share the call (row invariance; an earlier version split the
-// chain into even/odd accumulators here only, so a decode row differed from the same row in a verify block).
-AI512 void b4x1(const int dt, const void *W, int64_t o, int64_t K, int64_t kf, const float *x, float *y, int64_t O, int acc) {
-    ZERO(a00); ZERO(a10); ZERO(a20); ZERO(a30);
-    size_t w0 = (size_t)o * K, w1 = w0 + K, w2 = w1 + K, w3 = w2 + K;
-    const float *x0 = x;
-    for (int64_t k = 0; k < kf; k += 32) {
-        __m512 we, wo;
-        loadw32(dt, W, w0 + k, &we, &wo); FMA2(a00, we, wo, x0 + k);
-        loadw32(dt, W, w1 + k, &we, &wo); FMA2(a10, we, wo, x0 + k);
-        loadw32(dt, W, w2 + k, &we, &wo); FMA2(a20, we, wo, x0 + k);
-        loadw32(dt, W, w3 + k, &we, &wo); FMA2(a30, we, wo, x0 + k);
-    }
-    ST(a00, 0, 0); ST(a10, 1, 0); ST(a20, 2, 0); ST(a30, 3, 0);
+AI512 __m512 dup8(const float *p) { return _mm512_broadcast_f32x8(_mm256_loadu_ps(p)); }   // [p[0..8) | p[0..8)]
+AI512 __m256 half(__m512 v, int h) {
+    return h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)) : _mm512_castps512_ps256(v);
 }
-// 1 weight row x RN (1..4) activation rows: the O % 4 tail, and RN = 2, 3 groups (via 4 single-row passes would
-// re-read weights; this reads them once per row block from L1).
-AI512 void b1(const int dt, const int RN, const void *W, int64_t o, int64_t K, int64_t kf, const float *x, float *y, int64_t O, int acc) {
-    ZERO(a0); ZERO(a1); ZERO(a2); ZERO(a3);
-    size_t w0 = (size_t)o * K;
+AI512 void pairs_block(const int C, const int PF, const uint16_t *W, int64_t o, int64_t K, int64_t kf, const float *x,
+                       float *y, int64_t O, int acc) {
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+    __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
+    const uint16_t *w = W + (size_t)o * K;
     const float *x0 = x, *x1 = x + K, *x2 = x + 2 * K, *x3 = x + 3 * K;
-    for (int64_t k = 0; k < kf; k += 32) {
-        __m512 we, wo;
-        loadw32(dt, W, w0 + k, &we, &wo);
-        FMA2(a0, we, wo, x0 + k);
-        if (RN > 1) { FMA2(a1, we, wo, x1 + k); }
-        if (RN > 2) { FMA2(a2, we, wo, x2 + k); }
-        if (RN > 3) { FMA2(a3, we, wo, x3 + k); }
+    const __m512i mask = _mm512_set1_epi32((int)0xffff0000u);
+    const char *pf = (const char *)(w + (size_t)PFD * 2 * PAIRS * K);   // PFD blocks ahead
+    for (int64_t k = 0; k < kf; k += 16) {
+        if (PF && !(k & 31))
+            for (int i = 0; i < 2 * PAIRS; i++) _mm_prefetch(pf + ((size_t)i * K + k) * 2, _MM_HINT_T0);
+        __m512 e0 = dup8(x0 + k), o0 = dup8(x0 + k + 8), e1 = e0, o1 = o0, e2 = e0, o2 = o0, e3 = e0, o3 = o0;
+        if (C > 1) { e1 = dup8(x1 + k); o1 = dup8(x1 + k + 8); }
+        if (C > 2) { e2 = dup8(x2 + k); o2 = dup8(x2 + k + 8); }
+        if (C > 3) { e3 = dup8(x3 + k); o3 = dup8(x3 + k + 8); }
+#define F2(A, c) A = _mm512_fmadd_ps(we, e##c, A); A = _mm512_fmadd_ps(wo, o##c, A)
+#define PAIR(p) { __m512i v = load_pair(w + (size_t)(2 * p) * K + k, w + (size_t)(2 * p + 1) * K + k); \
+                  __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), wo = _mm512_castsi512_ps(_mm512_and_si512(v, mask)); \
+                  F2(a##p##0, 0); if (C > 1) { F2(a##p##1, 1); } if (C > 2) { F2(a##p##2, 2); } if (C > 3) { F2(a##p##3, 3); } }
+        PAIR(0) PAIR(1) PAIR(2)
+#undef PAIR
+#undef F2
     }
-    ST(a0, 0, 0);
-    if (RN > 1) ST(a1, 0, 1);
-    if (RN > 2) ST(a2, 0, 2);
-    if (RN > 3) ST(a3, 0, 3);
+    const __m512 accs[PAIRS][4] = { { a00, a01, a02, a03 }, { a10, a11, a12, a13 }, { a20, a21, a22, a23 } };
+    const float *xs[4] = { x0, x1, x2, x3 };
+    for (int p = 0; p < PAIRS; p++)
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < 2; h++) {
+                const int64_t r = o + 2 * p + h;
+                store1(BS_BF16, bs_hsum8(half(accs[p][c], h)), W, (size_t)r * K, K, kf, xs[c], y + (size_t)c * O + r, acc);
+            }
 }
 
-AI512 void run_dt(const int dt, const bs_mat *W, int64_t o0, int64_t o1, const float *x, int r0, int r1, float *y, int acc) {
-    int64_t K = W->cols, O = W->rows, kf = K / 32 * 32;
-    for (int64_t o = o0; o < o1;) {
-        int ro = o1 - o >= 4 ? 4 : 1;
-        for (int r = r0; r < r1;) {
-            int rn = r1 - r >= 4 ? 4 : r1 - r;
-            const float *xr = x + (size_t)r * K;
-            float *yr = y + (size_t)r * O + o;
-            if (ro == 4 && rn == 4) b4x4(dt, W->data, o, K, kf, xr, yr, O, acc);
-            else if (ro == 4 && rn == 1) b4x1(dt, W->data, o, K, kf, xr, yr, O, acc);
-            else
-                for (int i = 0; i < ro; i++) {
-                    if (rn == 4) b1(dt, 4, W->data, o + i, K, kf, xr, yr + i, O, acc);
-                    else if (rn == 3) b1(dt, 3, W->data, o + i, K, kf, xr, yr + i, O, acc);
-                    else if (rn == 2) b1(dt, 2, W->data, o + i, K, kf, xr, yr + i, O, acc);
-                    else b1(dt, 1, W->data, o + i, K, kf, xr, yr + i, O, acc);
-                }
-            r += rn;
+// One pairs block with C and PF as compile-time constants.
+AI512 void pairs_rc(int C, int pf, const uint16_t *W, int64_t o, int64_t K, int64_t kf, const float *x, float *y, int64_t O,
+                    int acc) {
+#define B(C_, PF_) pairs_block(C_, PF_, W, o, K, kf, x, y, O, acc)
+    if (pf) { switch (C) { case 1: B(1, 1); break; case 2: B(2, 1); break; case 3: B(3, 1); break; default: B(4, 1); } }
+    else { switch (C) { case 1: B(1, 0); break; case 2: B(2, 0); break; case 3: B(3, 0); break; default: B(4, 0); } }
+#undef B
+}
+
+// Activation-row groups: 4 at a time, 5..7 remaining rows as 3+2, 3+3, 4+3 (as the AVX2 kernel).
+static inline int group_rows(int rem) { return rem <= 4 ? rem : rem == 5 || rem == 6 ? 3 : 4; }
+
+// 1-3 activation rows, and the weight rows past the last whole block of 6: the AVX2 kernel itself.
+T512 static void run_bf16(const bs_mat *W, int64_t o0, int64_t o1, const void *xv, int r0, int r1, float *y, int acc) {
+    const int nr = r1 - r0;
+    const int64_t K = W->cols, O = W->rows, kf = K / 16 * 16;
+    int64_t o = o0;
+    if (nr >= 4) {
+        const float *x = (const float *)xv + (size_t)r0 * K;
+        float *yt = y + (size_t)r0 * O;
+        for (; o + 2 * PAIRS <= o1; o += 2 * PAIRS) {
+            const int pf = o + 2 * PAIRS * (PFD + 1) <= o1;
+            for (int r = 0; r < nr;) {
+                const int rn = group_rows(nr - r);
+                pairs_rc(rn, pf && r == 0, W->data, o, K, kf, x + (size_t)r * K, yt + (size_t)r * O, O, acc);
+                r += rn;
+            }
         }
-        o += ro;
     }
+    if (o < o1) bs_mm_avx2[BS_BF16].run(W, o, o1, xv, r0, r1, y, acc);
 }
-#undef ST
-
-T512 static void run_bf16(const bs_mat *W, int64_t o0, int64_t o1, const void *x, int r0, int r1, float *y, int acc) { run_dt(BS_BF16, W, o0, o1, x, r0, r1, y, acc); }
-T512 static void run_f16(const bs_mat *W, int64_t o0, int64_t o1, const void *x, int r0, int r1, float *y, int acc) { run_dt(BS_F16, W, o0, o1, x, r0, r1, y, acc); }
-T512 static void run_f32(const bs_mat *W, int64_t o0, int64_t o1, const void *x, int r0, int r1, float *y, int acc) { run_dt(BS_F32, W, o0, o1, x, r0, r1, y, acc); }
-static void prep_bf16(void *xp, const float *x, int n, int K) { bs_mm_prep_evenodd(xp, x, n, K, 32); }
+static void run_f32(const bs_mat *W, int64_t o0, int64_t o1, const void *x, int r0, int r1, float *y, int acc) {
+    bs_mm_avx2[BS_F32].run(W, o0, o1, x, r0, r1, y, acc);
+}
+static void run_f16(const bs_mat *W, int64_t o0, int64_t o1, const void *x, int r0, int r1, float *y, int acc) {
+    bs_mm_avx2[BS_F16].run(W, o0, o1, x, r0, r1, y, acc);
+}
+static void prep_bf16(void *xp, const float *x, int n, int K) { bs_mm_prep_evenodd(xp, x, n, K, 16); }
 
 const bs_mm_kernel bs_mm_avx512[3] = {
     [BS_F32] = { NULL, 4, run_f32 }, [BS_BF16] = { prep_bf16, 4, run_bf16 }, [BS_F16] = { NULL, 4, run_f16 },

@@ -25,8 +25,9 @@
 //       compiles to (GCC 12, -O3, compared with objdump):
 //       avx2: cpu_matmul_avx2.c's 3 weight rows x 4 activation rows (12 chains); per 16-wide K step and
 //         weight row one 32-byte load + vpslld + vpand (the bf16 -> fp32 widening) and 8 FMAs.
-//       avx512: cpu_matmul_avx512.c's b4x4, 4 x 4 rows (16 chains); per 32-wide K step the 8 x vectors
-//         loaded once, and per weight row vpslld + vpandd (weights as memory operands) and 8 zmm FMAs.
+//       avx512: cpu_matmul_avx512.c's paired block, 3 pairs of weight rows x 4 activation rows (12 zmm
+//         chains); per 16-wide K step 8 x broadcasts, per pair two 32-byte loads + an insert, vpslld +
+//         vpandd and 8 zmm FMAs. (Its 1-3-row forwards run the AVX2 blocks: memory-bound, the peak unused.)
 //       avx512bf16: vdpbf16ps on loaded weight and x vectors (run_dot_bf16), in a 4 x 4 block (16 chains)
 //         so that its latency does not limit it. The kernel itself runs 1 weight row x 4 activation rows
 //         (4 chains): where vdpbf16ps needs more than 4 independent chains to issue at full rate, the
@@ -132,7 +133,7 @@ TGT_AVX2 static void bf16_task(void *p, int t, int nt) {
 }
 
 // ---- AVX-512 paths (run only when bs_cpu_default_path chose one, i.e. this CPU supports it) ----
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define TBF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 
 // fma_task at zmm width: 12 chains x 16 multiply-adds.
@@ -155,7 +156,7 @@ T512 static void fma512_task(void *p, int t, int nt) {
     j->out[t] = _mm512_reduce_add_ps(s);
 }
 
-// The two AVX-512 BF16 blocks below keep their 16 accumulators in zmm0-15 and issue each multiply-add as one
+// The AVX-512 BF16 blocks below keep their accumulators in zmm0-15 and issue each multiply-add as one
 // instruction on them: left to itself GCC 12 compiles this loop with 7 extra register-to-register zmm moves
 // per step (it rotates accumulators through registers), which the kernel's own loop, compiled in its context,
 // does not have; those moves compete with the FMAs for ports and would lower the ceiling. Pinned register
@@ -170,28 +171,31 @@ T512 static void fma512_task(void *p, int t, int nt) {
     _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a00, a01), _mm512_add_ps(a02, a03)), _mm512_add_ps(_mm512_add_ps(a10, a11), _mm512_add_ps(a12, a13))), \
     _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a20, a21), _mm512_add_ps(a22, a23)), _mm512_add_ps(_mm512_add_ps(a30, a31), _mm512_add_ps(a32, a33)))))
 
-// The AVX-512 BF16 kernel's b4x4 block (4 weight rows x 4 activation rows), as its loop compiles: per 32-wide
-// step the 8 x vectors loaded once, per weight row vpslld + vpandd (weights as memory operands) and 8 FMAs.
-// 4 x 512 bf16 + 4 x 512 fp32 = 12 KiB, L1-resident. 16 x 32 = 512 multiply-adds per step.
+// The avx512 path's compute-bound BF16 block (cpu_matmul_avx512.c): 3 pairs of weight rows x 4 activation
+// rows, per 16-wide step the 8 x halves broadcast into both halves of a zmm (vbroadcastf32x8), per pair two
+// 32-byte loads + vinserti64x4, vpslld + vpandd and 8 zmm FMAs. 6 x 512 bf16 + 4 x 512 fp32 = 14 KiB,
+// L1-resident. 12 x 32 = 384 multiply-adds per step.
 T512 static void bf16_512_task(void *p, int t, int nt) {
     rl_job *j = p;
-    static __thread uint16_t w[4 * BF_K] __attribute__((aligned(64)));
+    static __thread uint16_t w[6 * BF_K] __attribute__((aligned(64)));
     static __thread float x[4 * BF_K] __attribute__((aligned(64)));
-    for (int i = 0; i < 4 * BF_K; i++) { w[i] = 0x3f80 + (i & 7); x[i] = 1e-6f; }   // ~1.0, 1e-6
-    ACC16(_mm512_setzero_ps());
+    for (int i = 0; i < 6 * BF_K; i++) w[i] = 0x3f80 + (i & 7);   // ~1.0
+    for (int i = 0; i < 4 * BF_K; i++) x[i] = 1e-6f;
+    ACC16(_mm512_setzero_ps());   // a30..a33 unused (stay 0)
+    const __m512i mask = _mm512_set1_epi32((int)0xffff0000u);
     for (long it = 0; it < j->iters; it++) {
-        for (int k = 0; k < BF_K; k += 32) {
-#define X(c) __m512 e##c = _mm512_loadu_ps(x + c * BF_K + k), o##c = _mm512_loadu_ps(x + c * BF_K + k + 16)
+        for (int k = 0; k < BF_K; k += 16) {
+#define X(c) __m512 e##c = _mm512_broadcast_f32x8(_mm256_load_ps(x + c * BF_K + k)), o##c = _mm512_broadcast_f32x8(_mm256_load_ps(x + c * BF_K + k + 8))
             X(0); X(1); X(2); X(3);
 #undef X
 #define F2(A, c) MADD("vfmadd231ps", A, we, e##c); MADD("vfmadd231ps", A, wo, o##c)
-#define ROW(r) { \
-                __m512i v = _mm512_loadu_si512((const void *)(w + r * BF_K + k)); \
-                __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); \
-                __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u))); \
-                F2(a##r##0, 0); F2(a##r##1, 1); F2(a##r##2, 2); F2(a##r##3, 3); }
-            ROW(0) ROW(1) ROW(2) ROW(3)
-#undef ROW
+#define PAIR(p) { \
+                __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(w + 2 * p * BF_K + k))), \
+                                               _mm256_load_si256((const __m256i *)(w + (2 * p + 1) * BF_K + k)), 1); \
+                __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), wo = _mm512_castsi512_ps(_mm512_and_si512(v, mask)); \
+                F2(a##p##0, 0); F2(a##p##1, 1); F2(a##p##2, 2); F2(a##p##3, 3); }
+            PAIR(0) PAIR(1) PAIR(2)
+#undef PAIR
 #undef F2
         }
         __asm__ volatile("" ::: "memory");
@@ -239,8 +243,8 @@ typedef struct {
 static const rl_mix MIX[BS_CPU_N_PATHS] = {
     [BS_CPU_AVX2] = { fma_task, bf16_task, 1000000, 200, 12 * 8, BF_K / 16 * 3 * 4 * 16,
                       "raw: 12 ymm FMA chains; bf16: 3x4 rows, vpslld/vpand widening + ymm FMAs" },
-    [BS_CPU_AVX512] = { fma512_task, bf16_512_task, 1000000, 1000, 12 * 16, BF_K / 32 * 4 * 4 * 32,
-                        "raw: 12 zmm FMA chains; bf16: 4x4 rows, vpslld/vpandd widening + zmm FMAs" },
+    [BS_CPU_AVX512] = { fma512_task, bf16_512_task, 1000000, 1000, 12 * 16, BF_K / 16 * 3 * 4 * 32,
+                        "raw: 12 zmm FMA chains; bf16: 3 weight-row pairs x 4 rows, vpslld/vpandd widening + zmm FMAs" },
     [BS_CPU_AVX512BF16] = { fma512_task, dpbf16_task, 1000000, 1000, 12 * 16, BF_K / 32 * 4 * 4 * 32,
                             "raw: 12 zmm FMA chains; bf16: 4x4 rows of vdpbf16ps, 32 multiply-adds each" },
 };
