@@ -198,3 +198,35 @@ TEST(cpu_avx512_matmul_equals_avx2) {
         a->destroy(a); b->destroy(b);
     }
 }
+
+// The AVX-512 attention kernels (cpu_attention.c) compute the AVX2 kernels' results bit for bit: head dims
+// with and without tails past 64 and 8, GQA groups of 1-4 (pairs of query vectors and single ones), key
+// counts with and without a tail past the 8-key blocks, 1-20 query rows (in place and chunk-copied), causal,
+// bidirectional and windowed.
+TEST(cpu_avx512_attention_equals_avx2) {
+    if (!bs_cpu_path_supported(BS_CPU_AVX512)) SKIP("this CPU has no AVX-512F/BW/VL/DQ: the avx512 path cannot run here");
+    bs_rng r; bs_rng_seed(&r, 34);
+    bs_backend *a = bs_backend_cpu(0), *b = bs_backend_cpu(0);
+    bs_cpu_install_path(a, BS_CPU_AVX2);
+    bs_cpu_install_path(b, BS_CPU_AVX512);
+    static const int hds[] = { 128, 64, 72, 12 }, Gs[] = { 1, 2, 3, 4 }, Ps[] = { 0, 13, 150 }, Ns[] = { 1, 3, 16, 20 };
+    for (int hi = 0; hi < 4; hi++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int pi = 0; pi < 3; pi++)
+                for (int ni = 0; ni < 4; ni++)
+                    for (int mode = 0; mode < 3; mode++) {   // causal, bidirectional, causal with a window of 37
+                        const int hd = hds[hi], G = Gs[gi], P = Ps[pi], N = Ns[ni], nkv = 2, nh = nkv * G, keys = P + N;
+                        const size_t qd = (size_t)nh * hd, kd = (size_t)nkv * hd;
+                        float *q = malloc(sizeof(float) * N * qd), *k = malloc(sizeof(float) * keys * kd), *v = malloc(sizeof(float) * keys * kd);
+                        float *oa = malloc(sizeof(float) * N * qd), *ob = malloc(sizeof(float) * N * qd);
+                        for (size_t i = 0; i < N * qd; i++) q[i] = (float)(bs_rng_uniform(&r) * 6 - 3);
+                        for (size_t i = 0; i < keys * kd; i++) { k[i] = (float)(bs_rng_uniform(&r) * 2 - 1); v[i] = (float)(bs_rng_uniform(&r) * 2 - 1); }
+                        const int causal = mode != 1, win = mode == 2 ? 37 : 0;
+                        a->attention(a, oa, q, k, v, N, nh, nkv, hd, keys, P, causal, win);
+                        b->attention(b, ob, q, k, v, N, nh, nkv, hd, keys, P, causal, win);
+                        CHECK(memcmp(oa, ob, sizeof(float) * N * qd) == 0, "hd %d G %d P %d N %d mode %d: avx512 attention differs from avx2",
+                              hd, G, P, N, mode);
+                        free(q); free(k); free(v); free(oa); free(ob);
+                    }
+    a->destroy(a); b->destroy(b);
+}

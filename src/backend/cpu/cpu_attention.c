@@ -171,21 +171,22 @@ TGT_AVX2 static float softmax_avx2(float *r, int len) {
 // o_g[d] += p_gj v_j[d]: one chain per output element over j in order (fp32 FMA), whatever the blocking.
 // Blocks of 2 query vectors x 32 d (8 chains; per key 4 v loads + 2 broadcasts for 8 FMAs), then 1 x 32,
 // then 8-wide and scalar d tails.
-TGT_AVX2 static void accum_avx2(float *o, const float *p, size_t ps, int poff, int G, const float *v, size_t vs, int lo, int hi,
-                                int hd, int first, int pf) {
+// Head dims [dstart, hd) (dstart a multiple of 32; the AVX-512 kernel below does [0, dstart)).
+AI_AVX2 void accum_avx2_from(float *o, const float *p, size_t ps, int poff, int G, const float *v, size_t vs, int lo, int hi,
+                             int hd, int first, int pf, int dstart) {
     int hd32 = hd / 32 * 32, hd8 = hd / 8 * 8;
     int g = 0;
     for (; g + 2 <= G; g += 2) {
         float *o0 = o + (size_t)g * hd, *o1 = o0 + hd;
         const float *p0 = p + (size_t)g * ps - poff, *p1 = p0 + ps;
-        for (int d0 = 0; d0 < hd32; d0 += 32) {
+        for (int d0 = dstart; d0 < hd32; d0 += 32) {
             __m256 a0, a1, a2, a3, b0, b1, b2, b3;
             if (first) { a0 = _mm256_setzero_ps(); a1 = a0; a2 = a0; a3 = a0; b0 = a0; b1 = a0; b2 = a0; b3 = a0; }
             else {
                 a0 = _mm256_loadu_ps(o0 + d0); a1 = _mm256_loadu_ps(o0 + d0 + 8); a2 = _mm256_loadu_ps(o0 + d0 + 16); a3 = _mm256_loadu_ps(o0 + d0 + 24);
                 b0 = _mm256_loadu_ps(o1 + d0); b1 = _mm256_loadu_ps(o1 + d0 + 8); b2 = _mm256_loadu_ps(o1 + d0 + 16); b3 = _mm256_loadu_ps(o1 + d0 + 24);
             }
-            int pfr = pf && g == 0 && d0 == 0;   // first pass: fetch rows PD ahead, one row per row consumed
+            int pfr = pf && g == 0 && d0 == dstart;   // first pass: fetch rows PD ahead, one row per row consumed
             for (int j = lo; j < hi; j++) {
                 const float *vj = v + (size_t)j * vs + d0;
                 if (pfr) prefetch_row(v + (size_t)(j + PD) * vs, hd);
@@ -202,11 +203,11 @@ TGT_AVX2 static void accum_avx2(float *o, const float *p, size_t ps, int poff, i
     for (; g < G; g++) {
         float *o0 = o + (size_t)g * hd;
         const float *p0 = p + (size_t)g * ps - poff;
-        for (int d0 = 0; d0 < hd32; d0 += 32) {
+        for (int d0 = dstart; d0 < hd32; d0 += 32) {
             __m256 a0, a1, a2, a3;
             if (first) { a0 = _mm256_setzero_ps(); a1 = a0; a2 = a0; a3 = a0; }
             else { a0 = _mm256_loadu_ps(o0 + d0); a1 = _mm256_loadu_ps(o0 + d0 + 8); a2 = _mm256_loadu_ps(o0 + d0 + 16); a3 = _mm256_loadu_ps(o0 + d0 + 24); }
-            int pfr = pf && g == 0 && d0 == 0;
+            int pfr = pf && g == 0 && d0 == dstart;
             for (int j = lo; j < hi; j++) {
                 const float *vj = v + (size_t)j * vs + d0;
                 if (pfr) prefetch_row(v + (size_t)(j + PD) * vs, hd);
@@ -233,6 +234,121 @@ TGT_AVX2 static void accum_avx2(float *o, const float *p, size_t ps, int poff, i
             og[d] = a;
         }
     }
+}
+
+TGT_AVX2 static void accum_avx2(float *o, const float *p, size_t ps, int poff, int G, const float *v, size_t vs, int lo, int hi,
+                                int hd, int first, int pf) {
+    accum_avx2_from(o, p, ps, poff, G, v, vs, lo, hi, hd, first, pf, 0);
+}
+
+// ---- The same arithmetic on AVX-512 registers (the avx512 paths), bit for bit the AVX2 kernels' ----
+// accum: each output element is one lane of one FMA chain over the keys in order, whatever the register
+// width, so zmm blocks of 2 query vectors x 64 head dims (8 chains of 16 lanes) compute the AVX2 results;
+// the head dims past the last 64 go to the AVX2 code.
+// score: a zmm holds [key a, 8 dims | key b, the same 8 dims] against the query's 8 dims in both halves,
+// so lane l < 8 is key a's AVX2 lane-l chain and lane 8 + l key b's; each key's 8 lanes are then summed by
+// the same red4 tree and d tail. Blocks of 2 query vectors x 8 keys (8 zmm chains); keys past the last 8
+// and single query vectors go to the AVX2 code.
+#define TGT512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define AI512 static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define INREG512(v) __asm__("" : "+v"(v))
+AI512 __m256 lo8(__m512 v) { return _mm512_castps512_ps256(v); }
+AI512 __m256 hi8(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+AI512 __m512 pair8(const float *a, const float *b) {   // [a[0..8) | b[0..8)]
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(a)), _mm256_loadu_ps(b), 1);
+}
+
+TGT512 static void accum_avx512(float *o, const float *p, size_t ps, int poff, int G, const float *v, size_t vs, int lo, int hi,
+                                int hd, int first, int pf) {
+    const int hd64 = hd / 64 * 64;
+    int g = 0;
+    for (; g + 2 <= G; g += 2) {
+        float *o0 = o + (size_t)g * hd, *o1 = o0 + hd;
+        const float *p0 = p + (size_t)g * ps - poff, *p1 = p0 + ps;
+        for (int d0 = 0; d0 < hd64; d0 += 64) {
+            __m512 a0, a1, a2, a3, b0, b1, b2, b3;
+            if (first) { a0 = _mm512_setzero_ps(); a1 = a0; a2 = a0; a3 = a0; b0 = a0; b1 = a0; b2 = a0; b3 = a0; }
+            else {
+                a0 = _mm512_loadu_ps(o0 + d0); a1 = _mm512_loadu_ps(o0 + d0 + 16); a2 = _mm512_loadu_ps(o0 + d0 + 32); a3 = _mm512_loadu_ps(o0 + d0 + 48);
+                b0 = _mm512_loadu_ps(o1 + d0); b1 = _mm512_loadu_ps(o1 + d0 + 16); b2 = _mm512_loadu_ps(o1 + d0 + 32); b3 = _mm512_loadu_ps(o1 + d0 + 48);
+            }
+            const int pfr = pf && g == 0 && d0 == 0;
+            for (int j = lo; j < hi; j++) {
+                const float *vj = v + (size_t)j * vs + d0;
+                if (pfr) prefetch_row(v + (size_t)(j + PD) * vs, hd);
+                __m512 x0 = _mm512_set1_ps(p0[j]), x1 = _mm512_set1_ps(p1[j]), w;
+                w = _mm512_loadu_ps(vj); INREG512(w); a0 = _mm512_fmadd_ps(x0, w, a0); b0 = _mm512_fmadd_ps(x1, w, b0);
+                w = _mm512_loadu_ps(vj + 16); INREG512(w); a1 = _mm512_fmadd_ps(x0, w, a1); b1 = _mm512_fmadd_ps(x1, w, b1);
+                w = _mm512_loadu_ps(vj + 32); INREG512(w); a2 = _mm512_fmadd_ps(x0, w, a2); b2 = _mm512_fmadd_ps(x1, w, b2);
+                w = _mm512_loadu_ps(vj + 48); INREG512(w); a3 = _mm512_fmadd_ps(x0, w, a3); b3 = _mm512_fmadd_ps(x1, w, b3);
+            }
+            _mm512_storeu_ps(o0 + d0, a0); _mm512_storeu_ps(o0 + d0 + 16, a1); _mm512_storeu_ps(o0 + d0 + 32, a2); _mm512_storeu_ps(o0 + d0 + 48, a3);
+            _mm512_storeu_ps(o1 + d0, b0); _mm512_storeu_ps(o1 + d0 + 16, b1); _mm512_storeu_ps(o1 + d0 + 32, b2); _mm512_storeu_ps(o1 + d0 + 48, b3);
+        }
+    }
+    for (; g < G; g++) {
+        float *o0 = o + (size_t)g * hd;
+        const float *p0 = p + (size_t)g * ps - poff;
+        for (int d0 = 0; d0 < hd64; d0 += 64) {
+            __m512 a0, a1, a2, a3;
+            if (first) { a0 = _mm512_setzero_ps(); a1 = a0; a2 = a0; a3 = a0; }
+            else { a0 = _mm512_loadu_ps(o0 + d0); a1 = _mm512_loadu_ps(o0 + d0 + 16); a2 = _mm512_loadu_ps(o0 + d0 + 32); a3 = _mm512_loadu_ps(o0 + d0 + 48); }
+            const int pfr = pf && g == 0 && d0 == 0;
+            for (int j = lo; j < hi; j++) {
+                const float *vj = v + (size_t)j * vs + d0;
+                if (pfr) prefetch_row(v + (size_t)(j + PD) * vs, hd);
+                __m512 x0 = _mm512_set1_ps(p0[j]);
+                a0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(vj), a0);
+                a1 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(vj + 16), a1);
+                a2 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(vj + 32), a2);
+                a3 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(vj + 48), a3);
+            }
+            _mm512_storeu_ps(o0 + d0, a0); _mm512_storeu_ps(o0 + d0 + 16, a1); _mm512_storeu_ps(o0 + d0 + 32, a2); _mm512_storeu_ps(o0 + d0 + 48, a3);
+        }
+    }
+    if (hd64 < hd) accum_avx2_from(o, p, ps, poff, G, v, vs, lo, hi, hd, first, pf && hd64 == 0, hd64);
+}
+
+TGT512 static void score_avx512(float *s, size_t ss, int soff, const float *q, int G, const float *k, size_t ks, int lo, int hi,
+                                int hd, float scale, int pf) {
+    const int hd8 = hd / 8 * 8;
+    const __m128 vs = _mm_set1_ps(scale);
+    int j = lo;
+    if (G >= 2)
+        for (; j + 8 <= hi; j += 8) {
+            const float *k0 = k + (size_t)j * ks;
+            if (pf) for (int i = 0; i < 8; i++) prefetch_row(k0 + (PD + i) * ks, hd);
+            for (int g = 0; g + 2 <= G; g += 2) {
+                const float *q0 = q + (size_t)g * hd, *q1 = q0 + hd;
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+                for (int d = 0; d < hd8; d += 8) {
+                    const __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(q0 + d)), x1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(q1 + d));
+                    __m512 kv;
+                    kv = pair8(k0 + d, k0 + ks + d); INREG512(kv); a0 = _mm512_fmadd_ps(x0, kv, a0); b0 = _mm512_fmadd_ps(x1, kv, b0);
+                    kv = pair8(k0 + 2 * ks + d, k0 + 3 * ks + d); INREG512(kv); a1 = _mm512_fmadd_ps(x0, kv, a1); b1 = _mm512_fmadd_ps(x1, kv, b1);
+                    kv = pair8(k0 + 4 * ks + d, k0 + 5 * ks + d); INREG512(kv); a2 = _mm512_fmadd_ps(x0, kv, a2); b2 = _mm512_fmadd_ps(x1, kv, b2);
+                    kv = pair8(k0 + 6 * ks + d, k0 + 7 * ks + d); INREG512(kv); a3 = _mm512_fmadd_ps(x0, kv, a3); b3 = _mm512_fmadd_ps(x1, kv, b3);
+                }
+                // keys j..j+3 and j+4..j+7 of each query vector through the AVX2 tree
+                __m128 ra0 = red4(lo8(a0), hi8(a0), lo8(a1), hi8(a1)), ra1 = red4(lo8(a2), hi8(a2), lo8(a3), hi8(a3));
+                __m128 rb0 = red4(lo8(b0), hi8(b0), lo8(b1), hi8(b1)), rb1 = red4(lo8(b2), hi8(b2), lo8(b3), hi8(b3));
+                float *s0 = s + (size_t)g * ss + j - soff, *s1 = s0 + ss;
+                if (hd8 == hd) {
+                    _mm_storeu_ps(s0, _mm_mul_ps(ra0, vs)); _mm_storeu_ps(s0 + 4, _mm_mul_ps(ra1, vs));
+                    _mm_storeu_ps(s1, _mm_mul_ps(rb0, vs)); _mm_storeu_ps(s1 + 4, _mm_mul_ps(rb1, vs));
+                } else {
+                    float ta[8], tb[8];
+                    _mm_storeu_ps(ta, ra0); _mm_storeu_ps(ta + 4, ra1); _mm_storeu_ps(tb, rb0); _mm_storeu_ps(tb + 4, rb1);
+                    for (int i = 0; i < 8; i++) {
+                        s0[i] = dtail(ta[i], q0, k0 + i * ks, hd8, hd) * scale;
+                        s1[i] = dtail(tb[i], q1, k0 + i * ks, hd8, hd) * scale;
+                    }
+                }
+            }
+            if (G & 1)   // the last query vector alone: the AVX2 kernel on these 8 keys (prefetch done above)
+                score_avx2(s + (size_t)(G - 1) * ss, ss, soff, q + (size_t)(G - 1) * hd, 1, k, ks, j, j + 8, hd, scale, 0);
+        }
+    if (j < hi) score_avx2(s, ss, soff, q, G, k, ks, j, hi, hd, scale, pf);
 }
 
 typedef struct {
@@ -354,9 +470,12 @@ void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const flo
                            int n_q, int n_heads, int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
     attn_job j = { out, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window, 1, NULL, NULL, NULL };
     int vec = be->impl != (void *)bs_mm_scalar && bs_cpu_path_supported(BS_CPU_AVX2);
-    j.score = vec ? score_avx2 : score_c;
+    // The AVX-512 paths run the same arithmetic on zmm registers (bit for bit the AVX2 results).
+    int wide = vec && (be->impl == (void *)bs_mm_avx512 || be->impl == (void *)bs_mm_avx512bf16) &&
+               bs_cpu_path_supported(BS_CPU_AVX512);
+    j.score = wide ? score_avx512 : vec ? score_avx2 : score_c;
     j.softmax = vec ? softmax_avx2 : softmax_c;
-    j.accum = vec ? accum_avx2 : accum_c;
+    j.accum = wide ? accum_avx512 : vec ? accum_avx2 : accum_c;
     // Heads per task: as many as still leave every pool thread a task (BS_CPU_ATT_HG=1: one head per
     // task, the previous split). Results do not depend on it.
     const int qblocks = (n_q + QB - 1) / QB, threads = bs_pool_size();
