@@ -51,20 +51,6 @@ int bs_cpu_path_supported(bs_cpu_path p) {
     return v == 2;
 }
 
-// AMD, family 0x1A or later (Zen 5): the family where the avx512 path was measured faster than avx2.
-static int cpu_is_amd_zen5_or_later(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u) return 0;   // "Auth"enticAMD
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    unsigned family = (a >> 8) & 0xf;
-    if (family == 0xf) family += (a >> 20) & 0xff;
-    return family >= 0x1a;
-#else
-    return 0;
-#endif
-}
-
 bs_cpu_path bs_cpu_default_path(void) {
     const char *env = getenv("BS_CPU_KERNELS");
     if (env && *env) {
@@ -76,13 +62,14 @@ bs_cpu_path bs_cpu_default_path(void) {
             }
     }
     // The exact (fp32-activation) paths only: avx512bf16 rounds activations and stays opt-in.
-    // avx512 computes the avx2 path's results bit for bit (cpu_matmul_avx512.c), so choosing it is a
-    // question of speed only. It is the default where it was measured faster: AMD family 0x1A (Zen 5), a
-    // 2-vCPU EPYC, 4-16-row forwards 1.3-1.6x and prefill 1.6x faster, 1-2 rows the same code (session 14,
-    // docs/benchmarks.md). Elsewhere avx2 stays the default until measured: on an AVX-512 Xeon the
-    // previous AVX-512 kernels (their own 16-lane sums, no prefetch) were slower than AVX2 at 2-16 rows.
+    // avx512 computes the avx2 path's results bit for bit (cpu_matmul_avx512.c, cpu_attention.c), so
+    // choosing it is a question of speed only, and it was measured faster wherever it ran (session 14,
+    // docs/benchmarks.md): a Zen 5 EPYC (2 vCPUs): 4-16-row forwards 1.2-1.6x, prefill 1.6-2x, 1-2 rows the
+    // same code; the GPU host's Xeon (16 threads): a 16-row 6144 x 1024 matmul 1.25x, 1-4 rows equal or
+    // better. (The earlier AVX-512 kernels, with their own 16-lane sums and no prefetch, were slower than
+    // AVX2 on an AVX-512 Xeon and at 1 row on the EPYC; they are gone.)
     // tests/test_cpu_ops.c runs every supported path.
-    if (cpu_is_amd_zen5_or_later() && bs_cpu_path_supported(BS_CPU_AVX512)) return BS_CPU_AVX512;
+    if (bs_cpu_path_supported(BS_CPU_AVX512)) return BS_CPU_AVX512;
     if (bs_cpu_path_supported(BS_CPU_AVX2)) return BS_CPU_AVX2;
     return BS_CPU_SCALAR;
 }
