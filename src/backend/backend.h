@@ -40,6 +40,10 @@ static inline float bs_rope_inv_freq(float theta, int i, int hd) {
 struct bs_backend {
     const char *name;   // "cpu", "cuda"
     void *impl;         // backend-private state
+    // Most drafts a speculative round verifies when the caller sets no --draft-max (0: the drafter's
+    // block). Where a verify forward of many rows is compute-bound (CPUs), long blocks cost more than their
+    // extra accepted tokens return; the backend knows its own crossover (bench --round, docs/benchmarks.md).
+    int default_draft_max;
 
     // Memory. alloc returns zeroed memory or NULL (and fills err).
     void *(*alloc)(bs_backend *be, size_t bytes, bs_err *err);

@@ -5,10 +5,6 @@
 #include "util/timer.h"
 
 #define PREFILL_CHUNK 256
-// On a CPU a verify forward of more than a few rows is compute-bound, so verifying long blocks costs
-// more than their expected extra tokens return: `blockspec bench --round` (docs/benchmarks.md) finds
-// the best implied speedup at 3-4 drafts for per-position acceptance up to ~0.9. Default there.
-#define CPU_DEFAULT_DRAFT_MAX 4
 
 void bs_spec_stats_free(bs_spec_stats *st) { free(st->acceptance_lengths); memset(st, 0, sizeof *st); }
 
@@ -108,7 +104,7 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
     int V = eng->cfg.vocab_size, H = eng->cfg.hidden_size, F = d->n_taps * H;
     int B = d->max_drafts;
     if (opts && opts->draft_max > 0) { if (opts->draft_max < B) B = opts->draft_max; }
-    else if (!strncmp(be->name, "cpu", 3) && B > CPU_DEFAULT_DRAFT_MAX) B = CPU_DEFAULT_DRAFT_MAX;
+    else if (be->default_draft_max > 0 && B > be->default_draft_max) B = be->default_draft_max;   // backend.h
     float thr = opts ? opts->confidence_threshold : 0;
     int greedy = bs_sampling_greedy(&s->sampling);
     *n_out = 0;

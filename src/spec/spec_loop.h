@@ -6,7 +6,7 @@
 #include "spec/drafter.h"
 
 typedef struct bs_spec_opts {
-    int draft_max;              // 0: the drafter's block capacity on a GPU, at most 4 on a CPU (see spec_loop.c)
+    int draft_max;              // 0: the backend's default_draft_max (backend.h; CPU 4 or 7), else the drafter's block
     float confidence_threshold; // > 0: verify only the leading drafts with c_k >= threshold (needs a confidence head)
     int stop_at_eos;
 } bs_spec_opts;

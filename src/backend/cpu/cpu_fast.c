@@ -65,6 +65,9 @@ int bs_cpu_install_path(bs_backend *be, bs_cpu_path p) {
     be->impl = (void *)mm[p];
     be->matmul = fast_matmul;
     be->matmul_multi = fast_matmul_multi;
+    // Twice the multiply-add rate from 4 rows on: 7 drafts beat 3 from acceptance ~0.7 up (bench --round,
+    // docs/benchmarks.md, session 14: implied speedup at 0.8 2.36x vs 1.93x; avx2 1.68x vs 1.93x).
+    be->default_draft_max = p == BS_CPU_AVX512 || p == BS_CPU_AVX512BF16 ? 7 : 4;
     if (p == BS_CPU_SCALAR) bs_cpu_install_ops_scalar(be);
     else bs_cpu_install_ops_avx2(be);
     be->embed_from = be->embed;
