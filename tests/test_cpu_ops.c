@@ -328,3 +328,19 @@ TEST(cpu_weight_copy_hugepages) {
     be->destroy(be);
     view->destroy(view);
 }
+
+// The most drafts a round verifies by default (backend.h, default_draft_max) follows the CPU path: 7 where
+// the avx512 path's multi-row forwards make longer blocks pay (bench --round, session 14), 4 elsewhere.
+TEST(cpu_default_draft_max_by_path) {
+    for (int p = 0; p < BS_CPU_N_PATHS; p++) {
+        if (!bs_cpu_path_supported(p)) { printf("  path %s: not supported by this CPU, skipped\n", bs_cpu_path_name(p)); continue; }
+        bs_backend *be = bs_backend_cpu(0);
+        bs_cpu_install_path(be, p);
+        const int want = p == BS_CPU_AVX512 || p == BS_CPU_AVX512BF16 ? 7 : 4;
+        CHECK(be->default_draft_max == want, "path %s: default_draft_max %d, expected %d", bs_cpu_path_name(p), be->default_draft_max, want);
+        be->destroy(be);
+    }
+    bs_backend *ref = bs_backend_cpu(1);
+    CHECK(ref->default_draft_max == 4, "cpu-ref: default_draft_max %d, expected 4", ref->default_draft_max);
+    ref->destroy(ref);
+}
