@@ -262,6 +262,31 @@ TGT512 static void accum_avx512(float *o, const float *p, size_t ps, int poff, i
                                 int hd, int first, int pf) {
     const int hd64 = hd / 64 * 64;
     int g = 0;
+    for (; g + 4 <= G; g += 4) {   // 4 query vectors x 64 head dims: 16 chains
+        float *ov[4] = { o + (size_t)g * hd, o + (size_t)(g + 1) * hd, o + (size_t)(g + 2) * hd, o + (size_t)(g + 3) * hd };
+        const float *pv[4] = { p + (size_t)g * ps - poff, p + (size_t)(g + 1) * ps - poff, p + (size_t)(g + 2) * ps - poff, p + (size_t)(g + 3) * ps - poff };
+        for (int d0 = 0; d0 < hd64; d0 += 64) {
+            __m512 acc[4][4];
+            for (int u = 0; u < 4; u++)
+                for (int c = 0; c < 4; c++) acc[u][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ov[u] + d0 + 16 * c);
+            __m512 a0 = acc[0][0], a1 = acc[0][1], a2 = acc[0][2], a3 = acc[0][3], b0 = acc[1][0], b1 = acc[1][1], b2 = acc[1][2], b3 = acc[1][3];
+            __m512 c0 = acc[2][0], c1 = acc[2][1], c2 = acc[2][2], c3 = acc[2][3], e0 = acc[3][0], e1 = acc[3][1], e2 = acc[3][2], e3 = acc[3][3];
+            const int pfr = pf && g == 0 && d0 == 0;
+            for (int j = lo; j < hi; j++) {
+                const float *vj = v + (size_t)j * vs + d0;
+                if (pfr) prefetch_row(v + (size_t)(j + PD) * vs, hd);
+                const __m512 x0 = _mm512_set1_ps(pv[0][j]), x1 = _mm512_set1_ps(pv[1][j]), x2 = _mm512_set1_ps(pv[2][j]), x3 = _mm512_set1_ps(pv[3][j]);
+                __m512 w;
+#define V4(i) w = _mm512_loadu_ps(vj + 16 * i); INREG512(w); a##i = _mm512_fmadd_ps(x0, w, a##i); b##i = _mm512_fmadd_ps(x1, w, b##i); \
+              c##i = _mm512_fmadd_ps(x2, w, c##i); e##i = _mm512_fmadd_ps(x3, w, e##i);
+                V4(0) V4(1) V4(2) V4(3)
+#undef V4
+            }
+            const __m512 res[4][4] = { { a0, a1, a2, a3 }, { b0, b1, b2, b3 }, { c0, c1, c2, c3 }, { e0, e1, e2, e3 } };
+            for (int u = 0; u < 4; u++)
+                for (int c = 0; c < 4; c++) _mm512_storeu_ps(ov[u] + d0 + 16 * c, res[u][c]);
+        }
+    }
     for (; g + 2 <= G; g += 2) {
         float *o0 = o + (size_t)g * hd, *o1 = o0 + hd;
         const float *p0 = p + (size_t)g * ps - poff, *p1 = p0 + ps;
@@ -318,7 +343,35 @@ TGT512 static void score_avx512(float *s, size_t ss, int soff, const float *q, i
         for (; j + 8 <= hi; j += 8) {
             const float *k0 = k + (size_t)j * ks;
             if (pf) for (int i = 0; i < 8; i++) prefetch_row(k0 + (PD + i) * ks, hd);
-            for (int g = 0; g + 2 <= G; g += 2) {
+            int g = 0;
+            for (; g + 4 <= G; g += 4) {   // 4 query vectors x 8 keys: 16 chains
+                const float *qv[4] = { q + (size_t)g * hd, q + (size_t)(g + 1) * hd, q + (size_t)(g + 2) * hd, q + (size_t)(g + 3) * hd };
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+                __m512 c0 = a0, c1 = a0, c2 = a0, c3 = a0, e0 = a0, e1 = a0, e2 = a0, e3 = a0;
+                for (int d = 0; d < hd8; d += 8) {
+                    const __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(qv[0] + d)), x1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(qv[1] + d));
+                    const __m512 x2 = _mm512_broadcast_f32x8(_mm256_loadu_ps(qv[2] + d)), x3 = _mm512_broadcast_f32x8(_mm256_loadu_ps(qv[3] + d));
+                    __m512 kv;
+#define K4(i) kv = pair8(k0 + (2 * i) * ks + d, k0 + (2 * i + 1) * ks + d); INREG512(kv); \
+              a##i = _mm512_fmadd_ps(x0, kv, a##i); b##i = _mm512_fmadd_ps(x1, kv, b##i); \
+              c##i = _mm512_fmadd_ps(x2, kv, c##i); e##i = _mm512_fmadd_ps(x3, kv, e##i);
+                    K4(0) K4(1) K4(2) K4(3)
+#undef K4
+                }
+                const __m512 acc[4][4] = { { a0, a1, a2, a3 }, { b0, b1, b2, b3 }, { c0, c1, c2, c3 }, { e0, e1, e2, e3 } };
+                for (int u = 0; u < 4; u++) {
+                    __m128 r0 = red4(lo8(acc[u][0]), hi8(acc[u][0]), lo8(acc[u][1]), hi8(acc[u][1]));
+                    __m128 r1 = red4(lo8(acc[u][2]), hi8(acc[u][2]), lo8(acc[u][3]), hi8(acc[u][3]));
+                    float *su = s + (size_t)(g + u) * ss + j - soff;
+                    if (hd8 == hd) { _mm_storeu_ps(su, _mm_mul_ps(r0, vs)); _mm_storeu_ps(su + 4, _mm_mul_ps(r1, vs)); }
+                    else {
+                        float ta[8];
+                        _mm_storeu_ps(ta, r0); _mm_storeu_ps(ta + 4, r1);
+                        for (int i = 0; i < 8; i++) su[i] = dtail(ta[i], qv[u], k0 + i * ks, hd8, hd) * scale;
+                    }
+                }
+            }
+            for (; g + 2 <= G; g += 2) {
                 const float *q0 = q + (size_t)g * hd, *q1 = q0 + hd;
                 __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
                 for (int d = 0; d < hd8; d += 8) {
@@ -379,6 +432,12 @@ static void _mm_prefetch_rows(const float *r, int hd) {
 // order in which memory is touched. Key chunk outer, heads inner: a task reads hg * hd consecutive floats
 // of every cache row instead of hd (the rows are n_kv * hd apart), which the hardware prefetchers follow
 // far better: at one query row a task per head read the cache at ~13 GB/s.
+// The task's query vectors of one kv head (its rows x the GQA group) are packed side by side (qp), and so
+// are their outputs (op, scaled and written out at the end): a key chunk that every row sees whole is then
+// one kernel call over all of them, which lets the kernels block more query vectors per key (the AVX-512
+// ones 4), instead of one call per row. Each (query vector, key) score and each output element is still
+// computed by the same chain in the same order, so the results do not change (tests: row invariance, the
+// AVX-512 == AVX2 equality).
 static void attn_task(void *p, int t, int nt) {
     attn_job *j = p;
     const int groups = (j->n_kv + j->hg - 1) / j->hg;
@@ -396,13 +455,22 @@ static void attn_task(void *p, int t, int nt) {
             memset(j->out + ((size_t)i * j->n_heads + (size_t)h0 * G) * hd, 0, sizeof(float) * nh * G * hd);
     }
     if (jhi <= jlo) return;
-    size_t L = (size_t)(jhi - jlo), per = (size_t)nr * G * (L + 1), need = per * nh;
+    const int V = nr * G;   // packed query vectors per kv head: row r, group member g -> r * G + g
+    size_t L = (size_t)(jhi - jlo), per = (size_t)V * (L + 1) + 2 * (size_t)V * hd, need = per * nh;
     if (need > scratch_cap) {
         free(scratch);
         scratch_cap = need * 2;
         scratch = malloc(sizeof(float) * scratch_cap);
         if (!scratch) abort();
     }
+    // per head: scores / probabilities [V][L], 1/sum [V], packed queries [V][hd], packed outputs [V][hd]
+#define SC(kh) (scratch + per * (size_t)((kh) - h0))
+#define INV(kh) (SC(kh) + (size_t)V * L)
+#define QP(kh) (INV(kh) + V)
+#define OP(kh) (QP(kh) + (size_t)V * hd)
+    for (int kh = h0; kh < h1; kh++)
+        for (int r = 0; r < nr; r++)
+            memcpy(QP(kh) + (size_t)r * G * hd, j->q + ((size_t)(i0 + r) * j->n_heads + (size_t)kh * G) * hd, sizeof(float) * G * hd);
     size_t kvs = (size_t)j->n_kv * hd;
     float scale = 1.0f / sqrtf((float)hd);
     // Key chunk by key chunk. With COPY_MIN_ROWS or more query rows the chunk's K (then V) rows of a head
@@ -412,18 +480,19 @@ static void attn_task(void *p, int t, int nt) {
     float *kv_buf = chunk_buf(hd);
     for (int pass = 0; pass < 2; pass++) {   // 0: scores, 1: o = sum_j p_j v_j
         if (pass) {
-            for (int kh = h0; kh < h1; kh++) {
-                float *sc = scratch + per * (kh - h0), *inv = sc + (size_t)nr * G * L;
+            for (int kh = h0; kh < h1; kh++)
                 for (int r = 0; r < nr; r++)
                     for (int g = 0; g < G && hi[r] > lo[r]; g++)
-                        inv[r * G + g] = j->softmax(sc + ((size_t)r * G + g) * L + lo[r] - jlo, hi[r] - lo[r]);
-            }
+                        INV(kh)[r * G + g] = j->softmax(SC(kh) + ((size_t)r * G + g) * L + lo[r] - jlo, hi[r] - lo[r]);
         }
         for (int c0 = jlo; c0 < jhi; c0 += JB) {
             int c1 = c0 + JB < jhi ? c0 + JB : jhi, copy = nr >= COPY_MIN_ROWS;
+            // One call for all rows where every row sees the whole chunk and all start (or all continue)
+            // their output chains here; else a call per row over its part.
+            int whole = 1, first0 = c0 == lo[0];
+            for (int r = 0; r < nr && whole; r++) whole = lo[r] <= c0 && hi[r] >= c1 && (c0 == lo[r]) == first0;
             for (int kh = h0; kh < h1; kh++) {
                 const float *src = (pass ? j->v : j->k) + (size_t)kh * hd;
-                float *sc = scratch + per * (kh - h0);
                 const float *base = src;
                 size_t stride = kvs;
                 int off = 0;   // rows are indexed j - off in base
@@ -435,33 +504,36 @@ static void attn_task(void *p, int t, int nt) {
                     }
                     base = kv_buf; stride = hd; off = c0;
                 }
-                int pf = !copy;
-                for (int r = 0; r < nr; r++) {
+                const int pf = !copy;
+                if (whole) {
+                    if (!pass) j->score(SC(kh), L, jlo - off, QP(kh), V, base, stride, c0 - off, c1 - off, hd, scale, pf && c1 + PD <= jhi);
+                    else j->accum(OP(kh), SC(kh), L, jlo - off, V, base, stride, c0 - off, c1 - off, hd, first0, pf && c1 + PD <= jhi);
+                    continue;
+                }
+                for (int r = 0, pfr = pf; r < nr; r++) {
                     int a = c0 > lo[r] ? c0 : lo[r], b = c1 < hi[r] ? c1 : hi[r];
                     if (a >= b) continue;
-                    if (!pass) {
-                        const float *qg = j->q + ((size_t)(i0 + r) * j->n_heads + (size_t)kh * G) * hd;
-                        j->score(sc + (size_t)r * G * L, L, jlo - off, qg, G, base, stride, a - off, b - off, hd, scale,
-                                 pf && b + PD <= jhi);
-                    } else {
-                        float *o = j->out + ((size_t)(i0 + r) * j->n_heads + (size_t)kh * G) * hd;
-                        j->accum(o, sc + (size_t)r * G * L, L, jlo - off, G, base, stride, a - off, b - off, hd, a == lo[r],
-                                 pf && b + PD <= jhi);
-                    }
-                    pf = 0;
+                    const size_t v0 = (size_t)r * G;
+                    if (!pass) j->score(SC(kh) + v0 * L, L, jlo - off, QP(kh) + v0 * hd, G, base, stride, a - off, b - off, hd, scale, pfr && b + PD <= jhi);
+                    else j->accum(OP(kh) + v0 * hd, SC(kh) + v0 * L, L, jlo - off, G, base, stride, a - off, b - off, hd, a == lo[r], pfr && b + PD <= jhi);
+                    pfr = 0;
                 }
             }
         }
     }
-    for (int kh = h0; kh < h1; kh++) {
-        const float *inv = scratch + per * (kh - h0) + (size_t)nr * G * L;
+    for (int kh = h0; kh < h1; kh++)
         for (int r = 0; r < nr; r++) {
             if (hi[r] <= lo[r]) continue;
             float *o = j->out + ((size_t)(i0 + r) * j->n_heads + (size_t)kh * G) * hd;
-            for (int g = 0; g < G; g++)
-                for (int d = 0; d < hd; d++) o[(size_t)g * hd + d] *= inv[r * G + g];
+            for (int g = 0; g < G; g++) {
+                const float *src = OP(kh) + ((size_t)r * G + g) * hd, inv = INV(kh)[r * G + g];
+                for (int d = 0; d < hd; d++) o[(size_t)g * hd + d] = src[d] * inv;
+            }
         }
-    }
+#undef SC
+#undef INV
+#undef QP
+#undef OP
 }
 
 int bs_cpu_attention_heads_per_task;
