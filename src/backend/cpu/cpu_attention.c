@@ -2,7 +2,8 @@
 // group of query heads that read that kv head for its rows, so every K and V row is loaded once per task
 // and reused from L1 for all its queries. Passes: scores (q.k * scale) into per-thread scratch, softmax
 // (max-subtracted, fp32) per query, then o = sum_j p_j v_j, then o *= 1/sum.
-// Inner loops are AVX2 where the CPU has it (scalar path: plain C).
+// Inner loops are AVX2 where the CPU has it (scalar path: plain C); the avx512 paths run the same
+// arithmetic on zmm registers (bit for bit the AVX2 results: see "The same arithmetic on AVX-512" below).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
