@@ -5,7 +5,7 @@
 //   Two integer ops per 16 weights, no shuffles; x is permuted once per call (bs_mm_prep_evenodd) so
 //   its evens and odds line up. This is the cheapest bf16 widening on AVX2.
 // - F16: two vcvtph2ps (natural order); F32: two loads.
-// Blocks: 4 weight rows x 1-3 activation rows, or 3 weight rows x groups of up to 4 (see below).
+// Blocks: 8 / 6 weight rows x 1 / 2 activation rows, or 3 weight rows x groups of up to 4 (see below).
 #include <stdlib.h>
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_simd_avx2.h"
@@ -37,12 +37,14 @@ AI_AVX2 void store1(int dt, float s, const void *W, size_t wrow, int64_t K, int6
 // in every block shape: a row's result never depends on how many rows share the call or how rows and
 // weight rows are grouped or split over threads (a verify block must reproduce a decode step bit for bit).
 // Only the grouping differs between shapes, and that is free to choose:
-// - 1..3 activation rows (memory-bound: decode, small verify blocks): 4 weight rows x all of them
-//   (4-12 accumulator chains), so each thread streams 4 weight rows at a time.
-// - 4+ activation rows (compute-bound from ~5 rows): 3 weight rows x groups of up to 4 activation rows =
-//   12 accumulators (+2 weight registers + the mask), x as FMA memory operands. Measured on Zen 3 (one
-//   thread, L1-resident): 3x4 ~ 4x3 (12 chains, x memory operands) > 4x2 with x held in registers
-//   (8 chains: too few to hide the 4-cycle FMA latency, though it issues fewer loads) > 5x2 / 6x2 variants.
+// - 1-2 activation rows (memory-bound: decode, the smallest verify blocks): 8 x 1 or 6 x 2 (mm_small_rows),
+//   so each thread streams 8 or 6 weight rows at a time.
+// - 3+ activation rows: 3 weight rows x groups of up to 4 activation rows = up to 12 accumulators (+2
+//   weight registers + the mask), x as FMA memory operands. Measured on Zen 3 (one thread, L1-resident):
+//   3x4 ~ 4x3 (12 chains, x memory operands) > 4x2 with x held in registers (8 chains: too few to hide the
+//   4-cycle FMA latency, though it issues fewer loads) > 5x2 / 6x2 variants. 3 rows ran as 4 weight rows x
+//   3 with the small-row blocks until session 14; on a Zen 5 EPYC the 3 x 3 group here is faster (streamed
+//   6144 x 1024 matmul 243-258 vs 339-345 us, cached 217-223 vs 322-332 us).
 // PF: prefetch the next block's weight rows (one line per row per 32 weights), issued by the first
 // activation group of a block only (later groups find the block in L1/L2): the stream then does not stall
 // on the hardware prefetcher at every 4 KiB page. Measured: 1-row forwards ~1.25x faster with it.
@@ -111,7 +113,7 @@ AI_AVX2 void run_dt(const int dt, const bs_mat *W, int64_t o0, int64_t o1, const
     int nr = r1 - r0;
     const float *xt = x + (size_t)r0 * K;
     float *yt = y + (size_t)r0 * O;
-    if (nr <= 3) {   // memory-bound: 8, 6 or 4 weight rows x all rows (mm_small_rows)
+    if (nr <= 2) {   // memory-bound: 8 or 6 weight rows x all rows (mm_small_rows)
         int64_t o = o0;
         const int R = mm_small_rows(nr);
         if (R == 8)

@@ -1,13 +1,13 @@
 // AVX-512 matmul kernels: the AVX2 path's arithmetic on zmm registers (so this path's results are the AVX2
 // path's, bit for bit), and the opt-in AVX512-BF16 kernel.
 //
-// BS_CPU_AVX512 (BF16 weights): a compute-bound block (4+ activation rows: verify blocks, drafter blocks,
-// prefill) holds two weight rows per zmm register, [16 weights of row a | the same 16 of row b], against x
+// BS_CPU_AVX512 (BF16 weights): the block for 2+ activation rows (verify blocks, drafter blocks, prefill)
+// holds two weight rows per zmm register, [16 weights of row a | the same 16 of row b], against x
 // duplicated into both halves. Lane l < 8 then does exactly what lane l of row a's ymm accumulator does in
 // cpu_matmul_avx2.c's 3 x C block (per 16-wide step: the even weights times x's even half, then the odd
 // ones), and lane 8 + l the same for row b; each half is summed by the same bs_hsum8 tree and K tail
 // (store1). So every (weight row, activation row) result is the AVX2 kernel's: decode rows (which stay on
-// the AVX2 8 x 1 / 6 x 2 / 4 x 3 blocks, memory-bound, where zmm did not stream faster) and rows in a
+// the AVX2 8 x 1 block, memory-bound, where zmm did not stream faster) and rows in a
 // verify block agree bit for bit, as row invariance requires, and switching between the avx2 and avx512
 // paths changes no result. F16 and F32 weights use the AVX2 kernels unchanged.
 // Why not AVX-512's own 16-lane chains (this file until session 14): their sums differ from AVX2's, so the
@@ -92,12 +92,13 @@ AI512 void pairs_rc(int C, int pf, const uint16_t *W, int64_t o, int64_t K, int6
 // Activation-row groups: 4 at a time, 5..7 remaining rows as 3+2, 3+3, 4+3 (as the AVX2 kernel).
 static inline int group_rows(int rem) { return rem <= 4 ? rem : rem == 5 || rem == 6 ? 3 : 4; }
 
-// 1-3 activation rows, and the weight rows past the last whole block of 6: the AVX2 kernel itself.
+// 1 activation row, and the weight rows past the last whole block of 6: the AVX2 kernel itself. (2 and 3
+// rows measured faster paired: 3-row forward 27.3-28.0 vs 38.4-41.4 ms, 2 rows 25.9-26.6 vs 26.7-27.6.)
 T512 static void run_bf16(const bs_mat *W, int64_t o0, int64_t o1, const void *xv, int r0, int r1, float *y, int acc) {
     const int nr = r1 - r0;
     const int64_t K = W->cols, O = W->rows, kf = K / 16 * 16;
     int64_t o = o0;
-    if (nr >= 4) {
+    if (nr >= 2) {
         const float *x = (const float *)xv + (size_t)r0 * K;
         float *yt = y + (size_t)r0 * O;
         for (; o + 2 * PAIRS <= o1; o += 2 * PAIRS) {
