@@ -26,12 +26,6 @@ AI_AVX2 void loadw16(int dt, const void *W, size_t i, __m256 *we, __m256 *wo) {
     }
 }
 
-// Tail of one (weight row, activation row) dot product past kf, plus the store.
-AI_AVX2 void store1(int dt, float s, const void *W, size_t wrow, int64_t K, int64_t kf, const float *x, float *d, int acc) {
-    for (int64_t k = kf; k < K; k++) s += x[k] * bs_load_elem(W, dt, wrow + k);
-    *d = acc ? *d + s : s;
-}
-
 // Blocks. Every (weight row, activation row) pair has exactly one accumulator chain, updated in the same
 // order (even half, then odd half, step by step), with the same horizontal sum and the same scalar K tail,
 // in every block shape: a row's result never depends on how many rows share the call or how rows and
@@ -56,7 +50,7 @@ AI_AVX2 void store1(int dt, float s, const void *W, size_t wrow, int64_t K, int6
 #endif
 #define ZERO4(i) __m256 a##i##0 = _mm256_setzero_ps(), a##i##1 = a##i##0, a##i##2 = a##i##0, a##i##3 = a##i##0
 #define FMA2(acc, xp) acc = _mm256_fmadd_ps(we, _mm256_loadu_ps(xp), acc); acc = _mm256_fmadd_ps(wo, _mm256_loadu_ps((xp) + 8), acc)
-#define ST(a, i, j) store1(dt, bs_hsum8(a), W, w##i, K, kf, x##j, y + (size_t)j * O + i, acc)
+#define ST(a, i, j) bs_mm_store1(dt, bs_hsum8(a), W, w##i, K, kf, x##j, y + (size_t)j * O + i, acc)
 AI_AVX2 void block(const int dt, const int R, const int C, const int PF, const void *W, int64_t o, int64_t K,
                    int64_t kf, const float *x, float *y, int64_t O, int acc) {
     ZERO4(0); ZERO4(1); ZERO4(2); ZERO4(3); ZERO4(4); ZERO4(5); ZERO4(6); ZERO4(7);
@@ -79,14 +73,6 @@ AI_AVX2 void block(const int dt, const int R, const int C, const int PF, const v
 }
 #undef ST
 
-// Activation-row groups of a tile of nr >= 4 rows: 4 at a time, but 5..7 remaining rows as 3+2, 3+3, 4+3 so
-// no group of one row (3 accumulator chains: latency-bound) is left in a compute-bound call.
-static inline int group_rows(int rem) {
-    if (rem <= 4) return rem;
-    if (rem == 5 || rem == 6) return 3;
-    return 4;
-}
-
 // One (R, C) block with C and PF dispatched to compile-time constants.
 #define BLK(R_, C_, PF_) block(dt, R_, C_, PF_, W, o, K, kf, x, y, O, acc)
 AI_AVX2 void block_rc(const int dt, const int R, int C, int pf, const void *W, int64_t o, int64_t K, int64_t kf,
@@ -104,7 +90,7 @@ AI_AVX2 void block_rc(const int dt, const int R, int C, int pf, const void *W, i
 static int mm_small_rows(int nr) {
     static int v = 0;
     if (!v) { const char *e = getenv("BS_CPU_MM1_ROWS"); v = e && atoi(e) == 4 ? 4 : 8; }
-    return v == 4 ? 4 : nr == 1 ? 8 : nr == 2 ? 6 : 4;
+    return v == 4 ? 4 : nr == 1 ? 8 : 6;
 }
 
 AI_AVX2 void run_dt(const int dt, const bs_mat *W, int64_t o0, int64_t o1, const float *x, int r0, int r1,
@@ -136,7 +122,7 @@ AI_AVX2 void run_dt(const int dt, const bs_mat *W, int64_t o0, int64_t o1, const
     for (int64_t o = o0; o < o1;) {
         int R = o1 - o >= 3 ? 3 : 1, pf = o + (PFD + 1) * R <= o1;
         for (int r = 0; r < nr;) {
-            int rn = group_rows(nr - r);
+            int rn = bs_mm_group_rows(nr - r);
             if (R == 3) block_rc(dt, 3, rn, pf && r == 0, W->data, o, K, kf, xt + (size_t)r * K, yt + (size_t)r * O + o, O, acc);
             else block_rc(dt, 1, rn, 0, W->data, o, K, kf, xt + (size_t)r * K, yt + (size_t)r * O + o, O, acc);
             r += rn;

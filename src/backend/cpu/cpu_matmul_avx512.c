@@ -6,8 +6,8 @@
 // duplicated into both halves. Lane l < 8 then does exactly what lane l of row a's ymm accumulator does in
 // cpu_matmul_avx2.c's 3 x C block (per 16-wide step: the even weights times x's even half, then the odd
 // ones), and lane 8 + l the same for row b; each half is summed by the same bs_hsum8 tree and K tail
-// (store1). So every (weight row, activation row) result is the AVX2 kernel's: decode rows (which stay on
-// the AVX2 8 x 1 block, memory-bound, where zmm did not stream faster) and rows in a
+// (bs_mm_store1, shared with it). So every (weight row, activation row) result is the AVX2 kernel's:
+// decode rows (which stay on the AVX2 8 x 1 block, memory-bound, where zmm did not stream faster) and rows in a
 // verify block agree bit for bit, as row invariance requires, and switching between the avx2 and avx512
 // paths changes no result. F16 and F32 weights use the AVX2 kernels unchanged.
 // Why not AVX-512's own 16-lane chains (this file until session 14): their sums differ from AVX2's, so the
@@ -28,12 +28,6 @@
 #ifndef PFD
 #define PFD 2   // prefetch distance in blocks, as the AVX2 kernels
 #endif
-
-// The K tail of one (weight row, activation row) dot product past kf, and the store: cpu_matmul_avx2.c's.
-AI512 void store1(int dt, float s, const void *W, size_t wrow, int64_t K, int64_t kf, const float *x, float *d, int acc) {
-    for (int64_t k = kf; k < K; k++) s += x[k] * bs_load_elem(W, dt, wrow + k);
-    *d = acc ? *d + s : s;
-}
 
 // ---- the compute-bound BF16 block, two weight rows per zmm ----
 // 3 pairs of weight rows (6 rows) x C <= 4 activation rows: 12 zmm accumulators, each lane-for-lane the
@@ -76,7 +70,7 @@ AI512 void pairs_block(const int C, const int PF, const uint16_t *W, int64_t o, 
         for (int c = 0; c < C; c++)
             for (int h = 0; h < 2; h++) {
                 const int64_t r = o + 2 * p + h;
-                store1(BS_BF16, bs_hsum8(half(accs[p][c], h)), W, (size_t)r * K, K, kf, xs[c], y + (size_t)c * O + r, acc);
+                bs_mm_store1(BS_BF16, bs_hsum8(half(accs[p][c], h)), W, (size_t)r * K, K, kf, xs[c], y + (size_t)c * O + r, acc);
             }
 }
 
@@ -88,9 +82,6 @@ AI512 void pairs_rc(int C, int pf, const uint16_t *W, int64_t o, int64_t K, int6
     else { switch (C) { case 1: B(1, 0); break; case 2: B(2, 0); break; case 3: B(3, 0); break; default: B(4, 0); } }
 #undef B
 }
-
-// Activation-row groups: 4 at a time, 5..7 remaining rows as 3+2, 3+3, 4+3 (as the AVX2 kernel).
-static inline int group_rows(int rem) { return rem <= 4 ? rem : rem == 5 || rem == 6 ? 3 : 4; }
 
 // 1 activation row, and the weight rows past the last whole block of 6: the AVX2 kernel itself. (2 and 3
 // rows measured faster paired: 3-row forward 27.3-28.0 vs 38.4-41.4 ms, 2 rows 25.9-26.6 vs 26.7-27.6.)
@@ -104,7 +95,7 @@ T512 static void run_bf16(const bs_mat *W, int64_t o0, int64_t o1, const void *x
         for (; o + 2 * PAIRS <= o1; o += 2 * PAIRS) {
             const int pf = o + 2 * PAIRS * (PFD + 1) <= o1;
             for (int r = 0; r < nr;) {
-                const int rn = group_rows(nr - r);
+                const int rn = bs_mm_group_rows(nr - r);
                 pairs_rc(rn, pf && r == 0, W->data, o, K, kf, x + (size_t)r * K, yt + (size_t)r * O, O, acc);
                 r += rn;
             }

@@ -27,7 +27,7 @@
 //         weight row one 32-byte load + vpslld + vpand (the bf16 -> fp32 widening) and 8 FMAs.
 //       avx512: cpu_matmul_avx512.c's paired block, 3 pairs of weight rows x 4 activation rows (12 zmm
 //         chains); per 16-wide K step 8 x broadcasts, per pair two 32-byte loads + an insert, vpslld +
-//         vpandd and 8 zmm FMAs. (Its 1-3-row forwards run the AVX2 blocks: memory-bound, the peak unused.)
+//         vpandd and 8 zmm FMAs. (Its 1-row forwards run the AVX2 block: memory-bound, the peak unused.)
 //       avx512bf16: vdpbf16ps on loaded weight and x vectors (run_dot_bf16), in a 4 x 4 block (16 chains)
 //         so that its latency does not limit it. The kernel itself runs 1 weight row x 4 activation rows
 //         (4 chains): where vdpbf16ps needs more than 4 independent chains to issue at full rate, the
@@ -157,10 +157,12 @@ T512 static void fma512_task(void *p, int t, int nt) {
 }
 
 // The AVX-512 BF16 blocks below keep their accumulators in zmm0-15 and issue each multiply-add as one
-// instruction on them: left to itself GCC 12 compiles this loop with 7 extra register-to-register zmm moves
-// per step (it rotates accumulators through registers), which the kernel's own loop, compiled in its context,
-// does not have; those moves compete with the FMAs for ports and would lower the ceiling. Pinned register
-// variables are used only as operands of the asm, the one use GCC guarantees.
+// instruction on them: left to itself GCC 12 compiles these loops with extra register-to-register zmm moves
+// per step (it rotates accumulators through registers; 6 per step in the paired block).
+// Those moves compete with the FMAs for ports and would lower the ceiling; the vdpbf16ps kernel's own loop
+// does not have them, the paired kernel's loop does (objdump), so for it the ceiling is the stricter one of
+// its instructions without moves. Pinned register variables are used only as operands of the asm, the one
+// use GCC guarantees.
 #define MADD(insn, A, a, b) __asm__(insn " %2, %1, %0" : "+v"(A) : "v"(a), "v"(b))   // A += a . b
 #define ACC16(z) register __m512 \
     a00 __asm__("zmm0") = z, a01 __asm__("zmm1") = z, a02 __asm__("zmm2") = z, a03 __asm__("zmm3") = z, \

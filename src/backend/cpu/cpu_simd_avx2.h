@@ -1,7 +1,9 @@
 // AVX2/FMA/F16C helpers shared by the AVX2 kernels (include only from files whose functions carry TGT_AVX2).
 #pragma once
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
+#include "util/dtype.h"
 
 #define TGT_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AI_AVX2 static inline __attribute__((always_inline, target("avx2,fma,f16c")))
@@ -51,4 +53,20 @@ AI_AVX2 __m256 bs_load8_w(const void *base, int dt, size_t i) {
     __m128i h = _mm_loadu_si128((const __m128i *)p);
     if (dt == 1) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     return _mm256_cvtph_ps(h);
+}
+
+// Shared by the BF16/F16/F32 matmul kernels of the avx2 path and the avx512 path's paired block, which
+// must produce the same bits (cpu_matmul_avx512.c), so both call these rather than copies:
+// the tail of one (weight row, activation row) dot product past kf (K rounded down to 16), plus the store;
+AI_AVX2 void bs_mm_store1(int dt, float s, const void *W, size_t wrow, int64_t K, int64_t kf, const float *x, float *d,
+                          int acc) {
+    for (int64_t k = kf; k < K; k++) s += x[k] * bs_load_elem(W, (bs_dtype)dt, wrow + k);
+    *d = acc ? *d + s : s;
+}
+// and the activation-row groups of a compute-bound tile: 4 at a time, but 5..7 remaining rows as 3+2,
+// 3+3, 4+3, so no group of one row (too few accumulator chains: latency-bound) is left.
+static inline int bs_mm_group_rows(int rem) {
+    if (rem <= 4) return rem;
+    if (rem == 5 || rem == 6) return 3;
+    return 4;
 }
