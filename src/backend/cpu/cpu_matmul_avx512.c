@@ -41,6 +41,41 @@ AI512 __m512 dup8(const float *p) { return _mm512_broadcast_f32x8(_mm256_loadu_p
 AI512 __m256 half(__m512 v, int h) {
     return h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)) : _mm512_castps512_ps256(v);
 }
+// The block's epilogue, vectorised. bs_hsum8 sums a 256-bit half as (1) its low 128 bits + its high 128
+// bits, (2) elements 0 + 2 and 1 + 3, (3) element 0 + 1. Each step below does that step for many halves
+// at once with shuffles that put the same two operands, in the same order, into the two sides of one add,
+// so every result is bs_hsum8's bit for bit (test: cpu_avx512_matmul_equals_avx2). Lane bookkeeping:
+// red1(A, B) holds the step-(1) sums of [A.h0, A.h1, B.h0, B.h1] in its four 128-bit blocks; red3(red2(S0,
+// S1), red2(S2, S3)) holds in lane 4q + e the final sum of block q of S_e.
+AI512 __m512 red1(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+AI512 __m512 red2(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+AI512 __m512 red3(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+// a<p><c>: pair p (weight rows 2p, 2p + 1 of the block) x activation row c. With S_c = red1(a0c, a1c),
+// R0 lane 4j + c is (row c, weight row j) for j < 4; with S4 = red1(a20, a21), S5 = red1(a22, a23),
+// R1 = red3(red2(S4, S5), same) holds weight rows 4, 5: lane 4(2c + j - 4) for c < 2, 4(2(c - 2) + j - 4) + 1
+// for c >= 2. One two-source permute then gathers activation row c's six sums into lanes 0-5.
+AI512 void store_block(int C, __m512 a00, __m512 a01, __m512 a02, __m512 a03, __m512 a10, __m512 a11, __m512 a12,
+                       __m512 a13, __m512 a20, __m512 a21, __m512 a22, __m512 a23, float *y, int64_t O, int acc) {
+    const __m512 r0 = red3(red2(red1(a00, a10), red1(a01, a11)), red2(red1(a02, a12), red1(a03, a13)));
+    const __m512 p45 = red2(red1(a20, a21), red1(a22, a23)), r1 = red3(p45, p45);
+    static const int idx[4][16] = {
+        { 0, 4, 8, 12, 16 + 0, 16 + 4 }, { 1, 5, 9, 13, 16 + 8, 16 + 12 },
+        { 2, 6, 10, 14, 16 + 1, 16 + 5 }, { 3, 7, 11, 15, 16 + 9, 16 + 13 },
+    };
+    for (int c = 0; c < C; c++) {
+        __m512 v = _mm512_permutex2var_ps(r0, _mm512_loadu_si512((const void *)idx[c]), r1);
+        float *d = y + (size_t)c * O;
+        if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(0x3f, d), v);
+        _mm512_mask_storeu_ps(d, 0x3f, v);
+    }
+}
+
 AI512 void pairs_block(const int C, const int PF, const uint16_t *W, int64_t o, int64_t K, int64_t kf, const float *x,
                        float *y, int64_t O, int acc) {
     __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
@@ -63,6 +98,10 @@ AI512 void pairs_block(const int C, const int PF, const uint16_t *W, int64_t o, 
         PAIR(0) PAIR(1) PAIR(2)
 #undef PAIR
 #undef F2
+    }
+    if (kf == K) {   // no K tail: the 24 bs_hsum8 trees at once (store_block), same adds in the same order
+        store_block(C, a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23, y + o, O, acc);
+        return;
     }
     const __m512 accs[PAIRS][4] = { { a00, a01, a02, a03 }, { a10, a11, a12, a13 }, { a20, a21, a22, a23 } };
     const float *xs[4] = { x0, x1, x2, x3 };
