@@ -161,17 +161,18 @@ TEST(row_invariance_ops_every_n) {
 // The avx512 path computes the AVX2 path's sums (cpu_matmul_avx512.c: two weight rows per zmm, lane for lane
 // the AVX2 accumulators), so the two paths agree bit for bit: every dtype, 1-24 rows (the AVX2 blocks at 1-3,
 // the paired zmm blocks from 4, row groups of 3 and 4), O not a multiple of the 6-row pair block, K with and
-// without a tail past the 16-wide steps, accumulate on and off (larger calls run split over the pool).
+// without a tail past the 16-wide steps (up to 3072, down_proj's), accumulate on and off (larger calls run split
+// over the pool).
 TEST(cpu_avx512_matmul_equals_avx2) {
     if (!bs_cpu_path_supported(BS_CPU_AVX512)) SKIP("this CPU has no AVX-512F/BW/VL/DQ: the avx512 path cannot run here");
     bs_rng r; bs_rng_seed(&r, 33);
-    static const int Ks[] = { 16, 100, 1000 }, Os[] = { 1, 5, 6, 7, 389 };
+    static const int Ks[] = { 16, 100, 1000, 2100, 3072 }, Os[] = { 1, 5, 6, 7, 389 };
     {
         bs_backend *a = bs_backend_cpu(0), *b = bs_backend_cpu(0);
         bs_cpu_install_path(a, BS_CPU_AVX2);
         bs_cpu_install_path(b, BS_CPU_AVX512);
         for (int dt = 0; dt < 3; dt++)
-            for (int ki = 0; ki < 3; ki++)
+            for (int ki = 0; ki < 5; ki++)
                 for (int oi = 0; oi < 5; oi++) {
                     const int K = Ks[ki], O = Os[oi], NMAX = 24;
                     size_t esz = bs_dtype_size(dt);
