@@ -7,8 +7,9 @@
 //   we require |fast - ref| <= 1e-5 * S + 1e-30, i.e. the brief's ~1e-5 relative, measured against S
 //   (relative to the result itself is meaningless when it cancels to ~0). K <= 4096 in these tests and
 //   observed errors are ~1e-7 * S.
-// - matmul, avx512bf16: activations are rounded to bf16 (relative error <= 2^-9 each), so the bound is
-//   2^-9 * S plus the fp32 part; we require <= 2^-8 * S. Its measured typical error is printed.
+// - matmul, avx512bf16: activations are rounded to bf16 (8 significant bits: relative error <= 2^-8 each),
+//   so the bound is 2^-8 * S plus the fp32 part; we require <= (2^-8 + 1e-5) * S. Its worst observed error
+//   is printed (~0.0037 S: with few terms the roundings can all fall one way).
 // - rmsnorm / head_norm_rope: sum-of-squares order differs (relative ~dim * 2^-24 on the scale factor);
 //   RoPE angles and cos/sin are computed exactly like the reference; tolerance 1e-5 * max|ref| + 1e-6.
 // - swiglu / attention softmax: the AVX2 expf is within ~2 ulp of libm's; attention additionally sums
@@ -63,7 +64,7 @@ static int check_matmul(bs_backend *ref, bs_backend *be, int exact, bs_rng *rng,
             double S = acc ? fabs(y1[r * O + o]) : 0;
             for (int k = 0; k < K; k++) S += fabs(x[r * K + k] * bs_load_elem(w, dt, (size_t)o * K + k));
             double d = fabs(y0[r * O + o] - y1[r * O + o]);
-            double tol = (exact ? 1e-5 : 1.0 / 256) * S + 1e-30;
+            double tol = (exact ? 1e-5 : 1.0 / 256 + 1e-5) * S + 1e-30;
             if (S > 0 && d / S > *worst) *worst = d / S;
             if (!(d <= tol)) {
                 fprintf(stderr, "  matmul %s n=%d K=%d O=%d dt=%s acc=%d: y[%d][%d] ref %g fast %g (S %g)\n", be->name,
