@@ -55,7 +55,8 @@ typedef struct blockspec_open_options {
     const char *draft_vocab;    // NULL, or a draft vocabulary file (JSON list of token ids, or uint32 ids; see
                                 // `blockspec draft-vocab`): the drafter proposes only these tokens, reading a
                                 // smaller LM head. Output unchanged; acceptance may move.
-    int drafter_fp8;            // 1: the drafter's large matrices in 8 bits where the device supports it (CUDA)
+    int drafter_fp8;            // 1: lossy drafter matrices where the device supports it (CUDA: 8-bit weights;
+                                // CPU with AVX512-BF16: bf16 dot products); output unchanged
 } blockspec_open_options;
 int  blockspec_open_ex(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device,
                        const blockspec_open_options *o, char *err, size_t err_len);

@@ -17,8 +17,10 @@
 
 // A 2-D weight view: rows x cols elements of dtype, row-major (a vector is rows = 1).
 // `layout` is the backend's private storage order of a weight it uploaded: 0 = row-major (every
-// host view, every CPU weight); the CUDA backend stores large BF16 matrices in the tiles its GEMM
-// streams (docs/cuda.md). Model code copies views whole and never looks inside.
+// host view, every exact CPU weight); the CUDA backend stores large BF16 matrices in the tiles its GEMM
+// streams (docs/cuda.md); the CPU marks a lossy weight (weight_lossy) with BS_CPU_LAYOUT_BF16DOT: the
+// same row-major bytes, multiplied with bf16-rounded activations. Model code copies views whole and
+// never looks inside.
 typedef struct bs_mat {
     const void *data;   // backend pointer to rows*cols elements
     bs_dtype dtype;
@@ -58,6 +60,10 @@ struct bs_backend {
     // scales, tiled_layout.h) for matmul / matmul_multi / swiglu_matmul only, where exact weights do not
     // matter to the output (a drafter's: verification decides). 0 = done, 1 = declined (use weight), -1 = error.
     int   (*weight_lossy)(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err);
+    // Optional: a lossy view of a weight this backend already holds (`src`, from weight()), for a matrix
+    // a drafter shares with the target (its LM head), without a second copy (CPU: the same bytes marked for
+    // the bf16 dot-product kernels). 0 = done, 1 = declined (weight_lossy or the exact view instead).
+    int   (*weight_lossy_view)(bs_backend *be, bs_mat *dst, const bs_mat *src);
 
     // y[n][W.rows] = x[n][W.cols] . W^T   (accumulate != 0: y += instead of =)
     void (*matmul)(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int accumulate);

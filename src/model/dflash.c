@@ -82,9 +82,11 @@ static int upload_mat(dflash *m, const bs_mat *host, bs_mat *dst, bs_err *err) {
     return m->be->weight(m->be, dst, host, err);
 }
 
-// A matrix the drafter otherwise shares (z-lab: the target's LM head; a tied head: the embedding) in
-// 8 bits where asked for and the backend takes it; else it stays shared (never a second exact copy).
+// A matrix the drafter otherwise shares (z-lab: the target's LM head; a tied head: the embedding), lossy
+// where asked for and the backend takes it (CPU: a marked view of the same bytes; CUDA: an 8-bit copy);
+// else it stays shared (never a second exact copy).
 static int lossy_or_shared(dflash *m, const bs_mat *host, const bs_mat *shared, bs_mat *dst, bs_err *err) {
+    if (m->lossy && m->be->weight_lossy_view && m->be->weight_lossy_view(m->be, dst, shared) == 0) return 0;   // CPU: same bytes
     if (m->lossy && m->be->weight_lossy) {
         int rc = m->be->weight_lossy(m->be, dst, host, err);
         if (rc <= 0) return rc;   // 1: declined

@@ -22,8 +22,9 @@
 int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, bs_err *err);
 // The same with options (NULL: all defaults).
 int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, const bs_drafter_opts *o, bs_err *err);
-// Drafters opened from now on keep their large matrices (layers, fc, LM head, Markov W2) in 8 bits where
-// the backend can (weight_lossy: CUDA), halving the bytes a drafter pass reads. Output stays exactly the
+// Drafters opened from now on keep their large matrices (layers, fc, LM head, Markov W2) lossy where the
+// backend can (weight_lossy): 8 bits on CUDA, halving the bytes a drafter pass reads; bf16 dot products on
+// a CPU with AVX512-BF16 (activations rounded to bf16, ~2x the exact kernels' rate for a block). Output stays exactly the
 // target's (verification decides); only how often drafts are accepted can change. -1 = from
 // $BS_DRAFTER_FP8 (default off), 0 = off, 1 = on.
 extern int bs_dflash_lossy_weights;

@@ -26,6 +26,11 @@ bs_cpu_path bs_cpu_default_path(void);      // BS_CPU_KERNELS if set and support
 // Installs the fast ops of one path; -1 (and nothing changed) if this CPU can't run it.
 int bs_cpu_install_path(bs_backend *be, bs_cpu_path p);
 
+// A lossy weight (weight_lossy, for a drafter): BF16, row-major, multiplied by the avx512bf16 kernels
+// (activations rounded to bf16) whatever the backend's path. Offered only where the CPU has AVX512-BF16
+// and the backend runs an AVX-512 path.
+#define BS_CPU_LAYOUT_BF16DOT 1
+
 // ---- matmul (cpu_matmul*.c) ----
 // A per-dtype matmul kernel. prep (NULL: kernel reads x as is) lays x [n][K] out the way the kernel wants
 // (xp has n*K elements of xp_elem bytes). run computes y[r][o] for r in [r0,r1), o in [o0,o1).

@@ -7,13 +7,43 @@
 #include "backend/cpu/cpu.h"
 #include "util/threadpool.h"
 
-// The path's matmul kernels are kept in be->impl (the CPU backend has no other private state).
+// The path's matmul kernels are kept in be->impl (the CPU backend has no other private state); a lossy
+// weight (a drafter's, BS_CPU_LAYOUT_BF16DOT) takes the avx512bf16 kernels instead.
+static const bs_mm_kernel *kernels_for(bs_backend *be, const bs_mat *W) {
+    return W->layout == BS_CPU_LAYOUT_BF16DOT ? bs_mm_avx512bf16 : be->impl;
+}
 static void fast_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
-    bs_cpu_matmul_with(be->impl, y, x, n, W, acc);
+    bs_cpu_matmul_with(kernels_for(be, W), y, x, n, W, acc);
 }
 
 static void fast_matmul_multi(bs_backend *be, int m, float *const *y, const float *x, int n, const bs_mat *const *W, int acc) {
-    bs_cpu_matmul_multi_with(be->impl, m, y, x, n, W, acc);
+    int same = 1;
+    for (int i = 1; i < m; i++) same &= W[i]->layout == W[0]->layout;
+    if (!same) {   // (never from the models: q/k/v and gate/up are loaded alike)
+        for (int i = 0; i < m; i++) bs_cpu_matmul_with(kernels_for(be, W[i]), y[i], x, n, W[i], acc);
+        return;
+    }
+    bs_cpu_matmul_multi_with(kernels_for(be, W[0]), m, y, x, n, W, acc);
+}
+
+// Lossy weights for drafters (backend.h, weight_lossy): a BF16 matrix keeps its bytes and is marked for
+// the vdpbf16ps kernels (about 2x the multiply-add rate of the exact kernels for verify-sized blocks). A
+// drafter's output only proposes tokens; verification by the exact target decides what is emitted.
+static int lossy_ok(bs_backend *be, const bs_mat *m) {
+    return m->dtype == BS_BF16 && m->layout == 0 && (be->impl == (void *)bs_mm_avx512 || be->impl == (void *)bs_mm_avx512bf16) &&
+           bs_cpu_path_supported(BS_CPU_AVX512BF16);
+}
+static int fast_weight_lossy_view(bs_backend *be, bs_mat *dst, const bs_mat *src) {
+    if (!lossy_ok(be, src)) return 1;
+    *dst = *src;
+    dst->layout = BS_CPU_LAYOUT_BF16DOT;
+    return 0;
+}
+static int fast_weight_lossy(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
+    if (!lossy_ok(be, host)) return 1;
+    if (be->weight(be, dst, host, err)) return -1;
+    dst->layout = BS_CPU_LAYOUT_BF16DOT;
+    return 0;
 }
 
 // ---- scalar path: the reference math, split over the pool where there is enough work ----
@@ -65,6 +95,8 @@ int bs_cpu_install_path(bs_backend *be, bs_cpu_path p) {
     be->impl = (void *)mm[p];
     be->matmul = fast_matmul;
     be->matmul_multi = fast_matmul_multi;
+    be->weight_lossy = fast_weight_lossy;
+    be->weight_lossy_view = fast_weight_lossy_view;
     // Twice the multiply-add rate from 4 rows on: 7 drafts beat 3 from acceptance ~0.7 up (bench --round,
     // docs/benchmarks.md, session 14: implied speedup at 0.8 2.36x vs 1.93x; avx2 1.68x vs 1.93x).
     be->default_draft_max = p == BS_CPU_AVX512 || p == BS_CPU_AVX512BF16 ? 7 : 4;
