@@ -51,7 +51,11 @@ $(BUILD)/backend_bench: $(BUILD)/bench/backend_bench.o $(LIB) ; $(CC) $(CFLAGS) 
 $(BUILD)/cpu_mm_stream: $(BUILD)/bench/cpu_mm_stream.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # Memory read rates in the orders the CPU kernels use (bench/cpu_read_orders.c): `make bench-tools`.
 $(BUILD)/cpu_read_orders: $(BUILD)/bench/cpu_read_orders.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
-bench-tools: $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders
+# One matmul kernel call on cached operands, one thread (bench/cpu_mm_kernel.c): `make bench-tools`.
+$(BUILD)/cpu_mm_kernel: $(BUILD)/bench/cpu_mm_kernel.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# One layer's attention, K/V cached vs streamed (bench/cpu_attention_stream.c): `make bench-tools`.
+$(BUILD)/cpu_attention_stream: $(BUILD)/bench/cpu_attention_stream.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+bench-tools: $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders $(BUILD)/cpu_mm_kernel $(BUILD)/cpu_attention_stream
 # What a dependent link between GPU kernels costs, handed over by PDL, a counter or flags (bench/cuda_link_latency.cu).
 build-cuda/cuda_link_latency: bench/cuda_link_latency.cu ; @mkdir -p build-cuda && $(NVCC) $(NVFLAGS) -o $@ $<
 $(BUILD)/%.o: %.c ; @mkdir -p $(dir $@) && $(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
