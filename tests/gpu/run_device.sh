@@ -77,9 +77,9 @@ done
 if [ -z "${SKIP_CPU_BENCH:-}" ]; then
   # The CPU bench on this host's AVX-512 CPU, 2 cores (BS_THREADS=2: the pool sizes itself from the online
   # cores, not from the affinity mask, so taskset alone would start one thread per core on 2 cores). The
-  # CUDA build holds the same CPU backend, built with the same flags as the plain build. Default path (avx2,
-  # AVX-512 is opt-in) and the paths in CPU_BENCH_PATHS; the roofline line names the path whose instructions
-  # its compute peaks were measured with.
+  # CUDA build holds the same CPU backend, built with the same flags as the plain build. Default path (avx512
+  # where the CPU has AVX-512F/BW/VL/DQ, else avx2) and the paths in CPU_BENCH_PATHS; the roofline line names
+  # the path whose instructions its compute peaks were measured with.
   echo "== CPU bench on this host (taskset -c 0,1, BS_THREADS=2)"
   ./build-cuda/blockspec make-random -c bench/configs/qwen3-0.6b.json --out /tmp/q06 > "$OUT/cpu_make_random.log" 2>&1 || echo "make-random q06 failed"
   for k in default ${CPU_BENCH_PATHS:-avx512bf16}; do
