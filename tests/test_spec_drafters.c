@@ -243,21 +243,26 @@ static void fp8_drafter_logits(int *failed_, bs_engine *e, const char *drafter) 
     free(lg[0]); free(lg[1]);
 }
 
-TEST(spec_drafters_fp8_lossless_cuda) {
-    NEED_CUDA_DEVICE();
+// Lossy drafters on a device, from a 128-wide target and a z-lab and a DSpark drafter made with seed.
+static void lossy_drafters_case(int *failed_, const char *dev, uint64_t seed) {
     int V = 64, H = 128, L = 2;
     char target[256], dz[300], dd[300];
-    CHECK(make_target_and_drafters(V, H, L, 64, 256, 17, target, dz, dd) == 0, "make-random target or drafters failed");
+    CHECK(make_target_and_drafters(V, H, L, 64, 256, seed, target, dz, dd) == 0, "make-random target or drafters failed");
     bs_engine *e; bs_err err = {0};
-    CHECK(bs_engine_open(&e, target, "cuda", &err) == 0, "%s", err.msg);
+    CHECK(bs_engine_open(&e, target, dev, &err) == 0, "%s", err.msg);
     fp8_drafter_logits(failed_, e, dz);
     fp8_drafter_logits(failed_, e, dd);
     bs_engine_close(e);
     if (*failed_) return;
     bs_dflash_lossy_weights = 1;
-    greedy_random_prompts(failed_, "cuda", target, dz, 12);
-    if (!*failed_) greedy_random_prompts(failed_, "cuda", target, dd, 12);
+    greedy_random_prompts(failed_, dev, target, dz, 12);
+    if (!*failed_) greedy_random_prompts(failed_, dev, target, dd, 12);
     bs_dflash_lossy_weights = -1;
+}
+
+TEST(spec_drafters_fp8_lossless_cuda) {
+    NEED_CUDA_DEVICE();
+    lossy_drafters_case(failed_, "cuda", 17);
 }
 
 // The same on the CPU, where lossy means the bf16 dot-product kernels (AVX512-BF16; activations rounded to
@@ -266,19 +271,7 @@ TEST(spec_drafters_lossy_lossless_cpu) {
     if (!bs_cpu_path_supported(BS_CPU_AVX512BF16)) SKIP("this CPU has no AVX512-BF16: the CPU keeps exact drafter weights");
     if (bs_cpu_default_path() != BS_CPU_AVX512 && bs_cpu_default_path() != BS_CPU_AVX512BF16)
         SKIP("the CPU backend runs a non-AVX-512 path (BS_CPU_KERNELS): it keeps exact drafter weights");
-    int V = 64, H = 128, L = 2;
-    char target[256], dz[300], dd[300];
-    CHECK(make_target_and_drafters(V, H, L, 64, 256, 19, target, dz, dd) == 0, "make-random target or drafters failed");
-    bs_engine *e; bs_err err = {0};
-    CHECK(bs_engine_open(&e, target, "cpu", &err) == 0, "%s", err.msg);
-    fp8_drafter_logits(failed_, e, dz);
-    fp8_drafter_logits(failed_, e, dd);
-    bs_engine_close(e);
-    if (*failed_) return;
-    bs_dflash_lossy_weights = 1;
-    greedy_random_prompts(failed_, "cpu", target, dz, 12);
-    if (!*failed_) greedy_random_prompts(failed_, "cpu", target, dd, 12);
-    bs_dflash_lossy_weights = -1;
+    lossy_drafters_case(failed_, "cpu", 19);
 }
 
 // A round's drafts left in backend memory (propose_on_device) and verified from there (the forward
