@@ -163,14 +163,16 @@ static void prep_x_bf16(void *xp, const float *x, int n, int K) {
 }
 // Blocks of R weight rows x C activation rows (R x C <= 16 accumulators): 8 x 1 and 8 x 2 for 1-2 rows
 // (memory-bound: 8 weight rows streamed at once, prefetched), 4 x 4 for more (per 32-wide step 4 weight
-// and 4 x loads for 16 vdpbf16ps; every activation group of a block prefetches, so the weight stream does
-// not pause while later groups compute: 8-12-row matmuls streamed 5-20% faster than with group 0 alone). Each (weight row, activation row) pair has one accumulator whatever
-// the block, summed by the same tree (red16) and the same scalar K tail, so a row's result does not
-// depend on the rows beside it (row invariance, as on the exact paths).
+// and 4 x loads for 16 vdpbf16ps). Every activation group of a block prefetches, so the weight stream does
+// not pause while later groups compute (8-12-row matmuls streamed 5-20% faster than with group 0 alone).
+// Each (weight row, activation row) pair has one accumulator whatever the block, summed by the same tree
+// (red16) and the same scalar K tail, so a row's result does not depend on the rows beside it (row
+// invariance, as on the exact paths).
 #define AIBF static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 // 16 accumulators -> their 16 horizontal sums in one vector (45 instructions instead of 16 reductions):
-// halves, then quarters, then pairs of lanes are added across accumulators; lane L of the result holds
-// accumulator BF_LANE_ACC[L] (and accumulator n sits in lane BF_ACC_LANE[n], the same permutation).
+// halves, then quarters, then pairs of lanes are added across accumulators. Accumulator n ends in lane
+// BF_ACC_LANE[n] (a permutation that is its own inverse); zero-padded to 32 so that a 16-lane index load
+// from any c R stays inside the table.
 static const int BF_ACC_LANE[32] = { 0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15 };
 AIBF __m512 bf_red_a(__m512 a, __m512 b) { return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2))); }
 AIBF __m512 bf_red_b(__m512 a, __m512 b) { return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1))); }
@@ -223,7 +225,7 @@ AIBF void dot_block(const int R, const int C, const int PF, const uint16_t *W, i
             *d = acc ? *d + s : s;
         }
 }
-// R weight rows (compile-time: 8, 4, or the tail's 1-7) x C in 1..4 activation rows, PF on or off.
+// R weight rows (compile-time: 8, 4, or the tail's 1-3) x C in 1..4 activation rows, PF on or off.
 #define DB(R_, C_, PF_) dot_block(R_, C_, PF_, W, o, K, kf, x, y, O, acc)
 #define DB_C(R_, PF_) switch (C) { case 1: DB(R_, 1, PF_); break; case 2: DB(R_, 2, PF_); break; case 3: DB(R_, 3, PF_); break; default: DB(R_, 4, PF_); }
 AIBF void dot_rc(int R, int C, int pf, const uint16_t *W, int64_t o, int64_t K, int64_t kf, const uint16_t *x, float *y,
