@@ -28,11 +28,10 @@
 //       avx512: cpu_matmul_avx512.c's paired block, 3 pairs of weight rows x 4 activation rows (12 zmm
 //         chains); per 16-wide K step 8 x broadcasts, per pair two 32-byte loads + an insert, vpslld +
 //         vpandd and 8 zmm FMAs. (Its 1-row forwards run the AVX2 block: memory-bound, the peak unused.)
-//       avx512bf16: vdpbf16ps on loaded weight and x vectors (run_dot_bf16), in a 4 x 4 block (16 chains)
-//         so that its latency does not limit it. The kernel itself runs 1 weight row x 4 activation rows
-//         (4 chains): where vdpbf16ps needs more than 4 independent chains to issue at full rate, the
-//         kernel sits below this ceiling, a gap of the kernel, not of the machine. One vdpbf16ps on 512
-//         bits is 32 bf16 products summed pairwise into 16 fp32 lanes: counted as 32 multiply-adds.
+//       avx512bf16: cpu_matmul_avx512.c's compute-bound vdpbf16ps block (dot_block), 4 weight rows x 4
+//         activation rows (16 chains); per 32-wide K step 4 weight and 4 x vectors loaded, 16 vdpbf16ps.
+//         One vdpbf16ps on 512 bits is 32 bf16 products summed pairwise into 16 fp32 lanes: counted as 32
+//         multiply-adds.
 //       The widening (avx2, avx512) and the loads are work a BF16 kernel cannot avoid (they share ports with
 //       the FMAs), so this is the honest ceiling for bf16 weights; the raw figure is printed beside it.
 //     The scalar path has no mix of its own: measured with the avx2 mix where the CPU has AVX2 (a stricter
@@ -205,7 +204,7 @@ T512 static void bf16_512_task(void *p, int t, int nt) {
     j->out[t] = SUM16();
 }
 
-// vdpbf16ps as run_dot_bf16 issues it (weight vector and x vectors loaded, then the dot product), in a 4 x 4
+// vdpbf16ps as dot_block issues it (weight vectors and x vectors loaded, then the dot products), in its 4 x 4
 // block. 4 x 512 bf16 weights + 4 x 512 bf16 x = 8 KiB. 16 x 32 = 512 multiply-adds per 32-wide step.
 TBF static void dpbf16_task(void *p, int t, int nt) {
     rl_job *j = p;
