@@ -4,7 +4,9 @@
 //     row count.
 //   blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024]
 //     whole-model forwards (prefill, decode, n-row forwards after a --ctx token cache); --profile adds
-//     each n-row forward's wall time per op class (the ops wrapped with timers).
+//     each n-row forward's wall time per op class (the ops wrapped with timers); --last-logits computes the
+//     n-row forwards' logits for their last row only, as llama-bench's pp tests do (to compare with the peer:
+//     bench/peer/llama_cpp_cpu.sh); a verify needs every row's, the default.
 //   blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512]
 //     one speculative round per drafter: draft and verify time vs a decode step, rooflines, implied speedup.
 // Figures only: nothing is asserted. Kernel path: BS_CPU_KERNELS, threads: BS_THREADS.
@@ -26,6 +28,8 @@ int bench_sampler(int vocab, const char *device);
 const char *bench_device = "cpu";
 // --draft-vocab for --round: the drafters are opened with this draft vocabulary (io/draft_vocab.h).
 const char *bench_draft_vocab;
+// --last-logits for --model: n-row forwards keep the last row's logits only (llama-bench's pp semantics).
+static int bench_last_logits;
 
 // Other processes on the machine skew every figure: print the kernel's CPU pressure (share of time some
 // runnable task waited for a CPU, last 10 s) so a contended run is recognisable.
@@ -169,6 +173,7 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "--sampler")) sampler = 1;
         else if (!strcmp(a, "--ops")) ops = 1;
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--last-logits")) bench_last_logits = 1;
         else if (!strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--device")) { if (!(bench_device = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--round")) { if (!(round = cli_value(argc, argv, &i))) return 2; }
@@ -181,6 +186,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: blockspec bench --ops [--dtype bf16|f16|f32] [--rows 1,2,4,8,16,32] [--bw-mib 1024]\n"
                    "       blockspec bench --model DIR [--ctx 512] [--prefill 512] [--rows 1,2,4,8,16] [--bw-mib 1024] [--profile]\n"
+                   "             [--last-logits]   (n-row forwards: last row's logits only, as llama-bench's pp)\n"
                    "       blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512] [--draft-vocab FILE]\n"
                    "       blockspec bench --sampler   (logits -> tokens at a 151936-token vocabulary, 1 and 16 rows)\n"
                    "--device cpu|cuda[:N] runs --model/--round/--sampler there (the rooflines printed stay this CPU's;\n"
@@ -299,6 +305,11 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
     double per_layer = (double)H * q * 2 + (double)H * kvd * 2 + 3.0 * H * I;   // multiply-adds per row (= weight elements)
     double mm_elems = per_layer * c->n_layers + (double)c->vocab_size * H;
     double wbytes = mm_elems * bs_dtype_size(dt);
+    const double head_elems = (double)c->vocab_size * H;
+    // multiply-adds of an n-row forward after ctx keys: matmuls (the LM head over every row, or the last
+    // one with --last-logits) and attention's q.k and p.v
+#define ROW_FMA(n) ((n) * mm_elems - (bench_last_logits ? ((n) - 1) * head_elems : 0) + \
+                    (double)c->n_layers * (n) * c->n_heads * c->head_dim * 2.0 * (ctx + (n)))
     printf("model %s: %d layers, hidden %d, weights %s, %.2f GB streamed per forward\n", dir, c->n_layers, c->hidden_size,
            bs_dtype_name(dt), wbytes / 1e9);
     if (!strcmp(be->name, "cpu"))
@@ -316,13 +327,15 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
     double troof = bench_roofline_time(rl, wbytes, pf_fma, dt, &cb);
     printf("prefill %5d tokens: %8.1f ms  %8.1f tok/s  %6.1f GFMA/s  roofline %5.0f%% (%s-bound)\n", prefill, tp * 1e3,
            prefill / tp, pf_fma / tp / 1e9, 100 * troof / tp, cb ? "compute" : "memory");
-    // cache of ctx tokens, then n-row forwards (logits for every row, as verification needs), best of 5
+    // cache of ctx tokens, then n-row forwards (logits for every row, as verification needs, unless
+    // --last-logits), best of 5
     if (bs_kv_rollback(&kv, 0, &err) || (ctx > 0 && bs_qwen3_forward(&e->target, &kv, ids, ctx, &last, &err))) goto out;
-    printf("%-6s %10s %10s %9s %9s %8s %7s   (after a %d-token cache)\n", "rows", "time_ms", "tok/s", "GB/s", "GFMA/s", "bound", "roof%", ctx);
+    printf("%-6s %10s %10s %9s %9s %8s %7s   (after a %d-token cache; logits of %s)\n", "rows", "time_ms", "tok/s", "GB/s",
+           "GFMA/s", "bound", "roof%", ctx, bench_last_logits ? "the last row only" : "every row");
     double cross = 0, best_t[64] = {0};
     for (int ri = 0; ri < n_rows; ri++) {
         int n = rows[ri];
-        bs_fwd_out all = { .logits = logits, .logits_all = 1 };
+        bs_fwd_out all = { .logits = logits, .logits_all = !bench_last_logits };
         double best = 1e30;
         for (int rep = 0; rep < 5; rep++) {
             if (bs_kv_rollback(&kv, ctx, &err)) goto out;
@@ -334,7 +347,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
         }
         if (ri < 64) best_t[ri] = best;
         double kvbytes = (double)c->n_layers * (ctx + n) * kvd * 2 * 4;
-        double fma = n * mm_elems + (double)c->n_layers * n * c->n_heads * c->head_dim * 2.0 * (ctx + n);
+        double fma = ROW_FMA(n);
         double tr = bench_roofline_time(rl, wbytes + kvbytes, fma, dt, &cb);
         printf("%-6d %10.2f %10.1f %9.1f %9.1f %8s %6.0f%%\n", n, best * 1e3, n / best, (wbytes + kvbytes) / best / 1e9,
                fma / best / 1e9, cb ? "compute" : "memory", 100 * tr / best);
@@ -349,7 +362,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
         pr_install(be, c);
         for (int ri = 0; ri < n_rows; ri++) {
             int n = rows[ri], reps = 5;
-            bs_fwd_out all = { .logits = logits, .logits_all = 1 };
+            bs_fwd_out all = { .logits = logits, .logits_all = !bench_last_logits };
             pr_reset();
             double tot = 0;
             for (int rep = 0; rep < reps; rep++) {
@@ -383,7 +396,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
             for (int ri = 0; ri < n_rows && ri < 64; ri++) {
                 int n = rows[ri];
                 double kvbytes = (double)c->n_layers * (ctx + n) * kvd * 2 * 4;
-                double fma = n * mm_elems + (double)c->n_layers * n * c->n_heads * c->head_dim * 2.0 * (ctx + n);
+                double fma = ROW_FMA(n);
                 printf(" %d rows %.0f%%;", n, 100 * bench_roofline_time(&rb, wbytes + kvbytes, fma, dt, &cb) / best_t[ri]);
             }
             double kv1 = (double)c->n_layers * (ctx + 1) * kvd * 2 * 4;
@@ -391,6 +404,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
         }
     }
     rc = 0;
+#undef ROW_FMA
 out:
     if (rc) fprintf(stderr, "bench: %s\n", err.msg);
     free(ids);

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# blockspec against llama.cpp (the peer) on this CPU, on the same weights, in alternating rounds.
+#
+#   bench/peer/llama_cpp_cpu.sh [MODEL_DIR] [ROUNDS]
+#
+# MODEL_DIR: a Qwen3 checkpoint (default /tmp/b/q06, made with
+#   build/blockspec make-random -c bench/configs/qwen3-0.6b.json --out /tmp/b/q06).
+# llama.cpp is the copy inside the npm package node-llama-cpp@3.21.1 (a git bundle), built once under
+# $PEER_DIR (default /tmp/peer) with its defaults for this CPU (GGML_NATIVE); nothing of it is committed.
+# Each round runs, one after the other:
+#   - blockspec, exact path (the default kernels) and the opt-in bf16-activation path (avx512bf16, where
+#     the CPU has it: the same rounding as llama.cpp's BF16 matmuls);
+#   - llama-bench: pp N @ d512 (one forward of N rows after a 512-token cache, logits of the last row)
+#     and tg32 @ d512 (decode).
+# blockspec runs with --last-logits so that both compute the same thing; figures are best of 5 on both
+# sides (llama-bench's samples_ns). llama.cpp loads the weights into memory (--load-mode none): from its
+# default mmap of the file it measured 1.4-1.9x slower here. Machine noise moves all figures: compare
+# within a round.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MODEL=${1:-/tmp/b/q06}
+ROUNDS=${2:-3}
+PEER_DIR=${PEER_DIR:-/tmp/peer}
+ROWS=1,2,4,8,16
+THREADS=${BS_THREADS:-$(nproc)}
+
+LB="$PEER_DIR/llama.cpp/build/bin/llama-bench"
+if [ ! -x "$LB" ]; then
+    mkdir -p "$PEER_DIR"
+    (cd "$PEER_DIR" && npm pack node-llama-cpp@3.21.1 >/dev/null && tar xzf node-llama-cpp-3.21.1.tgz &&
+        git clone -q package/llama/gitRelease.bundle llama.cpp)
+    cmake -S "$PEER_DIR/llama.cpp" -B "$PEER_DIR/llama.cpp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
+    cmake --build "$PEER_DIR/llama.cpp/build" -j"$(nproc)" --target llama-bench >/dev/null
+fi
+GGUF="$PEER_DIR/$(basename "$MODEL").gguf"
+[ -f "$GGUF" ] || python3 bench/peer/gguf_from_safetensors.py "$MODEL" "$GGUF"
+[ -x build/blockspec ] || make -j"$(nproc)" build/blockspec >/dev/null
+
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $THREADS threads; $(date -u +%F)"
+echo "peer: llama.cpp $(git -C "$PEER_DIR/llama.cpp" log -1 --format=%h) (node-llama-cpp@3.21.1), $GGUF"
+paths="default"
+grep -q avx512_bf16 /proc/cpuinfo && paths="default avx512bf16"
+for r in $(seq 1 "$ROUNDS"); do
+    echo "== round $r"
+    for p in $paths; do
+        if [ "$p" = default ]; then kern=(); else kern=(env BS_CPU_KERNELS=$p); fi
+        out=$("${kern[@]}" ./build/blockspec bench --model "$MODEL" --rows $ROWS --prefill 64 --last-logits)
+        echo "$out" | awk -v p="$p" '/^roofline \(/ { sub(/^roofline /, ""); print "blockspec " p " " $0 }
+            /^[0-9]+ +[0-9.]+ +[0-9.]+ / { printf "blockspec %-10s rows %-3s %8.2f ms %7.1f tok/s  roof %s\n", p, $1, $2, $3, $7 }
+            /^decode:/ { printf "blockspec %-10s decode %s tok/s\n", p, $2 }'
+    done
+    "$LB" -m "$GGUF" -t "$THREADS" -p $ROWS -n 32 -d 512 -r 5 --load-mode none -o json 2>/dev/null | python3 -c '
+import json, sys
+for t in json.load(sys.stdin):
+    n, g = t["n_prompt"], t["n_gen"]
+    best = min(t["samples_ns"]) / 1e9
+    if n:
+        print("llama.cpp  %-10s rows %-3d %8.2f ms %7.1f tok/s" % (t["type_k"], n, best * 1e3, n / best))
+    else:
+        print("llama.cpp  %-10s decode %.1f tok/s (best of 5 runs of %d tokens)" % (t["type_k"], g / best, g))
+'
+done
