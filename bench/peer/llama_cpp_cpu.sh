@@ -41,6 +41,8 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //
 echo "peer: llama.cpp $(git -C "$PEER_DIR/llama.cpp" log -1 --format=%h) (node-llama-cpp@3.21.1), $GGUF"
 paths="default"
 grep -q avx512_bf16 /proc/cpuinfo && paths="default avx512bf16"
+ours=$(mktemp)
+trap 'rm -f "$ours"' EXIT
 for r in $(seq 1 "$ROUNDS"); do
     echo "== round $r"
     for p in $paths; do
@@ -49,15 +51,26 @@ for r in $(seq 1 "$ROUNDS"); do
         echo "$out" | awk -v p="$p" '/^roofline \(/ { sub(/^roofline /, ""); print "blockspec " p " " $0 }
             /^[0-9]+ +[0-9.]+ +[0-9.]+ / { printf "blockspec %-10s rows %-3s %8.2f ms %7.1f tok/s  roof %s\n", p, $1, $2, $3, $7 }
             /^decode:/ { printf "blockspec %-10s decode %s tok/s\n", p, $2 }'
+        [ "$p" = default ] && echo "$out" | awk '/^[0-9]+ +[0-9.]+ +[0-9.]+ / { print $1, $2, $7 } /^decode:/ { print "decode", $2 }' > "$ours"
     done
+    # llama.cpp's roof%: against this round's roofline of blockspec's exact path (same bytes and
+    # multiply-adds counted), i.e. blockspec's roof% x blockspec's time / llama.cpp's time.
     "$LB" -m "$GGUF" -t "$THREADS" -p $ROWS -n 32 -d 512 -r 5 --load-mode none -o json 2>/dev/null | python3 -c '
 import json, sys
+ours = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    ours[f[0]] = (float(f[1]), float(f[2].rstrip("%")) if len(f) > 2 else 0)
 for t in json.load(sys.stdin):
     n, g = t["n_prompt"], t["n_gen"]
     best = min(t["samples_ns"]) / 1e9
     if n:
-        print("llama.cpp  %-10s rows %-3d %8.2f ms %7.1f tok/s" % (t["type_k"], n, best * 1e3, n / best))
+        ms, roof = ours.get(str(n), (0, 0))
+        print("llama.cpp  %-10s rows %-3d %8.2f ms %7.1f tok/s  roof %.0f%%  (blockspec exact: %.2fx as fast)"
+              % (t["type_k"], n, best * 1e3, n / best, roof * ms / (best * 1e3), best * 1e3 / ms if ms else 0))
     else:
-        print("llama.cpp  %-10s decode %.1f tok/s (best of 5 runs of %d tokens)" % (t["type_k"], g / best, g))
-'
+        tps = ours.get("decode", (0, 0))[0]
+        print("llama.cpp  %-10s decode %.1f tok/s (best of 5 runs of %d tokens; blockspec exact: %.2fx as fast)"
+              % (t["type_k"], g / best, g, tps * best / g))
+' "$ours"
 done
