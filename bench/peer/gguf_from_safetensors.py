@@ -54,6 +54,14 @@ def bytes_to_unicode():
     return [out[b] for b in range(256)]
 
 
+def special_id(cfg, key, vocab):
+    """config.json's bos/eos id (null, a list, or absent in some checkpoints), kept inside the vocabulary."""
+    v = cfg.get(key)
+    if isinstance(v, list):
+        v = v[0] if v else None
+    return v if isinstance(v, int) and 0 <= v < vocab else vocab - 1
+
+
 def pack_str(s):
     b = s.encode("utf-8")
     return struct.pack("<Q", len(b)) + b
@@ -130,8 +138,8 @@ def main():
         ("tokenizer.ggml.tokens", KV_ARRAY, (KV_STRING, tokens)),
         ("tokenizer.ggml.token_type", KV_ARRAY, (KV_I32, [1] * vocab)),
         ("tokenizer.ggml.merges", KV_ARRAY, (KV_STRING, [])),
-        ("tokenizer.ggml.bos_token_id", KV_U32, min(cfg.get("bos_token_id", 0), vocab - 1)),
-        ("tokenizer.ggml.eos_token_id", KV_U32, min(cfg.get("eos_token_id", 0), vocab - 1)),
+        ("tokenizer.ggml.bos_token_id", KV_U32, special_id(cfg, "bos_token_id", vocab)),
+        ("tokenizer.ggml.eos_token_id", KV_U32, special_id(cfg, "eos_token_id", vocab)),
     ]
 
     infos, offset = b"", 0
