@@ -1,7 +1,7 @@
 // The CPU attention op of one Qwen3-0.6B-shaped layer (16 query heads, 8 kv heads, head dim 128) over a
 // 512-token cache, timed per call with the K/V either cached (one layer's, reused) or streamed from memory
 // (64 layers' caches in turn, as in a forward), on the fast backend's default path and all threads:
-//   build/cpu_attention_stream ROWS [CALLS]      (make bench-tools; default 50 rounds of 64 layers)
+//   build/cpu_attention_stream ROWS [ROUNDS]     (make bench-tools; default 50 rounds of 64 calls)
 // Prints the time per layer (best round's mean over 64 calls, for both figures: the best single call
 // would hide the call-to-call spread, which on a shared 2-vCPU host is 15-35% of the mean) and the K/V
 // bytes per second it implies. The cache is on huge pages, as the engine's is.

@@ -13,8 +13,9 @@
 #   - llama-bench: pp N @ d512 (one forward of N rows after a 512-token cache, logits of the last row)
 #     and tg32 @ d512 (decode).
 # blockspec runs with --last-logits so that both compute the same thing; figures are best of 5 on both
-# sides (llama-bench's samples_ns). llama.cpp loads the weights into memory (--load-mode none): from its
-# default mmap of the file it measured 1.4-1.9x slower here. Machine noise moves all figures: compare
+# sides (llama-bench's samples_ns); roof% is against the stricter of the bench's two roofline
+# measurements. llama.cpp loads the weights into memory (--load-mode none): from its default mmap of the
+# file it measured 1.4-1.9x slower here. Machine noise moves all figures: compare
 # within a round.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,29 +49,26 @@ for r in $(seq 1 "$ROUNDS"); do
     for p in $paths; do
         if [ "$p" = default ]; then kern=(); else kern=(env BS_CPU_KERNELS=$p); fi
         out=$("${kern[@]}" ./build/blockspec bench --model "$MODEL" --rows $ROWS --prefill 64 --last-logits)
-        echo "$out" | awk -v p="$p" '/^roofline \(/ { sub(/^roofline /, ""); print "blockspec " p " " $0 }
-            /^[0-9]+ +[0-9.]+ +[0-9.]+ / { printf "blockspec %-10s rows %-3s %8.2f ms %7.1f tok/s  roof %s\n", p, $1, $2, $3, $7 }
-            /^decode:/ { printf "blockspec %-10s decode %s tok/s\n", p, $2 }'
-        [ "$p" = default ] && echo "$out" | awk '/^[0-9]+ +[0-9.]+ +[0-9.]+ / { print $1, $2, $7 } /^decode:/ { print "decode", $2 }' > "$ours"
+        # rows, best time and roof% against the stricter roofline (the best of the bench's two measurements)
+        echo "$out" | awk -v p="$p" -v ours="$ours" '
+            /^roofline \(/ { sub(/^roofline /, ""); print "blockspec " p " " $0 }
+            /^[0-9]+ +[0-9.]+ +[0-9.]+ / { n[++k] = $1; ms[$1] = $2; tps[$1] = $3 }
+            /^decode:/ { dec = $2 }
+            /^roof% against the best of both:/ {
+                sub(/^roof% against the best of both: */, ""); m = split($0, f, /; */)
+                for (i = 1; i <= m; i++) { split(f[i], g, " "); if (g[2] == "rows") roof[g[1]] = g[3] }
+            }
+            END {
+                if (p == "default") printf "" > ours
+                for (i = 1; i <= k; i++) {
+                    printf "blockspec %-10s rows %-3s %8.2f ms %7.1f tok/s  roof %s\n", p, n[i], ms[n[i]], tps[n[i]], roof[n[i]]
+                    if (p == "default") print n[i], ms[n[i]], roof[n[i]] > ours
+                }
+                printf "blockspec %-10s decode %s tok/s\n", p, dec
+                if (p == "default") print "decode", dec > ours
+            }'
     done
-    # llama.cpp's roof%: against this round's roofline of blockspec's exact path (same bytes and
-    # multiply-adds counted), i.e. blockspec's roof% x blockspec's time / llama.cpp's time.
-    "$LB" -m "$GGUF" -t "$THREADS" -p $ROWS -n 32 -d 512 -r 5 --load-mode none -o json 2>/dev/null | python3 -c '
-import json, sys
-ours = {}
-for line in open(sys.argv[1]):
-    f = line.split()
-    ours[f[0]] = (float(f[1]), float(f[2].rstrip("%")) if len(f) > 2 else 0)
-for t in json.load(sys.stdin):
-    n, g = t["n_prompt"], t["n_gen"]
-    best = min(t["samples_ns"]) / 1e9
-    if n:
-        ms, roof = ours.get(str(n), (0, 0))
-        print("llama.cpp  %-10s rows %-3d %8.2f ms %7.1f tok/s  roof %.0f%%  (blockspec exact: %.2fx as fast)"
-              % (t["type_k"], n, best * 1e3, n / best, roof * ms / (best * 1e3), best * 1e3 / ms if ms else 0))
-    else:
-        tps = ours.get("decode", (0, 0))[0]
-        print("llama.cpp  %-10s decode %.1f tok/s (best of 5 runs of %d tokens; blockspec exact: %.2fx as fast)"
-              % (t["type_k"], g / best, g, tps * best / g))
-' "$ours"
+    # llama.cpp's roof% against this round's roofline of blockspec's exact path: llama_bench_summary.py
+    "$LB" -m "$GGUF" -t "$THREADS" -p $ROWS -n 32 -d 512 -r 5 --load-mode none -o json 2>/dev/null |
+        python3 bench/peer/llama_bench_summary.py "$ours"
 done

@@ -34,12 +34,7 @@ fi
 [ "$stage" = bench ] || { echo "usage: $0 build LLAMA_SRC_TAR | bench [DEBDIR]"; exit 2; }
 [ -x "$LB" ] || { echo "no $LB: run the build stage first"; exit 1; }
 DEBDIR=${2:-..}
-X=()
-if ls "$DEBDIR"/*.deb >/dev/null 2>&1; then
-    for f in "$DEBDIR"/*.deb; do dpkg -x "$f" /tmp/sysroot; done
-    L=/tmp/sysroot/usr/lib/x86_64-linux-gnu
-    X=(EXTRA_CFLAGS=-I/tmp/sysroot/usr/include "EXTRA_LDFLAGS=-L$L -Wl,-rpath,$L")
-fi
+. tests/gpu/deb_sysroot.sh; deb_sysroot_args "$DEBDIR"
 make cuda -j"$(nproc)" "${X[@]}" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 MODEL=/tmp/qwen3-8b-random GGUF=/tmp/qwen3-8b-random.gguf
 [ -f $MODEL/model.safetensors ] || [ -f $MODEL/model.safetensors.index.json ] ||
@@ -52,14 +47,5 @@ for round in 1 2; do
     timeout 240 ./build-cuda/backend_bench -m $MODEL --device cuda --ctx 512 --steps 128 --block 16 > "$OUT/bs_$round.log" 2>&1
     grep -E "^(decode_graph|forward_rows|roofline|copy_bw)" "$OUT/bs_$round.log" | sed 's/^/blockspec /'
     timeout 300 $LB -m $GGUF -ngl 99 -fa 1 -p 1,2,4,8,16 -n 128 -d 512 -r 5 -o json > "$OUT/llama_$round.json" 2> "$OUT/llama_$round.err"
-    python3 - "$OUT/llama_$round.json" <<'EOF'
-import json, sys
-for t in json.load(open(sys.argv[1])):
-    n, g = t["n_prompt"], t["n_gen"]
-    best = min(t["samples_ns"]) / 1e9
-    if n:
-        print("llama.cpp rows %-3d %8.3f ms %8.1f tok/s (pp%d @ d512, best of %d)" % (n, best * 1e3, n / best, n, len(t["samples_ns"])))
-    else:
-        print("llama.cpp decode %.1f tok/s (tg%d @ d512, best of %d; mean %.1f)" % (g / best, g, len(t["samples_ns"]), t["avg_ts"]))
-EOF
+    python3 bench/peer/llama_bench_summary.py < "$OUT/llama_$round.json"
 done
