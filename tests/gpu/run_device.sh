@@ -8,12 +8,7 @@ OUT=${OUT:-/tmp/bs_out}; mkdir -p "$OUT"
 DEBDIR=${1:-..}; FIX=${2:-../fixtures}
 echo "== machine"; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/machine.txt"
 lscpu | grep -E 'Model name' ; echo "avx512: $(lscpu | grep -o 'avx512[a-z_0-9]*' | sort -u | tr '\n' ' ')" | tee -a "$OUT/machine.txt"
-X=()
-if ls "$DEBDIR"/*.deb >/dev/null 2>&1; then
-  for f in "$DEBDIR"/*.deb; do dpkg -x "$f" /tmp/sysroot; done
-  L=/tmp/sysroot/usr/lib/x86_64-linux-gnu
-  X=(EXTRA_CFLAGS=-I/tmp/sysroot/usr/include "EXTRA_LDFLAGS=-L$L -Wl,-rpath,$L")
-fi
+. "$(dirname "$0")/deb_sysroot.sh"; deb_sysroot_args "$DEBDIR"
 echo "== build"; t0=$(date +%s)
 make cuda -j16 "${X[@]}" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - t0 )) s"
