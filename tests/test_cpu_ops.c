@@ -214,7 +214,7 @@ TEST(cpu_small_ops_all_paths) {
                     fill(&rng, x0, m);
                     memcpy(x1, x0, 4 * m);
                     const bs_mat *wp = (a + b) % 3 ? &W : NULL;
-                    float theta = (a + b) % 2 ? 1000000.0f : -10000.0f;   // < 0: bf16-rounded inv_freq (drafters)
+                    float theta = (a + b) % 2 ? 1000000.0f : 10000.0f;
                     ref->head_norm_rope(ref, x0, n, nh, hd, wp, 1e-6f, pos0, theta);
                     be->head_norm_rope(be, x1, n, nh, hd, wp, 1e-6f, pos0, theta);
                     NEAR_ARRAYS(x0, x1, m, 1e-5 * maxabs(x0, m) + 1e-6);
@@ -344,4 +344,38 @@ TEST(cpu_default_draft_max_by_path) {
     bs_backend *ref = bs_backend_cpu(1);
     CHECK(ref->default_draft_max == 4, "cpu-ref: default_draft_max %d, expected 4", ref->default_draft_max);
     ref->destroy(ref);
+}
+
+// RoPE against an independent double-precision rotation whose inverse frequencies are transformers' fp32
+// ones (float(1 / theta^(2i/hd))), at positions where a bf16-rounded inv_freq (relative error up to 2^-9)
+// would turn the angle by up to ~pos * 2^-9 rad: every path, for the target's base and a drafter's alike.
+TEST(cpu_rope_fp32_inv_freq) {
+    const int hd = 128, nh = 2, n = 3, pos0 = 4000;
+    const float thetas[] = { 1e6f, 1e4f };
+    for (int p = -1; p < BS_CPU_N_PATHS; p++) {
+        bs_backend *be = p < 0 ? bs_backend_cpu(1) : path_backend(p);
+        if (!be) continue;
+        for (int t = 0; t < 2; t++) {
+            float x[n * nh * hd], x0[n * nh * hd];
+            bs_rng rng; bs_rng_seed(&rng, 7);
+            fill(&rng, x0, n * nh * hd);
+            memcpy(x, x0, sizeof x);
+            be->head_norm_rope(be, x, n, nh, hd, NULL, 1e-6f, pos0, thetas[t]);
+            double worst = 0;
+            for (int r = 0; r < n; r++)
+                for (int h = 0; h < nh; h++)
+                    for (int i = 0; i < hd / 2; i++) {
+                        float inv = (float)(1.0 / pow((double)thetas[t], 2.0 * i / hd));
+                        double ang = (double)(float)(pos0 + r) * (double)inv;
+                        const float *a = x0 + (r * nh + h) * hd;
+                        double e0 = a[i] * cos(ang) - a[i + hd / 2] * sin(ang), e1 = a[i + hd / 2] * cos(ang) + a[i] * sin(ang);
+                        double d0 = fabs(e0 - x[(r * nh + h) * hd + i]), d1 = fabs(e1 - x[(r * nh + h) * hd + i + hd / 2]);
+                        if (d0 > worst) worst = d0;
+                        if (d1 > worst) worst = d1;
+                    }
+            // fp32 angle products (~pos * 2^-24 rad) and libm cos/sin: ~1e-4 at pos 4000; bf16 inv_freq: ~0.5
+            CHECK(worst < 2e-3, "%s theta %g: RoPE off by %g from the fp32-inv_freq rotation", be->name, thetas[t], worst);
+        }
+        be->destroy(be);
+    }
 }

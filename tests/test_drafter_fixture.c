@@ -11,6 +11,10 @@
 #include "model/dflash.h"
 
 #define TOL 1e-3
+// The block's hidden rows agree with the fp32 reference to ~2e-6; a drafter that rounds its RoPE inverse
+// frequencies to bf16 (as a module cast to bf16 does) moves them by ~1e-3 on these random weights and by
+// ~0.5% on a trained drafter, so this tighter bound catches that artifact with a 10x margin either way.
+#define TOL_HIDDEN 1e-4
 
 static void check_drafter(int *failed_, const char *dev, const char *which) {
     char tdir[1024], ddir[1024], file[1024];
@@ -62,7 +66,7 @@ static void check_drafter(int *failed_, const char *dev, const char *which) {
     bs_draft dr;
     CHECK(bs_dflash_forward_block(d, anchor, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
     CHECK(memcmp(bids, blk_ids, sizeof(int32_t) * B) == 0, "block ids differ");
-    CHECK(fx_max_abs_diff(hid, hid_x, (long)B * H) < TOL, "block hidden differs by %g", fx_max_abs_diff(hid, hid_x, (long)B * H));
+    CHECK(fx_max_abs_diff(hid, hid_x, (long)B * H) < TOL_HIDDEN, "block hidden differs by %g", fx_max_abs_diff(hid, hid_x, (long)B * H));
     CHECK(dr.n == nd && dr.q == NULL);
     for (int k = 0; k < nd; k++) CHECK(dr.tokens[k] == toks_x[k], "draft %d: %d vs %d", k, dr.tokens[k], toks_x[k]);
     if (zl) {

@@ -30,12 +30,10 @@ typedef struct bs_mat {
 
 typedef struct bs_backend bs_backend;
 
-// RoPE inverse frequency i (0 <= i < hd/2) as transformers computes it: 1 / theta^(2i/hd) in fp32.
-// theta < 0 selects base |theta| with the result rounded to bf16: a transformers module cast to bf16
-// (model.to(torch.bfloat16), as DeepSpec trains its drafters) carries its non-persistent inv_freq buffer
-// in bf16, and the drafters' reference vectors were computed that way.
+// RoPE inverse frequency i (0 <= i < hd/2) as transformers computes it: 1 / theta^(2i/hd) in fp32, for the
+// target and every drafter alike. A model loaded with from_pretrained keeps this non-persistent buffer in
+// fp32 whatever the weights' dtype (docs/numerics.md says why no bf16 rounding is applied).
 static inline float bs_rope_inv_freq(float theta, int i, int hd) {
-    if (theta < 0) return bs_bf16_to_f32(bs_f32_to_bf16(1.0f / __builtin_powf(-theta, (float)(2 * i) / (float)hd)));
     return 1.0f / __builtin_powf(theta, (float)(2 * i) / (float)hd);
 }
 
@@ -75,8 +73,8 @@ struct bs_backend {
     // y[n][dim] = x / sqrt(mean(x^2) + eps) * w   (fp32 statistics; y may alias x)
     void (*rmsnorm)(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps);
     // In place on x[n][n_heads*hd]: optional per-head RMSNorm with weight norm_w [hd] (NULL: none),
-    // then rotate-half RoPE for positions pos0 .. pos0+n-1 with base theta. theta < 0 means base |theta|
-    // with inv_freq rounded to bf16 (see bs_rope_inv_freq): backends compute inv_freq with that helper.
+    // then rotate-half RoPE for positions pos0 .. pos0+n-1 with base theta (> 0): backends compute inv_freq
+    // with bs_rope_inv_freq.
     void (*head_norm_rope)(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w,
                            float eps, int pos0, float theta);
     // Multi-head attention with grouped K/V heads.

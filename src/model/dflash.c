@@ -17,7 +17,7 @@ typedef struct dflash {
     bs_qwen3 *target;
     int taps[BS_MAX_TAPS];           // hidden_states indices = target_layer_ids + 1
     int B, gamma, H, V, kd, qd, I, r, max_ctx;
-    float rope_theta;                // as passed to head_norm_rope: < 0 = inv_freq rounded to bf16 (bf16 checkpoints)
+    float rope_theta;                // RoPE base; inv_freq in fp32 as the target's (docs/numerics.md)
     // weights (backend views)
     bs_mat fc, hidden_norm, norm, embed, lm_head;
     bs_qwen3_layer *layers;
@@ -235,9 +235,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     if (load_mat(m, "fc.weight", m->H, (int64_t)c->n_taps * m->H, &m->fc, err) ||
         load_w(m, "hidden_norm.weight", 0, m->H, &m->hidden_norm, err) ||
         load_w(m, "norm.weight", 0, m->H, &m->norm, err)) goto fail;
-    // A bf16 drafter runs as a transformers module cast to bf16, whose RoPE inv_freq buffer is bf16 too
-    // (DeepSpec trains that way; the reference vectors show it): reproduce it.
-    m->rope_theta = m->fc.dtype == BS_BF16 ? -b->rope_theta : b->rope_theta;
+    m->rope_theta = b->rope_theta;
     if (!(m->layers = bs_calloc(b->n_layers, sizeof *m->layers, err))) goto fail;
     for (int i = 0; i < b->n_layers; i++) if (load_layer(m, i, err)) goto fail;
     if (c->arch == BS_DRAFTER_ZLAB) {

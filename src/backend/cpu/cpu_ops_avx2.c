@@ -44,8 +44,7 @@ static void v_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, 
 }
 
 // ---- head_norm_rope ----
-// inv_freq is computed once per call with bs_rope_inv_freq (transformers' 1 / theta^(2i/hd) in fp32; theta < 0:
-// rounded to bf16), cos/sin
+// inv_freq is computed once per call with bs_rope_inv_freq (transformers' 1 / theta^(2i/hd) in fp32), cos/sin
 // once per row with libm from angle = fp32(pos) * inv_freq, so the angles equal the reference's bit for bit.
 typedef struct {
     float *x; int n, n_heads, hd; const bs_mat *nw; float eps; int pos0; const float *inv_freq;
@@ -90,7 +89,7 @@ static void v_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int h
         return;
     }
     float inv_freq[512];
-    for (int i = 0; i < hd / 2; i++) inv_freq[i] = bs_rope_inv_freq(theta, i, hd);   // theta < 0: bf16-rounded (backend.h)
+    for (int i = 0; i < hd / 2; i++) inv_freq[i] = bs_rope_inv_freq(theta, i, hd);
     rope_job j = { x, n, n_heads, hd, norm_w, eps, pos0, inv_freq };
     if ((size_t)n * n_heads * hd < PAR_MIN) for (int r = 0; r < n; r++) rope_task(&j, r, n);
     else bs_parallel_for(n, rope_task, &j);

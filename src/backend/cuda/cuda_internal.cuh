@@ -100,9 +100,7 @@ __device__ __forceinline__ void head_norm_rope_warp(float *v, float *v2, int hd,
     for (int u = 0; u < 4; u++) {
         int i = lane + 32 * u;
         if (i < half) {
-            // theta < 0: base |theta|, inv_freq rounded to bf16 (bs_rope_inv_freq)
-            float inv_freq = 1.0f / powf(fabsf(theta), (float)(2 * i) / (float)hd);
-            if (theta < 0) inv_freq = __bfloat162float(__float2bfloat16_rn(inv_freq));
+            float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);   // fp32, as bs_rope_inv_freq
             float ang = (float)pos * inv_freq, cs = cosf(ang), sn = sinf(ang);
             float r0 = a[u] * cs - b[u] * sn, r1 = b[u] * cs + a[u] * sn;
             v[i] = r0; v[i + half] = r1;
