@@ -1,6 +1,7 @@
 // Errors: the library never exits; every fallible call fills a bs_err and returns non-zero.
 #pragma once
 #include <stdarg.h>
+#include <stddef.h>
 
 typedef struct bs_err { char msg[512]; } bs_err;
 
