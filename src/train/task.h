@@ -23,6 +23,12 @@ typedef struct {
     double tau_est;              // drafters: mean over kept blocks of 1 + sum_j prod_{i<=j} (1 - L1_i/2); 0 if n/a
 } bs_loss_terms;
 
+// AdamW settings (torch semantics, docs/training.md): decoupled weight decay on params with decay set,
+// global gradient-norm clipping before the update (clip <= 0: none).
+typedef struct {
+    float beta1, beta2, eps, weight_decay, clip;
+} bs_adamw_settings;
+
 typedef struct bs_train_task bs_train_task;
 struct bs_train_task {
     const char *kind;            // "target", "dspark", "dflash", "zlab-dflash"
@@ -39,4 +45,17 @@ struct bs_train_task {
     double (*flops_forward)(const bs_train_task *t, int n);
     void (*free)(bs_train_task *t);
     void *impl;
+
+    // Optional device-resident training (the CUDA path): when loss_grad_batch is set the loop hands over a
+    // whole batch at once, and when opt_step is set the task updates its own (device) weights, so the host
+    // copies in params are stale until sync_to_host. NULL: the loop calls loss_grad per sequence and runs
+    // AdamW on params itself.
+    int (*loss_grad_batch)(bs_train_task *t, const bs_train_seq *seqs, int n_seqs, float scale, bs_rng *rng,
+                           bs_loss_terms *terms, bs_err *err);   // terms: the batch's means
+    // One AdamW step with the given settings; *grad_norm gets the pre-clip global norm. Zeroes the gradients.
+    int (*opt_step)(bs_train_task *t, const bs_adamw_settings *s, float lr, double *grad_norm, bs_err *err);
+    // Copies the task's weights (and, when with_moments, its AdamW moments into m / v, laid out as params)
+    // to the host, before a checkpoint or an export; and back after a resume.
+    int (*sync_to_host)(bs_train_task *t, float *const *m, float *const *v, bs_err *err);
+    int (*sync_from_host)(bs_train_task *t, float *const *m, float *const *v, bs_err *err);
 };
