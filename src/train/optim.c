@@ -26,7 +26,7 @@ int bs_adamw_init(bs_adamw *o, bs_param_set *ps, const bs_adamw_cfg *cfg, bs_err
         if (!ps->p[i].g) { bs_adamw_free(o); return bs_fail(err, "parameter %s is trainable but has no gradient buffer", ps->p[i].name); }
         if (!(o->m[i] = bs_calloc(ps->p[i].n, sizeof(float), err)) || !(o->v[i] = bs_calloc(ps->p[i].n, sizeof(float), err))) {
             bs_adamw_free(o);
-            return bs_wrap(err, "AdamW moments of %s: ", ps->p[i].name);
+            return bs_wrap(err, "AdamW moments of %s", ps->p[i].name);
         }
     }
     return 0;
