@@ -75,6 +75,8 @@ cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/back
 deps:
 	@if ! dpkg -s libcjson-dev libonig-dev libutf8proc-dev build-essential >/dev/null 2>&1; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential libcjson-dev libonig-dev libutf8proc-dev; fi
+	@# gnuplot draws the training loss plot (optional at run time: without it the plot is skipped with a note)
+	@if ! command -v gnuplot >/dev/null; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox || echo "gnuplot-nox not installed: training runs will skip the loss plot"; fi
 	@if [ -f tests/node/package.json ] && command -v npm >/dev/null; then npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; fi
 
 # The baseline x86-64 build (no AVX2 assumed at compile time) with the scalar kernels forced: the
