@@ -94,7 +94,7 @@ TEST(train_corpus_corrupt_files_refused) {
         { 0, NULL, 0, 100, "too short" },
         { 0, NULL, 0, docs_at + 20, "truncated" },
         { 0, NULL, 0, -2, "trailing bytes" },
-        { 24, &huge, 8, -1, "n_tokens" },
+        { 24, &huge, 8, -1, "not the layout of 1099511627776 tokens" },
         { 128 + 4 * 3, &big_id, 4, -1, "token 3 has id 500, outside the vocabulary [0, 500)" },
         { 128, &neg_id, 4, -1, "token 0 has id -1" },
         { docs_at + 16, &back, 8, -1, "not increasing" },          // document 2 starts before document 1 ends
@@ -267,4 +267,55 @@ TEST(train_tokenize_corpus_cli) {
     st = run_capture(cmd, out, sizeof out);
     CHECK(st == 2 && strstr(out, "not among the input files"), "exit %d: %s", st, out);
     bs_tokenizer_free(t);
+}
+
+// The training commands refuse bad data before building a model: each a clear message and exit status 1.
+TEST(train_cli_bad_corpus) {
+    const char *dir = bs_test_tmpdir("train_cli");
+    CHECK(dir);
+    char tok[512], tok2[600], cmd[4096], out[8192], path[600], bad[600];
+    CHECK(make_tokenizer(dir, tok, sizeof tok) == 0, "tokenizer-train failed");
+    snprintf(tok2, sizeof tok2, "%s/other.json", dir);   // another tokenizer: other merges
+    snprintf(cmd, sizeof cmd, "%s tokenizer-train --vocab 270 --special '<|endoftext|>' --out %s %s/f3.c >/dev/null 2>&1", bs_cli_path(), tok2, dir);
+    CHECK(system(cmd) == 0, "second tokenizer");
+    snprintf(path, sizeof path, "%s/c.bsc", dir);
+    snprintf(cmd, sizeof cmd, "%s tokenize --corpus %s -m %s %s/f1.c %s/f2.c >/dev/null", bs_cli_path(), path, tok, dir, dir);
+    CHECK(system(cmd) == 0, "tokenize --corpus");
+    char fixture_cfg[600]; snprintf(fixture_cfg, sizeof fixture_cfg, "%s/target/config.json", bs_fixtures_dir());
+    // A corrupt corpus (bad magic), through both commands.
+    snprintf(bad, sizeof bad, "%s/bad.bsc", dir);
+    snprintf(cmd, sizeof cmd, "cp %s %s && printf XXXXXXXX | dd of=%s conv=notrunc 2>/dev/null", path, bad, bad);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s train-target --config %s --tokenizer %s --data %s --out %s/o", bs_cli_path(), fixture_cfg, tok, bad, dir);
+    int st = run_capture(cmd, out, sizeof out);
+    CHECK(st == 1 && strstr(out, "bad magic") && strstr(out, "bad.bsc"), "exit %d: %s", st, out);
+    snprintf(cmd, sizeof cmd, "%s train-drafter -m %s/target --arch dspark --data %s/c.bsc --heldout %s --out %s/o", bs_cli_path(), bs_fixtures_dir(), dir, bad, dir);
+    st = run_capture(cmd, out, sizeof out);
+    CHECK(st == 1 && strstr(out, "bad magic"), "exit %d: %s", st, out);
+    // A truncated one.
+    snprintf(cmd, sizeof cmd, "head -c 300 %s > %s", path, bad);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s train-target --config %s --tokenizer %s --data %s --out %s/o", bs_cli_path(), fixture_cfg, tok, bad, dir);
+    st = run_capture(cmd, out, sizeof out);
+    CHECK(st == 1 && strstr(out, "truncated"), "exit %d: %s", st, out);
+    // Made with another tokenizer.
+    snprintf(cmd, sizeof cmd, "%s train-target --config %s --tokenizer %s --data %s --out %s/o", bs_cli_path(), fixture_cfg, tok2, path, dir);
+    st = run_capture(cmd, out, sizeof out);
+    CHECK(st == 1 && strstr(out, "made with another tokenizer") && strstr(out, "other.json"), "exit %d: %s", st, out);
+    // A vocabulary larger than the model's (the fixture target has 384 rows).
+    bs_err err;
+    bs_corpus_writer *w;
+    int32_t ids[3] = { 1, 999, 2 };
+    snprintf(bad, sizeof bad, "%s/big.bsc", dir);
+    CHECK(bs_corpus_writer_open(&w, bad, 1000, 1, 0, &err) == 0 && bs_corpus_writer_add(w, ids, NULL, 3, &err) == 0 && bs_corpus_writer_finish(w, &err) == 0, "%s", err.msg);
+    snprintf(cmd, sizeof cmd, "%s train-drafter -m %s/target --arch dflash --data %s --out %s/o", bs_cli_path(), bs_fixtures_dir(), bad, dir);
+    st = run_capture(cmd, out, sizeof out);
+    CHECK(st == 1 && strstr(out, "vocab_size is 384"), "exit %d: %s", st, out);
+    // Usage errors: exit 2.
+    snprintf(cmd, sizeof cmd, "%s train-drafter -m %s/target --arch eagle --data %s --out %s/o", bs_cli_path(), bs_fixtures_dir(), path, dir);
+    st = run_capture(cmd, out, sizeof out);
+    CHECK(st == 2 && strstr(out, "--arch is dspark, dflash or zlab-dflash"), "exit %d: %s", st, out);
+    snprintf(cmd, sizeof cmd, "%s train-target --config %s --tokenizer %s --data %s --out %s/o --lr abc", bs_cli_path(), fixture_cfg, tok, path, dir);
+    st = run_capture(cmd, out, sizeof out);
+    CHECK(st == 2 && strstr(out, "--lr"), "exit %d: %s", st, out);
 }
