@@ -58,6 +58,8 @@ $(BUILD)/cpu_attention_stream: $(BUILD)/bench/cpu_attention_stream.o $(LIB) ; $(
 bench-tools: $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders $(BUILD)/cpu_mm_kernel $(BUILD)/cpu_attention_stream
 # What a dependent link between GPU kernels costs, handed over by PDL, a counter or flags (bench/cuda_link_latency.cu).
 build-cuda/cuda_link_latency: bench/cuda_link_latency.cu ; @mkdir -p build-cuda && $(NVCC) $(NVFLAGS) -o $@ $<
+# AdamW's update loop vectorises only when sqrtf need not set errno (its argument is never negative).
+$(BUILD)/src/train/optim.o: CFLAGS += -fno-math-errno
 $(BUILD)/%.o: %.c ; @mkdir -p $(dir $@) && $(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 $(BUILD)/%.o: %.cu ; @mkdir -p $(dir $@) && $(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
