@@ -58,6 +58,8 @@ $(BUILD)/cpu_attention_stream: $(BUILD)/bench/cpu_attention_stream.o $(LIB) ; $(
 bench-tools: $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders $(BUILD)/cpu_mm_kernel $(BUILD)/cpu_attention_stream
 # What a dependent link between GPU kernels costs, handed over by PDL, a counter or flags (bench/cuda_link_latency.cu).
 build-cuda/cuda_link_latency: bench/cuda_link_latency.cu ; @mkdir -p build-cuda && $(NVCC) $(NVFLAGS) -o $@ $<
+# AdamW's update loop vectorises only when sqrtf need not set errno (its argument is never negative).
+$(BUILD)/src/train/optim.o: CFLAGS += -fno-math-errno
 $(BUILD)/%.o: %.c ; @mkdir -p $(dir $@) && $(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 $(BUILD)/%.o: %.cu ; @mkdir -p $(dir $@) && $(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
@@ -75,6 +77,8 @@ cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/back
 deps:
 	@if ! dpkg -s libcjson-dev libonig-dev libutf8proc-dev build-essential >/dev/null 2>&1; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential libcjson-dev libonig-dev libutf8proc-dev; fi
+	@# gnuplot draws the training loss plot (optional at run time: without it the plot is skipped with a note)
+	@if ! command -v gnuplot >/dev/null; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox || echo "gnuplot-nox not installed: training runs will skip the loss plot"; fi
 	@if [ -f tests/node/package.json ] && command -v npm >/dev/null; then npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; fi
 
 # The baseline x86-64 build (no AVX2 assumed at compile time) with the scalar kernels forced: the

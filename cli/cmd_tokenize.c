@@ -15,7 +15,8 @@ static void usage(void) {
         "  Prints the ids on one line, comma-separated (special tokens written in the text are recognised,\n"
         "  as Hugging Face tokenizers does). --no-special: leave out the post-processor's special tokens.\n"
         "  --bench: encode FILE repeatedly on one thread and print the throughput in MB/s.\n"
-        "  --chunk N: with --bench, encode FILE as separate texts of about N bytes (cut between characters).\n");
+        "  --chunk N: with --bench, encode FILE as separate texts of about N bytes (cut between characters).\n"
+        "       blockspec tokenize --corpus OUT -m DIR FILE...   (a training corpus: --corpus --help)\n");
 }
 
 static char *slurp(const char *path, size_t *len) {
@@ -52,6 +53,7 @@ static int decode_list(const bs_tokenizer *t, const char *list, int skip_special
 }
 
 int cmd_tokenize(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--corpus")) return cmd_tokenize_corpus(argc, argv);
     const char *model = NULL, *prompt = NULL, *file = NULL, *decode = NULL;
     int add_special = 1, skip_special = 0, bench = 0; double bench_s = 3; size_t chunk = 0;
     for (int i = 1; i < argc; i++) {

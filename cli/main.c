@@ -11,6 +11,8 @@ static const struct { const char *name, *help; int (*run)(int argc, char **argv)
     { "make-random",     "write a random checkpoint of any Qwen3 / drafter shape", cmd_make_random },
     { "tokenize",        "print the ids of a text", cmd_tokenize },
     { "tokenizer-train", "train a byte-level BPE tokenizer.json", cmd_tokenizer_train },
+    { "train-target",    "train a Qwen3 target on a tokenised corpus (docs/training.md)", cmd_train_target },
+    { "train-drafter",   "train a DSpark / DFlash drafter against a frozen target (docs/training.md)", cmd_train_drafter },
     { "draft-vocab",     "pick a draft vocabulary (the drafter's proposable tokens) from sample text", cmd_draft_vocab },
 };
 
