@@ -21,7 +21,7 @@ def heldout(name, per_mille):
 
 
 def clean(text):
-    text = text.replace("\r\n", "\n").replace("\t", "    ")
+    text = text.replace("\r\n", "\n")
     return re.sub(r"\n{4,}", "\n\n\n", text).strip("\n") + "\n"
 
 
