@@ -7,3 +7,4 @@ int cmd_make_random(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_tokenizer_train(int argc, char **argv);
 int cmd_draft_vocab(int argc, char **argv);
+int cmd_loss(int argc, char **argv);

@@ -12,6 +12,7 @@ static const struct { const char *name, *help; int (*run)(int argc, char **argv)
     { "tokenize",        "print the ids of a text", cmd_tokenize },
     { "tokenizer-train", "train a byte-level BPE tokenizer.json", cmd_tokenizer_train },
     { "draft-vocab",     "pick a draft vocabulary (the drafter's proposable tokens) from sample text", cmd_draft_vocab },
+    { "loss",            "evaluate one drafter training step (loss terms, logits, gradients) for a fixed batch", cmd_loss },
 };
 
 static void usage(void) {
