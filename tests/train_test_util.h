@@ -3,7 +3,7 @@
 #include <stddef.h>
 #include "train/task.h"
 
-// Multiplies every 2-D tensor by `factor` and spreads the 1-D ones (norm gains, biases) around their values,
+// Multiplies every trainable 2-D tensor by `factor` and spreads the 1-D ones (norm gains, biases) around their values,
 // so a tiny model's activations and gradients are O(1) rather than at init's 0.02 scale.
 void tt_scale_weights(bs_train_task *t, float factor);
 // loss_grad's gradient of every trainable tensor vs central differences of loss_eval at `per_tensor`

@@ -34,6 +34,7 @@ typedef struct {
     bs_layer_w *lw;
     bs_op_markov mop;
     int conf_in;                          // confidence head input width (0: no head)
+    int hold_conf;                        // 0: normal; 1: the next step records its BCE targets; 2: steps reuse them
     // workspace, for S_cap sequence rows and A_cap anchors
     int S_cap, A_cap;
     float *F, *T, *c_pre, *c, *rstd_c, *dc, *dc_pre;
@@ -41,7 +42,7 @@ typedef struct {
     float *x0, *h, *rstd_h, *dh, *dx;
     bs_layer_act *act;
     bs_layer_grad gw;
-    float *hp, *dhp, *e, *de, *u, *du, *msave, *mscratch, *f, *df, *conf, *dconf, *w, *acc, *ce_row, *l1_row, *bce_row;
+    float *hp, *dhp, *e, *de, *u, *du, *msave, *mscratch, *f, *df, *conf, *dconf, *w, *acc, *ce_row, *l1_row, *bce_row, *acc_held;
     int32_t *prev, *tid, *tpos, *evm;
     float *z, *dz, *p, *zt, *tT;          // [LOGIT_ROWS][V] (tT: [LOGIT_ROWS][H])
 } drafter;
@@ -91,7 +92,7 @@ static int workspace(drafter *d, int S, int A, int alloc, bs_err *err) {
         { (void **)&d->u, np * r * f4 }, { (void **)&d->du, np * r * f4 }, { (void **)&d->msave, np * ms * f4 }, { (void **)&d->mscratch, np * mc * f4 },
         { (void **)&d->f, np * fin * f4 }, { (void **)&d->df, np * fin * f4 }, { (void **)&d->conf, np * f4 }, { (void **)&d->dconf, np * f4 },
         { (void **)&d->w, np * f4 }, { (void **)&d->acc, np * f4 }, { (void **)&d->ce_row, np * f4 }, { (void **)&d->l1_row, np * f4 },
-        { (void **)&d->bce_row, np * f4 },
+        { (void **)&d->bce_row, np * f4 }, { (void **)&d->acc_held, np * f4 },
         { (void **)&d->prev, np * 4 }, { (void **)&d->tid, np * 4 }, { (void **)&d->tpos, np * 4 }, { (void **)&d->evm, np * 4 },
         { (void **)&d->z, LOGIT_ROWS * V * f4 }, { (void **)&d->dz, LOGIT_ROWS * V * f4 }, { (void **)&d->p, LOGIT_ROWS * V * f4 },
         { (void **)&d->zt, LOGIT_ROWS * V * f4 }, { (void **)&d->tT, LOGIT_ROWS * H * f4 },
@@ -279,6 +280,8 @@ int bs_train_drafter_step(bs_train_task *t, const bs_train_seq *seq, const int32
     // terms (DeepSpec's normalisation) and the confidence gradient
     double ce = 0, l1 = 0, bce = 0, n_tok = 0, n_blk = 0, tau = 0;
     float conf_s = scale * d->opt.conf_alpha * inv;
+    if (d->hold_conf == 1) { memcpy(d->acc_held, d->acc, sizeof(float) * np); d->hold_conf = 2; }
+    const float *conf_t = d->hold_conf == 2 ? d->acc_held : d->acc;   // the BCE targets (detached either way)
     for (int i = 0; i < np; i++) {
         ce += (double)d->w[i] * d->ce_row[i];
         l1 += (double)d->w[i] * d->l1_row[i];
@@ -286,7 +289,7 @@ int bs_train_drafter_step(bs_train_task *t, const bs_train_seq *seq, const int32
         d->bce_row[i] = 0;
         if (has_conf) {
             if (do_grad) d->dconf[i] = 0;
-            if (d->w[i] > 0) d->bce_row[i] = bs_op_bce_logits(do_grad ? &d->dconf[i] : NULL, d->conf[i], d->acc[i], conf_s * d->w[i]);
+            if (d->w[i] > 0) d->bce_row[i] = bs_op_bce_logits(do_grad ? &d->dconf[i] : NULL, d->conf[i], conf_t[i], conf_s * d->w[i]);
             bce += (double)d->w[i] * d->bce_row[i];
         }
     }
@@ -341,6 +344,8 @@ int bs_train_drafter_step(bs_train_task *t, const bs_train_seq *seq, const int32
     bs_op_linear_bwd(NULL, d->fc->g, NULL, d->dc_pre, d->F, d->fc->w, S, mH, H);
     return 0;
 }
+
+void bs_train_drafter_hold_conf_targets(bs_train_task *t, int hold) { impl(t)->hold_conf = hold ? 1 : 0; }
 
 static int drafter_run(bs_train_task *t, const bs_train_seq *seq, int do_grad, float scale, bs_rng *rng, bs_loss_terms *terms, bs_err *err) {
     drafter *d = impl(t);

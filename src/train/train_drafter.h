@@ -56,3 +56,8 @@ int bs_train_drafter_step(bs_train_task *t, const bs_train_seq *seq, const int32
 // (all positions without a mask), uniformly without replacement, sorted; the rest are dummy blocks (anchor 0,
 // keep 0). Returns the number kept.
 int bs_drafter_sample_anchors(const bs_train_seq *seq, int n_anchors, bs_rng *rng, int32_t *anchors, int32_t *keep);
+// Gradient checks: the confidence BCE's targets clamp(1 - L1/2, 0, 1) are detached (DeepSpec), so a finite
+// difference of the loss value sees their change while the gradient rightly does not. hold 1: the next step
+// records its targets and later steps reuse them (same anchors assumed), making the loss value's derivative
+// the gradient; hold 0: back to normal.
+void bs_train_drafter_hold_conf_targets(bs_train_task *t, int hold);
