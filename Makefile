@@ -55,7 +55,9 @@ $(BUILD)/cpu_read_orders: $(BUILD)/bench/cpu_read_orders.o $(LIB) ; $(CC) $(CFLA
 $(BUILD)/cpu_mm_kernel: $(BUILD)/bench/cpu_mm_kernel.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # One layer's attention, K/V cached vs streamed (bench/cpu_attention_stream.c): `make bench-tools`.
 $(BUILD)/cpu_attention_stream: $(BUILD)/bench/cpu_attention_stream.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
-bench-tools: $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders $(BUILD)/cpu_mm_kernel $(BUILD)/cpu_attention_stream
+# One CPU training step of a random Qwen3 target, forward + backward (bench/train_step.c): `make bench-tools`.
+$(BUILD)/train_step: $(BUILD)/bench/train_step.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+bench-tools: $(BUILD)/train_step $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders $(BUILD)/cpu_mm_kernel $(BUILD)/cpu_attention_stream
 # What a dependent link between GPU kernels costs, handed over by PDL, a counter or flags (bench/cuda_link_latency.cu).
 build-cuda/cuda_link_latency: bench/cuda_link_latency.cu ; @mkdir -p build-cuda && $(NVCC) $(NVFLAGS) -o $@ $<
 # AdamW's update loop vectorises only when sqrtf need not set errno (its argument is never negative).

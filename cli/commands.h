@@ -10,3 +10,4 @@ int cmd_draft_vocab(int argc, char **argv);
 int cmd_tokenize_corpus(int argc, char **argv);   // tokenize --corpus (cli/cmd_tokenize_corpus.c)
 int cmd_train_target(int argc, char **argv);
 int cmd_train_drafter(int argc, char **argv);
+int cmd_loss(int argc, char **argv);

@@ -14,6 +14,7 @@ static const struct { const char *name, *help; int (*run)(int argc, char **argv)
     { "train-target",    "train a Qwen3 target on a tokenised corpus (docs/training.md)", cmd_train_target },
     { "train-drafter",   "train a DSpark / DFlash drafter against a frozen target (docs/training.md)", cmd_train_drafter },
     { "draft-vocab",     "pick a draft vocabulary (the drafter's proposable tokens) from sample text", cmd_draft_vocab },
+    { "loss",            "evaluate one drafter training step (loss terms, logits, gradients) for a fixed batch", cmd_loss },
 };
 
 static void usage(void) {

@@ -45,6 +45,7 @@ struct bs_train_task {
     double (*flops_forward)(const bs_train_task *t, int n);
     void (*free)(bs_train_task *t);
     void *impl;
+    void *owner_data;            // for whoever assembled the task (tasks.c: a drafter's owned frozen target)
 
     // Optional device-resident training (the CUDA path): when loss_grad_batch is set the loop hands over a
     // whole batch at once, and when opt_step is set the task updates its own (device) weights, so the host

@@ -1,6 +1,5 @@
 // The two training tasks the CLI builds (train-target, train-drafter). The factories are implemented by the
-// model side of the trainer (train_target.c, train_drafter.c); until they are linked, tasks_pending.c
-// supplies weak stand-ins that fail with "not built in this build".
+// model side of the trainer (train_target.c, train_drafter.c, train/cuda/), in tasks.c.
 #pragma once
 #include <stdint.h>
 #include "train/task.h"
@@ -11,6 +10,7 @@ typedef struct {
     const char *init_dir;        // a Qwen3 checkpoint folder to start from, or NULL (exactly one of the two)
     const char *device;          // "cpu" or "cuda" (NULL: cpu)
     uint64_t seed;               // initialisation
+    int max_batch_seqs, max_seq_len;   // the largest batch the run feeds (a GPU task sizes its buffers by it)
 } bs_train_target_opts;
 
 // A block drafter trained against a frozen target (DeepSpec's objective; z-lab DFlash's CE).

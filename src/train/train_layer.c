@@ -1,0 +1,160 @@
+// One Qwen3 decoder layer for training (train_layer.h).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "train/train_layer.h"
+#include "train/train_ops.h"
+
+#define ZERO(p, count) memset((p), 0, sizeof(float) * (size_t)(count))
+
+int bs_layer_act_alloc(bs_layer_act *a, const bs_layer_shape *s, int n, int m, bs_err *err) {
+    memset(a, 0, sizeof *a);
+    size_t N = n, K = (size_t)m + n, H = s->H, qd = (size_t)s->nh * s->hd, kd = (size_t)s->nkv * s->hd, I = s->I;
+    struct { float **p; size_t count; } b[] = {
+        { &a->xn, N * H }, { &a->rstd1, N }, { &a->q_pre, N * qd }, { &a->rstd_q, N * s->nh }, { &a->q, N * qd },
+        { &a->k_pre, K * kd }, { &a->rstd_k, K * s->nkv }, { &a->k, K * kd }, { &a->v, K * kd },
+        { &a->att, N * qd }, { &a->lse, N * s->nh }, { &a->x1, N * H }, { &a->xn2, N * H }, { &a->rstd2, N },
+        { &a->g, N * I }, { &a->u, N * I }, { &a->hh, N * I }, { &a->out, N * H },
+    };
+    for (size_t i = 0; i < sizeof b / sizeof *b; i++)
+        if (!(*b[i].p = bs_malloc(sizeof(float) * (b[i].count ? b[i].count : 1), err))) {
+            bs_layer_act_free(a);
+            return bs_wrap(err, "training activations for %d rows + %d context rows", n, m);
+        }
+    a->n_cap = n; a->m_cap = m;
+    return 0;
+}
+
+void bs_layer_act_free(bs_layer_act *a) {
+    float *b[] = { a->xn, a->rstd1, a->q_pre, a->rstd_q, a->q, a->k_pre, a->rstd_k, a->k, a->v, a->att, a->lse, a->x1, a->xn2,
+                   a->rstd2, a->g, a->u, a->hh, a->out };
+    for (size_t i = 0; i < sizeof b / sizeof *b; i++) free(b[i]);
+    memset(a, 0, sizeof *a);
+}
+
+int bs_layer_grad_alloc(bs_layer_grad *g, const bs_layer_shape *s, int n, int m, bs_err *err) {
+    memset(g, 0, sizeof *g);
+    size_t N = n, K = (size_t)m + n, H = s->H, qd = (size_t)s->nh * s->hd, kd = (size_t)s->nkv * s->hd, I = s->I;
+    struct { float **p; size_t count; } b[] = {
+        { &g->dx1, N * H }, { &g->dxn, N * H }, { &g->datt, N * qd }, { &g->dq, N * qd }, { &g->dq_pre, N * qd },
+        { &g->dk, K * kd }, { &g->dk_pre, K * kd }, { &g->dv, K * kd }, { &g->dhh, N * I }, { &g->dg, N * I }, { &g->du, N * I },
+    };
+    for (size_t i = 0; i < sizeof b / sizeof *b; i++)
+        if (!(*b[i].p = bs_malloc(sizeof(float) * (b[i].count ? b[i].count : 1), err))) {
+            bs_layer_grad_free(g);
+            return bs_wrap(err, "training gradient scratch for %d rows + %d context rows", n, m);
+        }
+    g->n_cap = n; g->m_cap = m;
+    return 0;
+}
+
+void bs_layer_grad_free(bs_layer_grad *g) {
+    float *b[] = { g->dx1, g->dxn, g->datt, g->dq, g->dq_pre, g->dk, g->dk_pre, g->dv, g->dhh, g->dg, g->du };
+    for (size_t i = 0; i < sizeof b / sizeof *b; i++) free(b[i]);
+    memset(g, 0, sizeof *g);
+}
+
+void bs_layer_fwd(const bs_layer_shape *s, const bs_layer_w *w, bs_layer_act *a, const float *x, int n, const float *ctx, int m,
+                  const int32_t *qpos, const int32_t *kpos, const int32_t *kr) {
+    int H = s->H, qd = s->nh * s->hd, kd = s->nkv * s->hd, I = s->I, K = m + n;
+    a->x_in = x;
+    bs_op_rmsnorm_fwd(a->xn, a->rstd1, x, w->ln1, n, H, s->eps);
+    // queries: projection, per-head norm, RoPE (q_pre kept for the norm's backward)
+    bs_op_linear_fwd(a->q_pre, a->xn, w->wq, NULL, n, H, qd, 0);
+    bs_op_rmsnorm_fwd(a->q, a->rstd_q, a->q_pre, w->qn, n * s->nh, s->hd, s->eps);
+    bs_op_rope_fwd(a->q, qpos, n, s->nh, s->hd, s->theta);
+    // keys and values: [context ; own rows]
+    if (m > 0) {
+        bs_op_linear_fwd(a->k_pre, ctx, w->wk, NULL, m, H, kd, 0);
+        bs_op_linear_fwd(a->v, ctx, w->wv, NULL, m, H, kd, 0);
+    }
+    bs_op_linear_fwd(a->k_pre + (size_t)m * kd, a->xn, w->wk, NULL, n, H, kd, 0);
+    bs_op_linear_fwd(a->v + (size_t)m * kd, a->xn, w->wv, NULL, n, H, kd, 0);
+    bs_op_rmsnorm_fwd(a->k, a->rstd_k, a->k_pre, w->kn, K * s->nkv, s->hd, s->eps);
+    bs_op_rope_fwd(a->k, kpos, K, s->nkv, s->hd, s->theta);
+    bs_op_attention_fwd(a->att, a->lse, a->q, a->k, a->v, kr, n, K, s->nh, s->nkv, s->hd);
+    memcpy(a->x1, x, sizeof(float) * (size_t)n * H);
+    bs_op_linear_fwd(a->x1, a->att, w->wo, NULL, n, qd, H, 1);
+    // MLP
+    bs_op_rmsnorm_fwd(a->xn2, a->rstd2, a->x1, w->ln2, n, H, s->eps);
+    bs_op_linear_fwd(a->g, a->xn2, w->wg, NULL, n, H, I, 0);
+    bs_op_linear_fwd(a->u, a->xn2, w->wu, NULL, n, H, I, 0);
+    bs_op_swiglu_fwd(a->hh, a->g, a->u, (int64_t)n * I);
+    memcpy(a->out, a->x1, sizeof(float) * (size_t)n * H);
+    bs_op_linear_fwd(a->out, a->hh, w->wd, NULL, n, I, H, 1);
+}
+
+void bs_layer_bwd(const bs_layer_shape *s, const bs_layer_w *w, const bs_layer_act *a, bs_layer_grad *gw, float *dx, float *dctx,
+                  const float *ctx, int n, int m, const int32_t *qpos, const int32_t *kpos, const int32_t *kr) {
+    int H = s->H, qd = s->nh * s->hd, kd = s->nkv * s->hd, I = s->I, K = m + n;
+    // out = x1 + hh Wd^T
+    memcpy(gw->dx1, dx, sizeof(float) * (size_t)n * H);
+    ZERO(gw->dhh, (size_t)n * I);
+    bs_op_linear_bwd(gw->dhh, w->g_wd, NULL, dx, a->hh, w->wd, n, I, H);
+    ZERO(gw->dg, (size_t)n * I); ZERO(gw->du, (size_t)n * I);
+    bs_op_swiglu_bwd(gw->dg, gw->du, gw->dhh, a->g, a->u, (int64_t)n * I);
+    ZERO(gw->dxn, (size_t)n * H);
+    bs_op_linear_bwd(gw->dxn, w->g_wg, NULL, gw->dg, a->xn2, w->wg, n, H, I);
+    bs_op_linear_bwd(gw->dxn, w->g_wu, NULL, gw->du, a->xn2, w->wu, n, H, I);
+    bs_op_rmsnorm_bwd(gw->dx1, w->g_ln2, gw->dxn, a->x1, w->ln2, a->rstd2, n, H);
+    // x1 = x + att Wo^T
+    ZERO(gw->datt, (size_t)n * qd);
+    bs_op_linear_bwd(gw->datt, w->g_wo, NULL, gw->dx1, a->att, w->wo, n, qd, H);
+    ZERO(gw->dq, (size_t)n * qd); ZERO(gw->dk, (size_t)K * kd); ZERO(gw->dv, (size_t)K * kd);
+    bs_op_attention_bwd(gw->dq, gw->dk, gw->dv, gw->datt, a->q, a->k, a->v, a->att, a->lse, kr, n, K, s->nh, s->nkv, s->hd);
+    bs_op_rope_bwd(gw->dq, qpos, n, s->nh, s->hd, s->theta);
+    bs_op_rope_bwd(gw->dk, kpos, K, s->nkv, s->hd, s->theta);
+    ZERO(gw->dq_pre, (size_t)n * qd); ZERO(gw->dk_pre, (size_t)K * kd);
+    bs_op_rmsnorm_bwd(gw->dq_pre, w->g_qn, gw->dq, a->q_pre, w->qn, a->rstd_q, n * s->nh, s->hd);
+    bs_op_rmsnorm_bwd(gw->dk_pre, w->g_kn, gw->dk, a->k_pre, w->kn, a->rstd_k, K * s->nkv, s->hd);
+    // projections of the own rows
+    ZERO(gw->dxn, (size_t)n * H);
+    bs_op_linear_bwd(gw->dxn, w->g_wq, NULL, gw->dq_pre, a->xn, w->wq, n, H, qd);
+    bs_op_linear_bwd(gw->dxn, w->g_wk, NULL, gw->dk_pre + (size_t)m * kd, a->xn, w->wk, n, H, kd);
+    bs_op_linear_bwd(gw->dxn, w->g_wv, NULL, gw->dv + (size_t)m * kd, a->xn, w->wv, n, H, kd);
+    // ... and of the context rows
+    if (m > 0) {
+        bs_op_linear_bwd(dctx, w->g_wk, NULL, gw->dk_pre, ctx, w->wk, m, H, kd);
+        bs_op_linear_bwd(dctx, w->g_wv, NULL, gw->dv, ctx, w->wv, m, H, kd);
+    }
+    // x1's gradient flows on to x through the residual and through the input norm
+    memcpy(dx, gw->dx1, sizeof(float) * (size_t)n * H);
+    bs_op_rmsnorm_bwd(dx, w->g_ln1, gw->dxn, a->x_in, w->ln1, a->rstd1, n, H);
+}
+
+double bs_layer_flops(const bs_layer_shape *s, int n, int m, double attended) {
+    double H = s->H, qd = (double)s->nh * s->hd, kd = (double)s->nkv * s->hd, I = s->I;
+    double proj = (double)n * (H * qd + 2 * H * kd + qd * H + 3 * H * I) + (double)m * 2 * H * kd;
+    return 2 * proj + 2 * 2 * attended * s->nh * s->hd;
+}
+
+static const char *const layer_names[11] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+};
+
+int bs_layer_params_add(bs_param_set *ps, const char *prefix, const bs_layer_shape *s, int trainable, bs_err *err) {
+    int64_t qd = (int64_t)s->nh * s->hd, kd = (int64_t)s->nkv * s->hd;
+    int64_t shapes[11][2] = { { s->H, 0 }, { qd, s->H }, { kd, s->H }, { kd, s->H }, { s->H, qd }, { s->hd, 0 }, { s->hd, 0 },
+                              { s->H, 0 }, { s->I, s->H }, { s->I, s->H }, { s->H, s->I } };
+    for (int i = 0; i < 11; i++) {
+        char name[BS_PARAM_NAME_MAX];
+        snprintf(name, sizeof name, "%s%s", prefix, layer_names[i]);
+        int mat = shapes[i][1] > 0;
+        if (bs_param_add(ps, name, mat ? 2 : 1, shapes[i], trainable, mat, err) < 0) return -1;
+    }
+    return 0;
+}
+
+void bs_layer_w_bind(bs_layer_w *w, const bs_param_set *ps, const char *prefix) {
+    float **ws[11] = { &w->ln1, &w->wq, &w->wk, &w->wv, &w->wo, &w->qn, &w->kn, &w->ln2, &w->wg, &w->wu, &w->wd };
+    float **gs[11] = { &w->g_ln1, &w->g_wq, &w->g_wk, &w->g_wv, &w->g_wo, &w->g_qn, &w->g_kn, &w->g_ln2, &w->g_wg, &w->g_wu, &w->g_wd };
+    for (int i = 0; i < 11; i++) {
+        char name[BS_PARAM_NAME_MAX];
+        snprintf(name, sizeof name, "%s%s", prefix, layer_names[i]);
+        bs_param *p = bs_param_find(ps, name);
+        *ws[i] = p ? p->w : NULL;
+        *gs[i] = p ? p->g : NULL;
+    }
+}

@@ -1,0 +1,66 @@
+// One Qwen3 decoder layer for training (CPU fp32): forward keeping what the backward needs, and the backward.
+// The same layer serves the target (causal mask, no context rows) and the block drafters (DFlash / DSpark:
+// m context rows c projected by the layer's own k_proj / v_proj (+ k_norm, RoPE) and placed before the
+// block's keys, [context ; block], docs/dflash-dspark.md 2.5 and 7.3).
+//
+//   xn = RMSNorm_in(x); q = rope(q_norm(xn Wq^T)); K = rope(k_norm([c ; xn] Wk^T)); V = [c ; xn] Wv^T
+//   x1 = x + attention(q, K, V, mask) Wo^T;  out = x1 + (silu(xn2 Wg^T) * (xn2 Wu^T)) Wd^T, xn2 = RMSNorm_post(x1)
+#pragma once
+#include <stdint.h>
+#include "util/err.h"
+
+typedef struct {
+    int H, nh, nkv, hd, I;
+    float eps, theta;
+} bs_layer_shape;
+
+// A layer's weights (fp32, [out][in]) and their gradients (NULL when frozen: nothing is accumulated).
+typedef struct {
+    float *ln1, *wq, *wk, *wv, *wo, *qn, *kn, *ln2, *wg, *wu, *wd;
+    float *g_ln1, *g_wq, *g_wk, *g_wv, *g_wo, *g_qn, *g_kn, *g_ln2, *g_wg, *g_wu, *g_wd;
+} bs_layer_w;
+
+// Activations of one layer for up to n_cap rows and m_cap context rows.
+typedef struct {
+    int n_cap, m_cap;
+    const float *x_in;                     // [n][H] the layer's input (owned by the caller: the previous layer's out)
+    float *xn, *rstd1;                     // [n][H], [n]
+    float *q_pre, *rstd_q, *q;             // [n][nh*hd] before the norm, [n*nh], after norm + RoPE
+    float *k_pre, *rstd_k, *k, *v;         // [m+n][nkv*hd] (context rows first), [(m+n)*nkv]
+    float *att, *lse;                      // [n][nh*hd], [n][nh]
+    float *x1, *xn2, *rstd2;               // [n][H], [n][H], [n]
+    float *g, *u, *hh;                     // [n][I]
+    float *out;                            // [n][H]
+} bs_layer_act;
+
+// Gradient scratch shared by all layers of a model (sized like one layer's activations).
+typedef struct {
+    int n_cap, m_cap;
+    float *dx1, *dxn, *datt, *dq, *dq_pre, *dk, *dk_pre, *dv, *dhh, *dg, *du;
+} bs_layer_grad;
+
+int bs_layer_act_alloc(bs_layer_act *a, const bs_layer_shape *s, int n, int m, bs_err *err);
+void bs_layer_act_free(bs_layer_act *a);
+int bs_layer_grad_alloc(bs_layer_grad *g, const bs_layer_shape *s, int n, int m, bs_err *err);
+void bs_layer_grad_free(bs_layer_grad *g);
+
+// Forward of n rows x (positions qpos) after m context rows ctx (positions kpos[0..m), may be NULL when m == 0).
+// kpos [m + n]: every key row's position (context rows, then the n rows: kpos[m + i] = qpos[i]).
+// kr: the attention mask as per-query key ranges over the m + n keys (train_ops.h). Result in a->out.
+void bs_layer_fwd(const bs_layer_shape *s, const bs_layer_w *w, bs_layer_act *a, const float *x, int n, const float *ctx, int m,
+                  const int32_t *qpos, const int32_t *kpos, const int32_t *kr);
+// Backward: dx holds d(out) on entry and d(x) on return (in place). dctx [m][H] is added into (NULL: not
+// needed); the weights' gradients are added into w's g_ pointers. ctx must be the forward's context rows.
+void bs_layer_bwd(const bs_layer_shape *s, const bs_layer_w *w, const bs_layer_act *a, bs_layer_grad *gw, float *dx, float *dctx,
+                  const float *ctx, int n, int m, const int32_t *qpos, const int32_t *kpos, const int32_t *kr);
+
+// Forward FLOPs of one layer over n rows with m context rows, whose queries see `attended` keys in total
+// (summed over queries): 2 per multiply-add.
+double bs_layer_flops(const bs_layer_shape *s, int n, int m, double attended);
+
+// Adds the layer's eleven tensors to a parameter set under prefix + the transformers names
+// ("input_layernorm.weight", "self_attn.q_proj.weight", ...); matrices decay, norm gains do not.
+#include "train/params.h"
+int bs_layer_params_add(bs_param_set *ps, const char *prefix, const bs_layer_shape *s, int trainable, bs_err *err);
+// Points w at those tensors (call after the set is complete); frozen tensors leave their g_ NULL.
+void bs_layer_w_bind(bs_layer_w *w, const bs_param_set *ps, const char *prefix);

@@ -1,0 +1,112 @@
+// The Qwen3 target training task (src/train/train_target.c): its fp32 forward against transformers'
+// (fixture), finite-difference gradients of the next-token CE, and its export loaded by the engine.
+#include <stdlib.h>
+#include <string.h>
+#include "engine/engine.h"
+#include "fixture_util.h"
+#include "harness.h"
+#include "train/train_target.h"
+#include "train_test_util.h"
+
+TEST(train_target_forward_matches_fixture) {
+    char dir[1024], file[1024];
+    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
+    snprintf(file, sizeof file, "%s/target.expect.safetensors", bs_fixtures_dir());
+    bs_err err = {0};
+    bs_train_task *t;
+    bs_checkpoint *x;
+    CHECK(bs_train_target_load(&t, dir, 0, &err) == 0, "%s", err.msg);
+    CHECK(bs_checkpoint_open(&x, file, &err) == 0, "%s", err.msg);
+    const bs_qwen3_config *c = bs_train_target_config(t);
+    int V = c->vocab_size, H = c->hidden_size, NT = c->n_layers + 1;
+    long P;
+    const int32_t *prompt = fx_tensor(x, "prompt_ids", "I32", -1, &P);
+    const float *want_logits = fx_tensor(x, "prefill_logits", "F32", P * V, NULL);
+    const float *want_hs = fx_tensor(x, "prefill_hidden_states", "F32", NT * P * H, NULL);
+    CHECK(prompt && want_logits && want_hs, "fixture tensors missing");
+    int taps[16];
+    for (int i = 0; i < NT; i++) taps[i] = i;
+    float *logits = malloc(sizeof(float) * P * V), *tap = malloc(sizeof(float) * P * NT * H), *fin = malloc(sizeof(float) * P * H);
+    CHECK(bs_train_target_forward(t, prompt, (int)P, taps, NT, tap, fin, logits, &err) == 0, "%s", err.msg);
+    double d = fx_max_abs_diff(logits, want_logits, P * V);
+    CHECK(d < 1e-4, "prefill logits differ from transformers' by %g", d);
+    for (int k = 0; k < NT; k++)
+        for (long r = 0; r < P; r++) {
+            double e = fx_max_abs_diff(tap + ((size_t)r * NT + k) * H, want_hs + ((size_t)k * P + r) * H, H);
+            CHECK(e < 1e-4, "hidden_states[%d] row %ld differs by %g", k, r, e);
+        }
+    CHECK(fx_max_abs_diff(fin, tap + (size_t)(NT - 1) * H, H) == 0, "final_out is not hidden_states[L]");
+    // a frozen target refuses to compute gradients
+    bs_train_seq seq = { prompt, NULL, (int)P };
+    bs_loss_terms terms;
+    CHECK(t->loss_grad(t, &seq, 1, NULL, &terms, &err) != 0, "a frozen target accepted loss_grad");
+    free(logits); free(tap); free(fin);
+    bs_checkpoint_close(x);
+    t->free(t);
+}
+
+static void tiny_cfg(bs_qwen3_config *c, int tied) {
+    memset(c, 0, sizeof *c);
+    c->vocab_size = 40; c->hidden_size = 16; c->n_layers = 2; c->n_heads = 4; c->n_kv_heads = 2; c->head_dim = 8;
+    c->intermediate_size = 24; c->max_position = 128; c->rms_eps = 1e-6f; c->rope_theta = 10000.0f; c->tie_embeddings = tied;
+    c->bos_id = -1;
+}
+
+// Finite differences of the whole next-token CE over every tensor (tied and untied heads; a loss mask).
+TEST(train_target_grad_fd) {
+    for (int tied = 0; tied < 2; tied++) {
+        bs_qwen3_config c;
+        tiny_cfg(&c, tied);
+        bs_err err = {0};
+        bs_train_task *t;
+        CHECK(bs_train_target_new(&t, &c, 3 + tied, &err) == 0, "%s", err.msg);
+        tt_scale_weights(t, 15.0f);   // O(1) activations: gradients well above fp32 noise
+        int32_t ids[11] = { 1, 5, 9, 2, 33, 7, 7, 0, 39, 12, 4 };
+        uint8_t mask[11] = { 0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1 };
+        bs_train_seq seq = { ids, mask, 11 };
+        char msg[400];
+        CHECK(tt_fd_check_task(t, &seq, 0, 6, 2e-2, msg, sizeof msg) == 0, "%s (tied %d)", msg, tied);
+        t->free(t);
+    }
+}
+
+// export_model writes what `blockspec generate -m` loads; its logits equal the training forward's on the
+// same (bf16-rounded) weights, and the unrounded training weights' within bf16 rounding.
+TEST(train_target_export_loads_in_engine) {
+    bs_qwen3_config c;
+    tiny_cfg(&c, 0);
+    c.vocab_size = 300; c.hidden_size = 64; c.intermediate_size = 96;
+    bs_err err = {0};
+    bs_train_task *t, *back;
+    CHECK(bs_train_target_new(&t, &c, 11, &err) == 0, "%s", err.msg);
+    tt_scale_weights(t, 20.0f);
+    const char *dir = bs_test_tmpdir("train_target_export");
+    CHECK(dir, "no temp dir");
+    CHECK(t->export_model(t, dir, &err) == 0, "%s", err.msg);
+    CHECK(bs_train_target_load(&back, dir, 0, &err) == 0, "%s", err.msg);
+    int32_t ids[9] = { 5, 17, 299, 3, 100, 42, 42, 8, 250 };
+    int n = 9, V = c.vocab_size;
+    float *l_train = malloc(sizeof(float) * n * V), *l_back = malloc(sizeof(float) * n * V), *l_eng = malloc(sizeof(float) * n * V);
+    CHECK(bs_train_target_forward(t, ids, n, NULL, 0, NULL, NULL, l_train, &err) == 0, "%s", err.msg);
+    CHECK(bs_train_target_forward(back, ids, n, NULL, 0, NULL, NULL, l_back, &err) == 0, "%s", err.msg);
+    bs_engine *e;
+    CHECK(bs_engine_open(&e, dir, "cpu", &err) == 0, "%s", err.msg);
+    bs_kv_cache kv;
+    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    float *dl = e->be->alloc(e->be, sizeof(float) * n * V, &err);
+    bs_fwd_out fo = { .logits = dl, .logits_all = 1 };
+    CHECK(bs_qwen3_forward(&e->target, &kv, ids, n, &fo, &err) == 0, "%s", err.msg);
+    e->be->download(e->be, l_eng, dl, sizeof(float) * n * V);
+    double scale = 0;
+    for (int i = 0; i < n * V; i++) if (fabs(l_train[i]) > scale) scale = fabs(l_train[i]);
+    double d_same = fx_max_abs_diff(l_back, l_eng, (long)n * V), d_round = fx_max_abs_diff(l_train, l_eng, (long)n * V);
+    CHECK(d_same < 1e-4 * (1 + scale), "engine vs training forward on the exported weights: %g", d_same);
+    CHECK(d_round < 3e-2 * scale, "engine vs unrounded training weights: %g (logit scale %g)", d_round, scale);
+    CHECK(d_round > 0, "bf16 export left the weights unrounded?");
+    e->be->free(e->be, dl);
+    bs_kv_free(&kv);
+    bs_engine_close(e);
+    free(l_train); free(l_back); free(l_eng);
+    back->free(back);
+    t->free(t);
+}
