@@ -111,9 +111,13 @@ fuzz:
 	mkdir -p build-fuzz/corpus_vocab && printf '[0, 3, 999, 17]' > build-fuzz/corpus_vocab/list.json
 	./build-fuzz/fuzz_draft_vocab -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus_vocab
 
+# Mutation check, on demand (not part of `make test`): each mutation in tests/mutants/mutants.txt applied
+# alone to a scratch copy, rebuilt, and its tests run; fails if any mutant survives (docs/reliability.md).
+mutants: ; tests/mutants/run.sh
+
 # CI has nvcc but no GPU: compile everything CUDA (the GPU tests then SKIP with the reason printed).
 cuda-compile: cuda
 
 clean: ; rm -rf build build-asan build-cuda build-portable build-fuzz
-.PHONY: all test asan cuda clean deps test-all cuda-compile fuzz portable-check bench-tools
+.PHONY: all test asan cuda clean deps test-all cuda-compile fuzz portable-check bench-tools mutants
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -25,7 +25,7 @@ static void usage(void) {
         "                           the output is unchanged, only the acceptance rate may differ\n"
         "  --draft-vocab FILE       draft only from these token ids (JSON list or uint32 file; see\n"
         "                           `blockspec draft-vocab`): a smaller drafter LM head; output unchanged\n"
-        "  -n N                     tokens to generate (default 64)\n"
+        "  -n N                     tokens to generate (default 64; -1: until EOS or the context is full)\n"
         "  --temp T                 temperature (default 0 = greedy)\n"
         "  --top-k K, --top-p P     filters applied after temperature (transformers' order)\n"
         "  --seed S                 RNG seed (default 0)\n"
@@ -59,7 +59,7 @@ static int parse(int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "-d") || !strcmp(o, "-md")) { if (!(a->drafter = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--device")) { if (!(a->device = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--prompt-ids")) { if (!(v = cli_value(argc, argv, &i)) || (a->n_prompt = cli_parse_ids(o, v, &a->prompt)) < 0) return 2; }
-        else if (!strcmp(o, "-n")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1 << 24, &a->n_new)) return 2; }
+        else if (!strcmp(o, "-n")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, -1, 1 << 24, &a->n_new)) return 2; }
         else if (!strcmp(o, "-c")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1 << 24, &a->ctx)) return 2; }
         else if (!strcmp(o, "--draft-max")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 64, &a->draft_max)) return 2; }
         else if (!strcmp(o, "--confidence-threshold")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 0, 1, &a->conf_thr)) return 2; }
@@ -187,12 +187,18 @@ int cmd_generate(int argc, char **argv) {
     bs_session s = {0};
     bs_drafter *d = NULL;
     bs_spec_stats st = {0};
-    int32_t *out = malloc(sizeof(int32_t) * (a.n_new ? a.n_new : 1));
+    int32_t *out = NULL;
     int n_out = 0;
     rc = 1;
     if (bs_engine_open(&e, a.model, a.device, &err) || tokenize_prompt(&a, e, &err)) goto out;
-    // Without -c, the KV cache is sized for this request (prompt + output + one verify block).
-    if (bs_session_init(&s, e, a.ctx ? (int)a.ctx : bs_request_ctx(&e->cfg, a.n_prompt, (int)a.n_new), &a.sampling, &err)) goto out;
+    // Without -c, the KV cache is sized for this request (prompt + output + one verify block), or for the
+    // model's whole context with -n -1.
+    if (bs_session_init(&s, e, a.ctx ? (int)a.ctx : a.n_new < 0 ? e->cfg.max_position : bs_request_ctx(&e->cfg, a.n_prompt, (int)a.n_new),
+                        &a.sampling, &err)) goto out;
+    // The output's capacity: the request's count, or (-n -1) what the context holds. A request that does not
+    // fit is refused here by the decoders, with the same message for plain and speculative decoding.
+    long cap = a.n_new >= 0 ? a.n_new : (long)s.kv.max_ctx - a.n_prompt + 1;
+    if (!(out = malloc(sizeof(int32_t) * (cap > 0 ? cap : 1)))) { bs_fail(&err, "out of memory"); goto out; }
     bs_drafter_opts dop = { .lossy_weights = a.drafter_fp8 ? 1 : -1, .draft_vocab = a.draft_vocab };
     if (a.draft_vocab && !a.drafter) { bs_fail(&err, "--draft-vocab needs a drafter (-d DIR)"); goto out; }
     if (a.drafter && bs_drafter_open_opts(&d, a.drafter, e, s.kv.max_ctx, &dop, &err)) goto out;
@@ -214,6 +220,7 @@ int cmd_generate(int argc, char **argv) {
             if (bs_tokenizer_decode(e->tok, out, (size_t)n_out, 1, &txt, &tl, &err) == 0) cJSON_AddStringToObject(j, "text", txt);
             free(txt);
         }
+        cJSON_AddStringToObject(j, "finish_reason", bs_finish_name(d ? st.finish : s.stats.finish));
         cJSON_AddItemToObject(j, "stats", stats_json(&s, &st, d != NULL));
         char *txt = cJSON_PrintUnformatted(j);
         printf("%s\n", txt);

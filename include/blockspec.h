@@ -22,7 +22,7 @@ extern "C" {
 typedef struct blockspec blockspec;
 
 typedef struct blockspec_params {
-    int n_new;                  // tokens to generate
+    int n_new;                  // tokens to generate; -1: until EOS or the context is full (needs cap >= what fits)
     float temperature;          // 0: greedy
     int top_k;                  // 0: off
     float top_p;                // 1: off
@@ -38,6 +38,8 @@ typedef struct blockspec_stats {
     int n_prompt, n_generated, rounds;   // rounds: 0 for plain decoding
     double tau;                           // tokens per round (accepted drafts + 1)
     double t_prefill, t_generate;         // seconds
+    const char *finish_reason;            // why it stopped: "length" (n_new reached), "eos", "stop" (the callback
+                                          // returned non-zero) or "context" (n_new -1: the context is full)
 } blockspec_stats;
 
 // Called for every generated token (id) or piece of text; return non-zero to stop.
@@ -62,7 +64,8 @@ int  blockspec_open_ex(blockspec **out, const char *target_dir, const char *draf
                        const blockspec_open_options *o, char *err, size_t err_len);
 void blockspec_close(blockspec *bs);
 
-// Token ids in, token ids out (*n_out <= cap).
+// Token ids in, token ids out (*n_out <= cap). A request whose prompt + n_new - 1 tokens exceed the context
+// (n_ctx, or the model's) is refused with a message, with or without the drafter alike.
 int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p,
                        int32_t *out, size_t cap, size_t *n_out, blockspec_token_fn on_token, void *ctx,
                        blockspec_stats *stats, char *err, size_t err_len);

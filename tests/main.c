@@ -54,5 +54,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    // A filter that matches no test ran nothing: a typo must not read as a pass.
+    if (argc > 1 && passed + failed + skipped == 0) { fprintf(stderr, "no test name contains \"%s\"\n", argv[1]); return 2; }
     return failed ? 1 : 0;
 }

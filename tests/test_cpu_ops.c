@@ -1,5 +1,5 @@
-// Every fast CPU op against the scalar reference op, under every kernel path this CPU supports
-// (scalar, avx2, avx512, avx512bf16); paths the CPU lacks are reported as skipped.
+// Every fast CPU op against the scalar reference op, under every kernel path (scalar, avx2, avx512,
+// avx512bf16), one test per path and op family (PER_PATH, at the end): paths the CPU lacks are SKIPPED.
 //
 // Tolerances (why these numbers):
 // - matmul, exact paths: both sides accumulate in fp32 and differ only in summation order, so the
@@ -77,11 +77,12 @@ static int check_matmul(bs_backend *ref, bs_backend *be, int exact, bs_rng *rng,
     return ok;
 }
 
-TEST(cpu_matmul_all_paths) {
+static void cpu_matmul_on(int *failed_, int only) {
     bs_backend *ref = bs_backend_cpu(1);
     bs_rng rng; bs_rng_seed(&rng, 7);
     int tested = 0;
     for (int p = 0; p < BS_CPU_N_PATHS; p++) {
+        if (p != only) continue;
         bs_backend *be = path_backend(p);
         if (!be) continue;
         int exact = p != BS_CPU_AVX512BF16;
@@ -117,10 +118,11 @@ static double maxabs(const float *x, size_t n) { double m = 0; for (size_t i = 0
 #define NEAR_ARRAYS(a, b, n, tol) do { double tol_ = (tol); for (size_t i_ = 0; i_ < (size_t)(n); i_++) \
     CHECK_NEAR((a)[i_], (b)[i_], tol_, "at %zu (path %s)", i_, bs_cpu_path_name(p)); } while (0)
 
-TEST(cpu_attention_all_paths) {
+static void cpu_attention_on(int *failed_, int only) {
     bs_backend *ref = bs_backend_cpu(1);
     bs_rng rng; bs_rng_seed(&rng, 11);
     for (int p = 0; p < BS_CPU_N_PATHS; p++) {
+        if (p != only) continue;
         bs_backend *be = path_backend(p);
         if (!be) continue;
         static const int groups[] = { 1, 2, 4, 8 };
@@ -175,10 +177,11 @@ TEST(cpu_attention_all_paths) {
     ref->destroy(ref);
 }
 
-TEST(cpu_small_ops_all_paths) {
+static void cpu_small_ops_on(int *failed_, int only) {
     bs_backend *ref = bs_backend_cpu(1);
     bs_rng rng; bs_rng_seed(&rng, 5);
     for (int p = 0; p < BS_CPU_N_PATHS; p++) {
+        if (p != only) continue;
         bs_backend *be = path_backend(p);
         if (!be) continue;
         for (int dt = 0; dt < 3; dt++) {
@@ -332,9 +335,9 @@ TEST(cpu_weight_copy_hugepages) {
 
 // The most drafts a round verifies by default (backend.h, default_draft_max) follows the CPU path: 7 where
 // the avx512 path's multi-row forwards make longer blocks pay (bench --round, session 14), 4 elsewhere.
-TEST(cpu_default_draft_max_by_path) {
+static void cpu_default_draft_max_on(int *failed_, int only) {
     for (int p = 0; p < BS_CPU_N_PATHS; p++) {
-        if (!bs_cpu_path_supported(p)) { printf("  path %s: not supported by this CPU, skipped\n", bs_cpu_path_name(p)); continue; }
+        if (p != only) continue;
         bs_backend *be = bs_backend_cpu(0);
         bs_cpu_install_path(be, p);
         const int want = p == BS_CPU_AVX512 || p == BS_CPU_AVX512BF16 ? 7 : 4;
@@ -349,10 +352,11 @@ TEST(cpu_default_draft_max_by_path) {
 // RoPE against an independent double-precision rotation whose inverse frequencies are transformers' fp32
 // ones (float(1 / theta^(2i/hd))), at positions where a bf16-rounded inv_freq (relative error up to 2^-9)
 // would turn the angle by up to ~pos * 2^-9 rad: every path, for the target's base and a drafter's alike.
-TEST(cpu_rope_fp32_inv_freq) {
+static void cpu_rope_fp32_inv_freq_on(int *failed_, int only) {
     const int hd = 128, nh = 2, n = 3, pos0 = 4000;
     const float thetas[] = { 1e6f, 1e4f };
     for (int p = -1; p < BS_CPU_N_PATHS; p++) {
+        if (p != only && !(p < 0 && only == BS_CPU_SCALAR)) continue;   // cpu-ref with the scalar path
         bs_backend *be = p < 0 ? bs_backend_cpu(1) : path_backend(p);
         if (!be) continue;
         for (int t = 0; t < 2; t++) {
@@ -379,3 +383,24 @@ TEST(cpu_rope_fp32_inv_freq) {
         be->destroy(be);
     }
 }
+
+// One test per kernel path and op family: a path this CPU lacks is reported as SKIP with the reason,
+// never folded into a passing test.
+static void on_path(int *failed_, void (*fn)(int *, int), int p) {
+    if (!bs_cpu_path_supported(p)) {
+        char why[160];
+        snprintf(why, sizeof why, "kernel path %s: not supported by this CPU", bs_cpu_path_name(p));
+        SKIP(why);
+    }
+    fn(failed_, p);
+}
+#define PER_PATH(fn)                                                                   \
+    TEST(fn##_scalar) { on_path(failed_, fn##_on, BS_CPU_SCALAR); }                    \
+    TEST(fn##_avx2) { on_path(failed_, fn##_on, BS_CPU_AVX2); }                        \
+    TEST(fn##_avx512) { on_path(failed_, fn##_on, BS_CPU_AVX512); }                    \
+    TEST(fn##_avx512bf16) { on_path(failed_, fn##_on, BS_CPU_AVX512BF16); }
+PER_PATH(cpu_matmul)
+PER_PATH(cpu_attention)
+PER_PATH(cpu_small_ops)
+PER_PATH(cpu_default_draft_max)
+PER_PATH(cpu_rope_fp32_inv_freq)

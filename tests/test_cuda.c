@@ -191,6 +191,7 @@ TEST(cuda_qkv_norm_rope_store) {
     if (!be->qkv_norm_rope_store) return;
     bs_err err = {0};
     const int hd = 128, nh = 4, nkv = 2, ctx = 160, kd = nkv * hd;
+    int calls = 0, compared = 0;
     for (int lossy = 0; lossy < 2; lossy++) {
         const int K = lossy ? 1024 : 512, Ms[3] = { nh * hd, kd, kd };
         bs_mat hw[3], dw[3];
@@ -203,7 +204,7 @@ TEST(cuda_qkv_norm_rope_store) {
         bs_mat qn = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, kn = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, dqn, dkn;
         CHECK(be->weight(be, &dqn, &qn, &err) == 0 && be->weight(be, &dkn, &kn, &err) == 0, "%s", err.msg);
         const int ns[] = { 1, 3, 16, 70 };
-        for (int ni = 0; ni < 4 && !*failed_; ni++) {
+        for (int ni = 0; ni < 4 && !*failed_; ni++, calls++) {
             const int n = ns[ni], pos0 = 5 + ni;
             float *x = rand_vec((size_t)n * K, 1), *c0 = rand_vec((size_t)ctx * kd, 1), *dx = up(be, x, (size_t)n * K);
             float *o[2][5];   // q, k, v, kcache, vcache: [0] separate ops, [1] fused
@@ -217,6 +218,7 @@ TEST(cuda_qkv_norm_rope_store) {
             int r = be->qkv_norm_rope_store(be, dx, n, wp, o[1][0], o[1][1], o[1][2], nh, nkv, hd, &dqn, &dkn, 1e-6f, pos0, 1e6f, o[1][3], o[1][4]);
             // (row-major weights, BS_CUDA_MM=old: nothing to fuse, and the model runs the two ops)
             CHECK(r == 0 || !dw[0].layout, "qkv_norm_rope_store declined a shape it fuses (%d rows%s)", n, lossy ? ", 8-bit" : "");
+            compared += r == 0;
             for (int i = 0; i < 5; i++) {
                 float *a = down(be, o[0][i], sz[i]), *b = down(be, o[1][i], sz[i]);
                 CHECK(r || !memcmp(a, b, sizeof(float) * sz[i]), "qkv_norm_rope_store (%d rows%s): output %d differs from matmul_multi + qk_norm_rope_store",
@@ -229,6 +231,10 @@ TEST(cuda_qkv_norm_rope_store) {
         for (int i = 0; i < 3; i++) free((void *)hw[i].data);
         free((void *)qn.data); free((void *)kn.data);
     }
+    // Row-major weights (BS_CUDA_MM=old): the op declines every call and nothing was compared; say so
+    // rather than pass (the unfused ops are held to the CPU by cuda_forward_random_model_vs_cpu).
+    if (!*failed_ && compared == 0) SKIP("BS_CUDA_MM=old: row-major weights, qkv_norm_rope_store declined all calls, nothing to compare");
+    printf("  %d of %d calls fused and compared\n", compared, calls);
 }
 
 // The down projection with SwiGLU fused in (bs_swiglu_matmul: the backend's fused op where it takes the

@@ -1,5 +1,5 @@
 // The public API (include/blockspec.h) as an embedder uses it: plain and speculative generation
-// agree, errors come back as messages, text round-trips through a tokenizer.
+// agree, errors come back as messages, text round-trips through a tokenizer (public_api_text_round_trip).
 #include <stdlib.h>
 #include <string.h>
 #include "harness.h"
@@ -69,4 +69,88 @@ TEST(public_api_open_ex_draft_vocab) {
     CHECK(blockspec_open_ex(&bs, t, NULL, "cpu", &o, err, sizeof err) != 0 && strstr(err, "needs a drafter"), "%s", err);
     o.draft_vocab = "/nonexistent/v.json";
     CHECK(blockspec_open_ex(&bs, t, d, "cpu", &o, err, sizeof err) != 0 && strstr(err, "/nonexistent/v.json"), "%s", err);
+}
+
+// Text through the API, as the header promises: a model folder with a tokenizer (the fixture target with a
+// tokenizer trained here, 384 tokens as the target's vocabulary): tokenize -> detokenize gives the text
+// back; blockspec_generate_text streams exactly the detokenization of blockspec_generate's ids for the
+// same request (greedy, with and without the drafter); the finish reason is reported; n_new -1 fills the
+// context and says "context"; a request past the context is refused with or without the drafter.
+#include "test_util_models.h"
+#include "train/bpe_train.h"
+typedef struct { char buf[8192]; size_t n; int calls; } text_sink;
+static int sink_text(void *ctx, const char *s, size_t n) {
+    text_sink *k = ctx;
+    if (k->n + n < sizeof k->buf) { memcpy(k->buf + k->n, s, n); k->n += n; k->buf[k->n] = 0; }
+    k->calls++;
+    return 0;
+}
+
+TEST(public_api_text_round_trip) {
+    const char *dir = bs_test_tmpdir("apitext");
+    CHECK(dir);
+    char t[1024], d[1024], path[1200], corpus[1200], cmd[4096], err[512];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
+    snprintf(cmd, sizeof cmd, "ln -s \"$(realpath %s/model.safetensors)\" %s/ && cp %s/config.json %s/", t, dir, t, dir);
+    CHECK(system(cmd) == 0);
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    FILE *f = fopen(corpus, "w");
+    CHECK(f);
+    for (int i = 0; i < 300; i++) fprintf(f, "the cat sat on the mat %d times; hello world, the answer is %d.\n", i * 31 % 97, i);
+    fclose(f);
+    const char *files[1] = { corpus }, *special[1] = { "<|endoftext|>" };
+    bs_bpe_train_opts o = { .vocab_size = 384, .special = special, .n_special = 1 };
+    bs_err e;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    CHECK(bs_bpe_train_files(files, 1, &o, path, &e) == 0, "%s", e.msg);
+    blockspec *bs;
+    CHECK(blockspec_open(&bs, dir, d, "cpu", err, sizeof err) == 0, "%s", err);
+    const char *texts[] = { "the cat sat on the mat", "hello world, 42 ünïcödé ✓ <|endoftext|> tail", "" };
+    for (int i = 0; i < 3; i++) {
+        int32_t *ids = NULL; size_t n = 0; char *back = NULL;
+        CHECK(blockspec_tokenize(bs, texts[i], &ids, &n, err, sizeof err) == 0, "%s", err);
+        CHECK(blockspec_detokenize(bs, ids, n, &back, err, sizeof err) == 0, "%s", err);
+        // detokenize skips special tokens: the <|endoftext|> written in the text is one id, left out.
+        const char *want = i == 1 ? "hello world, 42 ünïcödé ✓  tail" : texts[i];
+        CHECK(!strcmp(back, want), "round trip of \"%s\" gave \"%s\"", texts[i], back);
+        if (i == 0) CHECK(n > 0 && n < strlen(texts[i]), "no merges used (%zu ids)", n);
+        free(ids); free(back);
+    }
+    blockspec_params p = blockspec_default_params();
+    p.n_new = 24; p.stop_at_eos = 0;
+    for (int use = 0; use < 2; use++) {
+        p.use_drafter = use;
+        int32_t out[24]; size_t n_out; blockspec_stats st;
+        int32_t *pids; size_t np;
+        CHECK(blockspec_tokenize(bs, "the cat sat", &pids, &np, err, sizeof err) == 0, "%s", err);
+        CHECK(blockspec_generate(bs, pids, np, &p, out, 24, &n_out, NULL, NULL, &st, err, sizeof err) == 0, "%s", err);
+        free(pids);
+        CHECK(n_out == 24 && st.finish_reason && !strcmp(st.finish_reason, "length"), "%zu tokens, finish %s", n_out, st.finish_reason);
+        char *want;
+        CHECK(blockspec_detokenize(bs, out, n_out, &want, err, sizeof err) == 0, "%s", err);
+        text_sink k = { .n = 0 };
+        CHECK(blockspec_generate_text(bs, "the cat sat", &p, sink_text, &k, &st, err, sizeof err) == 0, "%s", err);
+        CHECK(!strcmp(k.buf, want), "%s: streamed \"%s\", detokenized ids \"%s\"", use ? "speculative" : "plain", k.buf, want);
+        CHECK(k.calls > 0 && st.n_generated == 24 && !strcmp(st.finish_reason, "length"));
+        free(want);
+    }
+    // n_new -1: as many tokens as fit (n_ctx 20 after a 3-token prompt: 18), reported as "context".
+    int32_t prompt[3] = { 5, 6, 7 }, out[64]; size_t n_out; blockspec_stats st;
+    p.n_new = -1; p.n_ctx = 20;
+    for (int use = 0; use < 2; use++) {
+        p.use_drafter = use;
+        CHECK(blockspec_generate(bs, prompt, 3, &p, out, 64, &n_out, NULL, NULL, &st, err, sizeof err) == 0, "%s", err);
+        CHECK(n_out == 18 && !strcmp(st.finish_reason, "context"), "%s: %zu tokens, finish %s", use ? "speculative" : "plain", n_out, st.finish_reason);
+        CHECK(blockspec_generate(bs, prompt, 3, &p, out, 10, &n_out, NULL, NULL, &st, err, sizeof err) != 0 && strstr(err, "cap"),
+              "n_new -1 with too small a buffer: %s", err);
+    }
+    // Past the context: refused with the same message with or without the drafter.
+    char e2[512];
+    p.n_new = 30; p.use_drafter = 0;
+    CHECK(blockspec_generate(bs, prompt, 3, &p, out, 64, &n_out, NULL, NULL, NULL, err, sizeof err) != 0, "plain ran past the context");
+    p.use_drafter = 1;
+    CHECK(blockspec_generate(bs, prompt, 3, &p, out, 64, &n_out, NULL, NULL, NULL, e2, sizeof e2) != 0 && !strcmp(err, e2),
+          "refusals differ: \"%s\" vs \"%s\"", err, e2);
+    blockspec_close(bs);
 }

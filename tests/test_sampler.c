@@ -40,27 +40,25 @@ TEST(sampler_processed_distribution) {
 
 TEST(sampler_draws_follow_distribution) {
     enum { V = 50, N = 200000 };
-    float l[V], p[V];
+    float l[V];
     bs_rng r; bs_rng_seed(&r, 1);
     for (int i = 0; i < V; i++) l[i] = (float)(bs_rng_uniform(&r) * 4 - 2);
     bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 1 }, { 0.7f, 10, 1.0f, 2 }, { 1.2f, 0, 0.7f, 3 } };
     for (int c = 0; c < 3; c++) {
         long counts[V] = { 0 };
-        double expect[V];
-        bs_sampling_probs(&cfgs[c], l, V, p, NULL);
-        for (int i = 0; i < V; i++) expect[i] = p[i];
+        double expect[V];   // the brute-force reference, not the sampler under test
+        tu_ref_probs(&cfgs[c], l, V, expect, NULL);
         bs_rng rng; bs_rng_seed(&rng, cfgs[c].seed);
         float probs[V], scratch[2 * V];
         for (int n = 0; n < N; n++) counts[bs_sample_logits(&cfgs[c], l, V, probs, scratch, &rng)]++;
-        for (int i = 0; i < V; i++) CHECK(expect[i] > 0 || counts[i] == 0, "drew token %d, which the filters removed", i);
+        CHECK(tu_impossible_draws(counts, expect, V) == 0, "drew tokens the filters removed");
         int df;
         double pv = tu_chi2_gof(counts, expect, V, N, &df);
         CHECK(pv > 1e-4, "config %d: draws do not follow the processed distribution (p = %g, df %d)", c, pv, df);
         // Power check: the same draws against the unfiltered softmax must be rejected when a filter is on.
         if (c > 0) {
             bs_sampling plain = { 1.0f, 0, 1.0f, 0 };
-            bs_sampling_probs(&plain, l, V, p, NULL);
-            for (int i = 0; i < V; i++) expect[i] = p[i];
+            tu_ref_probs(&plain, l, V, expect, NULL);
             CHECK(tu_chi2_gof(counts, expect, V, N, &df) < 1e-6, "the chi-square test cannot tell distributions apart");
         }
     }
@@ -168,4 +166,90 @@ TEST(sampler_chunks_same_bits_any_threads) {
         }
     }
     free(l); free(a); free(b);
+}
+
+// bs_sampling_probs (and the row-parallel bs_sampling_probs_rows) against the brute-force reference
+// (tu_ref_probs: sort, softmax in double, cut) with every filter combination on, including all three at
+// once: the kept sets are the same and every probability agrees to 2e-6 relative (float vs double). Rows:
+// random, flat, a few strong tokens, four-level ties (at the top-k and top-p boundaries), -inf masks; 7 to
+// 151,936 tokens. A top-p cut whose running mass is within 1e-6 of p (where float rounding may decide it)
+// is skipped and counted; the test fails if that leaves fewer than 90% of the cases checked.
+TEST(sampler_matches_bruteforce_reference) {
+    const bs_sampling cfgs[] = {
+        { 1.0f, 0, 1.0f, 0 }, { 0.6f, 0, 1.0f, 0 }, { 1.0f, 5, 1.0f, 0 }, { 1.0f, 0, 0.7f, 0 },
+        { 0.7f, 5, 0.9f, 0 }, { 1.3f, 20, 0.5f, 0 }, { 1.0f, 3, 0.99f, 0 }, { 0.5f, 1000, 0.8f, 0 },
+        { 2.0f, 40, 0.95f, 0 }, { 1.0f, 1, 0.5f, 0 }, { 0.9f, 7, 0.01f, 0 }, { 1.1f, 100000, 0.3f, 0 },
+        { 0.0f, 5, 0.5f, 0 },
+    };
+    const int vocabs[] = { 7, 50, 1000, 151936 };
+    enum { SHAPES = 5 };
+    bs_rng r; bs_rng_seed(&r, 2024);
+    int checked = 0, ambiguous = 0;
+    for (int vi = 0; vi < 4; vi++) {
+        const int V = vocabs[vi];
+        float *l = malloc(sizeof(float) * V), *p = malloc(sizeof(float) * V), *pr = malloc(sizeof(float) * V);
+        double *ref = malloc(sizeof(double) * V);
+        CHECK(l && p && pr && ref, "out of memory");
+        for (int shape = 0; shape < SHAPES; shape++) {
+            for (int i = 0; i < V; i++) {
+                double u = bs_rng_uniform(&r);
+                l[i] = shape == 0 ? (float)(u * 8 - 4)
+                     : shape == 1 ? (float)(u * 0.5)
+                     : shape == 2 ? (float)(u * 3) + (i % 13 == 5 ? 6.0f : 0)
+                     : shape == 3 ? (float)(int)(u * 4)
+                                  : (u < 0.3 ? -INFINITY : (float)(u * 10 - 5));
+            }
+            for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
+                // The large vocabulary with a few configurations only (the reference sorts it each time).
+                if (V > 1000 && c % 4 != 0 && c != 4 && c != 5) continue;
+                double boundary;
+                int kept_ref = tu_ref_probs(&cfgs[c], l, V, ref, &boundary);
+                if (boundary < 1e-6) { ambiguous++; continue; }
+                int kept = bs_sampling_probs(&cfgs[c], l, V, p, NULL);
+                bs_sampling_probs_rows(&cfgs[c], l, 1, V, pr);
+                // A -inf logit gets e^-87 / sum (< 1e-37) from the host's clamped exp, not 0: counted as removed.
+                int diff = 0, first = -1, kept_p = 0, positive = 0;
+                kept_ref = 0;
+                for (int i = 0; i < V; i++) {
+                    int bad = (ref[i] > 0) != (p[i] > 1e-30f) || fabs(p[i] - ref[i]) > 2e-6 * ref[i] + 1e-30 || pr[i] != p[i];
+                    if (bad && first < 0) first = i;
+                    diff += bad; kept_p += p[i] > 1e-30f; kept_ref += ref[i] > 0; positive += p[i] > 0;
+                }
+                if (diff && getenv("BS_DEBUG_REF")) {
+                    for (int i = 0; i < V; i++) if (ref[i] > 0 || p[i] > 1e-30f) printf("   %d l %.9g p %.9g ref %.9g\n", i, l[i], p[i], ref[i]);
+                    printf("   boundary %g\n", boundary);
+                }
+                CHECK(diff == 0 && kept_p == kept_ref && kept == positive, "V %d shape %d config %zu (T %.2f top_k %d top_p %.2f): %d tokens "
+                      "differ from the reference (kept %d, reference %d, returned %d; first: token %d p %.9g rows %.9g reference %.9g)", V, shape, c,
+                      cfgs[c].temperature, cfgs[c].top_k, cfgs[c].top_p, diff, kept_p, kept_ref, kept, first, first >= 0 ? p[first] : 0,
+                      first >= 0 ? pr[first] : 0, first >= 0 ? ref[first] : 0);
+                checked++;
+            }
+        }
+        free(l); free(p); free(pr); free(ref);
+    }
+    printf("  %d rows equal to the reference, %d skipped at an ambiguous top-p boundary\n", checked, ambiguous);
+    CHECK(ambiguous * 10 < checked, "too many ambiguous cases (%d of %d)", ambiguous, checked + ambiguous);
+}
+
+// The reference itself on a hand-worked row, so that a bug in it cannot make the test above agree with a
+// bug in the sampler: logits {2, 1, 1, 0, -1, 3} at T = 1, top-k 3 keeps {5, 0, 1, 2} (a tie at the
+// k-th), whose softmax is e^{3,2,1,1} / (e^3 + e^2 + 2e); top-p 0.8 then keeps {5, 0} (mass .63 + .23).
+TEST(sampler_reference_hand_worked) {
+    const float l[6] = { 2.0f, 1.0f, 1.0f, 0.0f, -1.0f, 3.0f };
+    double ref[6];
+    bs_sampling k3 = { 1.0f, 3, 1.0f, 0 }, k3p8 = { 1.0f, 3, 0.8f, 0 }, p5 = { 1.0f, 0, 0.5f, 0 }, g = { 0 };
+    CHECK(tu_ref_probs(&k3, l, 6, ref, NULL) == 4 && ref[3] == 0 && ref[4] == 0);
+    double z = exp(3.0) + exp(2.0) + 2 * exp(1.0);
+    CHECK_NEAR(ref[5], exp(3.0) / z, 1e-12);
+    CHECK_NEAR(ref[1], exp(1.0) / z, 1e-12);
+    CHECK(tu_ref_probs(&k3p8, l, 6, ref, NULL) == 2 && ref[1] == 0 && ref[2] == 0);
+    CHECK_NEAR(ref[5], exp(3.0) / (exp(3.0) + exp(2.0)), 1e-12);
+    CHECK(tu_ref_probs(&p5, l, 6, ref, NULL) == 1 && ref[5] == 1.0);
+    CHECK(tu_ref_probs(&g, l, 6, ref, NULL) == 1 && ref[5] == 1.0);
+    // Four tied tokens: top-p 0.3 admits the first (mass .25), needs another (.5 >= .3), and keeps the
+    // other two because they tie with the last admitted.
+    const float t4[5] = { 1, 1, 1, 1, -30 };
+    bs_sampling p3 = { 1.0f, 0, 0.3f, 0 };
+    CHECK(tu_ref_probs(&p3, t4, 5, ref, NULL) == 4 && ref[4] == 0);
 }

@@ -70,19 +70,23 @@ static int make_target_and_drafters(int V, int H, int L, int hd, int inter, uint
 }
 
 // The p-value of the first three tokens' counts against their exact joint under the target, over `runs`
-// seeded generations: speculative with `drafter`, or plain (drafter NULL). The joint is computed on the
-// host sampler from the engine's own logits, whatever backend samples the runs.
-static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const char *vocab, const bs_sampling *smp, long runs, double *accept_rate) {
+// seeded generations: speculative with `drafter`, or plain (drafter NULL). The joint is computed from the
+// engine's own logits by the brute-force reference (tu_ref_probs), not the sampler under test, whatever
+// backend samples the runs. Returns -1 when a run fails (never evidence either way) and 0 when any draw
+// landed on an impossible outcome (*impossible counts them).
+static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const char *vocab, const bs_sampling *smp, long runs, double *accept_rate,
+                                      long *impossible) {
     int V = e->cfg.vocab_size;
     int32_t prompt[3] = { 1, 5, 2 }, out[3];
     double *joint = malloc(sizeof(double) * V * V * V);
     long *counts = calloc((size_t)V * V * V, sizeof(long));
     bs_err err; bs_kv_cache kv; bs_kv_init(&kv, &e->cfg, 64, e->be, &err);
     float *lg_be = e->be->alloc(e->be, sizeof(float) * V, &err);
-    float *lg = malloc(sizeof(float) * V), *p[3], *scr = malloc(sizeof(float) * 2 * V);
-    for (int i = 0; i < 3; i++) p[i] = malloc(sizeof(float) * V);
+    float *lg = malloc(sizeof(float) * V);
+    double *p[3];
+    for (int i = 0; i < 3; i++) p[i] = malloc(sizeof(double) * V);
     bs_fwd_out fo = { .logits = lg_be };
-#define ROW_PROBS(dst) (e->be->download(e->be, lg, lg_be, sizeof(float) * V), bs_sampling_probs(smp, lg, V, dst, scr))
+#define ROW_PROBS(dst) (e->be->download(e->be, lg, lg_be, sizeof(float) * V), tu_ref_probs(smp, lg, V, dst, NULL))
     bs_qwen3_forward(&e->target, &kv, prompt, 3, &fo, &err);
     ROW_PROBS(p[0]);
     for (int a = 0; a < V; a++) {
@@ -91,7 +95,7 @@ static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const c
         for (int b = 0; b < V; b++) {
             bs_kv_rollback(&kv, 4, &err); bs_qwen3_forward(&e->target, &kv, &b, 1, &fo, &err);
             ROW_PROBS(p[2]);
-            for (int c = 0; c < V; c++) joint[(a * V + b) * V + c] = (double)p[0][a] * p[1][b] * p[2][c];
+            for (int c = 0; c < V; c++) joint[(a * V + b) * V + c] = p[0][a] * p[1][b] * p[2][c];
         }
     }
 #undef ROW_PROBS
@@ -119,12 +123,13 @@ static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const c
     }
     *accept_rate = drafted ? (double)acc / drafted : 0;
     int df;
+    *impossible = tu_impossible_draws(counts, joint, V * V * V);
     double pv = tu_chi2_gof(counts, joint, V * V * V, runs, &df);
     if (d) d->free(d);
     bs_session_free(&s); bs_kv_free(&kv);
     for (int i = 0; i < 3; i++) free(p[i]);
     e->be->free(e->be, lg_be);
-    free(lg); free(scr); free(joint); free(counts);
+    free(lg); free(joint); free(counts);
     return pv;
 }
 
@@ -138,8 +143,10 @@ TEST(spec_drafters_sampling_lossless) {
     const char *drafters[] = { dz, dd };
     for (int c = 0; c < 2; c++)
         for (int k = 0; k < 2; k++) {
-            double ar = 0;
-            double pv = drafter_sampling_pvalue(e, drafters[k], NULL, &cfgs[c], 20000, &ar);
+            double ar = 0; long imp = 0;
+            double pv = drafter_sampling_pvalue(e, drafters[k], NULL, &cfgs[c], 20000, &ar, &imp);
+            CHECK(pv >= 0, "a run failed");
+            CHECK(imp == 0, "%ld draws of impossible outcomes", imp);
             printf("  %s T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", k ? "dspark" : "dflash",
                    cfgs[c].temperature, cfgs[c].top_k, cfgs[c].top_p, pv, ar);
             CHECK(pv > 1e-4, "speculative sampling with a real drafter is not distributed as the target (p = %g)", pv);
@@ -150,7 +157,10 @@ TEST(spec_drafters_sampling_lossless) {
     snprintf(vp, sizeof vp, "%s/vocab.json", target);
     CHECK(tu_write_text(vp, "[0, 2, 3, 5, 8, 11]") == 0);   // 11 = V - 1, the mask id, never drafted otherwise
     for (int k = 0; k < 2; k++) {
-        double ar = 0, pv = drafter_sampling_pvalue(e, drafters[k], vp, &cfgs[k], 20000, &ar);
+        double ar = 0; long imp = 0;
+        double pv = drafter_sampling_pvalue(e, drafters[k], vp, &cfgs[k], 20000, &ar, &imp);
+        CHECK(pv >= 0, "a run failed");
+        CHECK(imp == 0, "%ld draws of impossible outcomes", imp);
         printf("  %s with a draft vocabulary, T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", k ? "dspark" : "dflash",
                cfgs[k].temperature, cfgs[k].top_k, cfgs[k].top_p, pv, ar);
         CHECK(pv > 1e-4, "speculative sampling with a draft vocabulary is not distributed as the target (p = %g)", pv);
@@ -179,7 +189,10 @@ TEST(spec_drafters_sampling_lossless_cuda) {
     };
     for (int k = 0; k < 5; k++) {
         const bs_sampling *c = &cfgs[runs[k].cfg];
-        double ar = 0, pv = drafter_sampling_pvalue(e, runs[k].dir, runs[k].vocab, c, 6000, &ar);
+        double ar = 0; long imp = 0;
+        double pv = drafter_sampling_pvalue(e, runs[k].dir, runs[k].vocab, c, 6000, &ar, &imp);
+        CHECK(pv >= 0, "a run failed");
+        CHECK(imp == 0, "%ld draws of impossible outcomes", imp);
         printf("  cuda %s T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", runs[k].name, c->temperature, c->top_k,
                c->top_p, pv, ar);
         CHECK(pv > 1e-4, "%s sampling on the GPU is not distributed as the target (p = %g)", runs[k].name, pv);

@@ -170,37 +170,52 @@ static int q_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling
     return 0;
 }
 
-// Exact joint distribution of the first 3 tokens by enumeration with plain forwards.
-static void exact_joint(bs_engine *e, const bs_sampling *smp, const int32_t *prompt, int P, double *joint) {
+// Exact joint distribution of the first T tokens (T <= 4) by enumeration with plain forwards, each
+// step's distribution from the brute-force reference (tu_ref_probs), not from the sampler under test.
+static void exact_joint(bs_engine *e, const bs_sampling *smp, const int32_t *prompt, int P, int T, double *joint) {
     int V = e->cfg.vocab_size;
     bs_err err; bs_kv_cache kv; bs_kv_init(&kv, &e->cfg, 64, e->be, &err);
-    float *lg = malloc(sizeof(float) * V), *p1 = malloc(sizeof(float) * V), *p2 = malloc(sizeof(float) * V),
-          *p3 = malloc(sizeof(float) * V), *scr = malloc(sizeof(float) * 2 * V);
+    float *lg = malloc(sizeof(float) * V);
+    double *p = malloc(sizeof(double) * V * T);   // p[t]: the step-t distribution of the current prefix
     bs_fwd_out fo = { .logits = lg };
     bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err);
-    bs_sampling_probs(smp, lg, V, p1, scr);
-    for (int a = 0; a < V; a++) {
-        bs_kv_rollback(&kv, P, &err);
-        bs_qwen3_forward(&e->target, &kv, &a, 1, &fo, &err);
-        bs_sampling_probs(smp, lg, V, p2, scr);
-        for (int b = 0; b < V; b++) {
-            bs_kv_rollback(&kv, P + 1, &err);
-            bs_qwen3_forward(&e->target, &kv, &b, 1, &fo, &err);
-            bs_sampling_probs(smp, lg, V, p3, scr);
-            for (int c = 0; c < V; c++) joint[(a * V + b) * V + c] = (double)p1[a] * p2[b] * p3[c];
+    tu_ref_probs(smp, lg, V, p, NULL);
+    // Cells in index order (token 0 varies slowest); p[t] depends on the prefix idx[0..t-1], so it is
+    // recomputed (one forward of idx[t-1] after the prompt and idx[0..t-2]) whenever idx[t..T-1] wrap to 0.
+    int idx[4] = { 0 };
+    long cells = 1;
+    for (int t = 0; t < T; t++) cells *= V;
+    for (long c = 0; c < cells; c++) {
+        long r = c;
+        for (int t = T - 1; t >= 0; t--) { idx[t] = (int)(r % V); r /= V; }
+        for (int t = 1; t < T; t++) {
+            int fresh = 1;
+            for (int u = t; u < T; u++) fresh &= idx[u] == 0;
+            if (!fresh) continue;
+            bs_kv_rollback(&kv, P + t - 1, &err);
+            bs_qwen3_forward(&e->target, &kv, &idx[t - 1], 1, &fo, &err);
+            tu_ref_probs(smp, lg, V, p + (size_t)t * V, NULL);
         }
+        double j = 1;
+        for (int t = 0; t < T; t++) j *= p[(size_t)t * V + idx[t]];
+        joint[c] = j;
     }
-    free(lg); free(p1); free(p2); free(p3); free(scr);
+    free(lg); free(p);
     bs_kv_free(&kv);
 }
 
-// Returns the p-value of the empirical 3-token joint (spec or plain) against the exact one.
-static double sampling_pvalue(bs_engine *e, const bs_sampling *smp, int block, int wrong_q, int use_spec, long runs) {
+// The first T tokens' counts over `runs` seeded generations (speculative with a drafter of `block` drafts
+// per round, or plain), against the exact joint: the chi-square p-value, the draws on impossible outcomes,
+// and whether every run produced its T tokens (a failed run is reported, never counted as evidence).
+typedef struct { double pv; long impossible; int df, failed; double accept; } sampling_result;
+static sampling_result sampling_check(bs_engine *e, const bs_sampling *smp, int block, int wrong_q, int use_spec, int T, long runs) {
     int V = e->cfg.vocab_size;
-    int32_t prompt[3] = { 1, 5, 2 }, out[3];
-    double *joint = malloc(sizeof(double) * V * V * V);
-    long *counts = calloc((size_t)V * V * V, sizeof(long));
-    exact_joint(e, smp, prompt, 3, joint);
+    int32_t prompt[3] = { 1, 5, 2 }, out[4];
+    long cells = 1;
+    for (int t = 0; t < T; t++) cells *= V;
+    double *joint = malloc(sizeof(double) * cells);
+    long *counts = calloc((size_t)cells, sizeof(long));
+    exact_joint(e, smp, prompt, 3, T, joint);
     bs_err err;
     qdraft g = { .vocab = V, .wrong_q = wrong_q, .taps = { 1 } };
     g.q = malloc(sizeof(float) * BS_MAX_DRAFT * V); g.scratch = malloc(sizeof(float) * 2 * V);
@@ -210,23 +225,33 @@ static double sampling_pvalue(bs_engine *e, const bs_sampling *smp, int block, i
     bs_sampling sm = *smp;
     bs_session_init(&s, e, 64, &sm, &err);
     bs_spec_opts o = { .draft_max = block, .stop_at_eos = 0 };
+    sampling_result res = { 0 };
+    long acc = 0, drafted = 0;
     for (long r = 0; r < runs; r++) {
         bs_rng_seed(&s.rng, 1000003ull * r + 17 + block);
         bs_kv_rollback(&s.kv, 0, &err); d.n_ctx = 0;
         int n = 0; bs_spec_stats st;
-        int rc = use_spec ? bs_generate_spec(&s, &d, prompt, 3, 3, &o, out, &n, NULL, NULL, &st, &err)
-                          : bs_generate_plain(&s, prompt, 3, 3, 0, out, &n, NULL, NULL, &err);
-        if (use_spec) bs_spec_stats_free(&st);
-        if (rc || n != 3) { fprintf(stderr, "  run failed: %s\n", err.msg); counts[0] += 1000000; break; }
-        counts[(out[0] * V + out[1]) * V + out[2]]++;
+        int rc = use_spec ? bs_generate_spec(&s, &d, prompt, 3, T, &o, out, &n, NULL, NULL, &st, &err)
+                          : bs_generate_plain(&s, prompt, 3, T, 0, out, &n, NULL, NULL, &err);
+        if (use_spec) { acc += st.accepted; drafted += st.drafted; bs_spec_stats_free(&st); }
+        if (rc || n != T) { fprintf(stderr, "  run %ld failed (%d tokens): %s\n", r, n, rc ? err.msg : ""); res.failed = 1; break; }
+        long c = 0;
+        for (int t = 0; t < T; t++) c = c * V + out[t];
+        counts[c]++;
     }
-    int df;
-    double pv = tu_chi2_gof(counts, joint, V * V * V, runs, &df);
+    if (!res.failed) {
+        res.impossible = tu_impossible_draws(counts, joint, (int)cells);
+        res.pv = tu_chi2_gof(counts, joint, (int)cells, runs, &res.df);
+        res.accept = drafted ? (double)acc / drafted : 0;
+    }
     bs_session_free(&s);
     free(joint); free(counts); free(g.q); free(g.scratch);
-    return pv;
+    return res;
 }
 
+// 20,000 runs per check. Power (the wrong-q check): a drafter that reports a uniform q where it drew from
+// another is rejected at p < 1e-6 in every configuration; the pass threshold 1e-4 makes a false alarm
+// over the 8 checks below ~1e-3. The runs it counts must all complete (a failed run is a failure).
 TEST(spec_sampling_lossless_distribution) {
     const char *dir = tu_make_target(8, 16, 1, 2, 1, 8, 32, 0, 1, 7);
     CHECK(dir, "could not write a random target");
@@ -236,15 +261,42 @@ TEST(spec_sampling_lossless_distribution) {
     bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 0.7f, 5, 1.0f, 0 }, { 1.0f, 0, 0.8f, 0 }, { 1.3f, 6, 0.9f, 0 } };
     const long RUNS = 20000;
     for (int c = 0; c < 4; c++) {
-        double pv_plain = sampling_pvalue(e, &cfgs[c], 1, 0, 0, RUNS);
-        double pv_spec = sampling_pvalue(e, &cfgs[c], 2 + c % 3, 0, 1, RUNS);
-        double pv_wrong = sampling_pvalue(e, &cfgs[c], 2 + c % 3, 1, 1, RUNS);
-        printf("  T=%.1f top_k=%d top_p=%.1f: p-value plain %.3g, speculative %.3g, wrong q %.3g\n",
-               cfgs[c].temperature, cfgs[c].top_k, cfgs[c].top_p, pv_plain, pv_spec, pv_wrong);
-        CHECK(pv_plain > 1e-4, "plain sampling does not follow the processed distribution (p = %g)", pv_plain);
-        CHECK(pv_spec > 1e-4, "speculative sampling is not distributed as the target (p = %g)", pv_spec);
-        CHECK(pv_wrong < 1e-6, "a wrong q went undetected (p = %g): the test has no power", pv_wrong);
+        sampling_result plain = sampling_check(e, &cfgs[c], 1, 0, 0, 3, RUNS);
+        sampling_result spec = sampling_check(e, &cfgs[c], 2 + c % 3, 0, 1, 3, RUNS);
+        sampling_result wrong = sampling_check(e, &cfgs[c], 2 + c % 3, 1, 1, 3, RUNS);
+        printf("  T=%.1f top_k=%d top_p=%.1f: p-value plain %.3g (df %d), speculative %.3g (df %d), wrong q %.3g\n",
+               cfgs[c].temperature, cfgs[c].top_k, cfgs[c].top_p, plain.pv, plain.df, spec.pv, spec.df, wrong.pv);
+        CHECK(!plain.failed && !spec.failed && !wrong.failed, "a run failed");
+        CHECK(plain.impossible == 0 && spec.impossible == 0, "draws of impossible tokens: plain %ld, speculative %ld", plain.impossible, spec.impossible);
+        CHECK(plain.pv > 1e-4, "plain sampling does not follow the processed distribution (p = %g)", plain.pv);
+        CHECK(spec.pv > 1e-4, "speculative sampling is not distributed as the target (p = %g)", spec.pv);
+        CHECK(wrong.pv < 1e-6, "a wrong q went undetected (p = %g): the test has no power", wrong.pv);
     }
+    bs_engine_close(e);
+}
+
+// The bonus token and later rounds. With one draft per round the first three tokens are the prefill's
+// anchor, then d_1 and the bonus (all accepted) or the correction and the next round's anchor; with two
+// drafts the fourth token is the bonus after a fully accepted block or comes from the second round. (The
+// test above, with at least two drafts and three tokens, never sees either.) Combined filters under
+// top-k keep the 4-token joint's support small; impossible tokens are counted.
+TEST(spec_sampling_bonus_and_later_rounds) {
+    const char *dir = tu_make_target(8, 16, 1, 2, 1, 8, 32, 0, 1, 7);
+    CHECK(dir, "could not write a random target");
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, dir, "cpu-ref", &err) == 0, "%s", err.msg);
+    const bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 1.3f, 4, 0.9f, 0 } };
+    const long RUNS = 10000;   // the bonus drawn from the wrong row scores p = 0 at 10,000 (make mutants)
+    for (int c = 0; c < 2; c++)
+        for (int block = 1; block <= 2; block++) {
+            sampling_result r = sampling_check(e, &cfgs[c], block, 0, 1, block + 2, RUNS);
+            printf("  T=%.1f top_k=%d top_p=%.1f, %d draft(s), %d tokens: p-value %.3g (df %d), acceptance %.2f\n", cfgs[c].temperature,
+                   cfgs[c].top_k, cfgs[c].top_p, block, block + 2, r.pv, r.df, r.accept);
+            CHECK(!r.failed, "a run failed");
+            CHECK(r.impossible == 0, "%ld draws of impossible outcomes", r.impossible);
+            CHECK(r.pv > 1e-4, "the bonus / later-round tokens are not distributed as the target (p = %g)", r.pv);
+            CHECK(r.accept > 0.1 && r.accept < 0.9, "acceptance %.2f: too few (or too many) bonus draws for power", r.accept);
+        }
     bs_engine_close(e);
 }
 

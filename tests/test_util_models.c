@@ -53,19 +53,74 @@ static double gamma_q(double a, double x) {
 
 double tu_chi2_sf(double x, int df) { return gamma_q(df / 2.0, x / 2.0); }
 
+long tu_impossible_draws(const long *counts, const double *expect, int n) {
+    long bad = 0;
+    for (int i = 0; i < n; i++) if (expect[i] <= 0) bad += counts[i];
+    return bad;
+}
+
 double tu_chi2_gof(const long *counts, const double *expect, int n, long total, int *df_out) {
     double chi = 0, acc_e = 0; long acc_c = 0; int cells = 0;
+    const long impossible = tu_impossible_draws(counts, expect, n);
     for (int i = 0; i < n; i++) {
         acc_e += expect[i] * total; acc_c += counts[i];
         if (acc_e >= 5 || i == n - 1) {
             if (acc_e > 0) { chi += (acc_c - acc_e) * (acc_c - acc_e) / acc_e; cells++; }
-            else if (acc_c > 0) chi += 1e30;   // observed an impossible outcome
             acc_e = 0; acc_c = 0;
         }
     }
     int df = cells > 1 ? cells - 1 : 1;
     if (df_out) *df_out = df;
-    return tu_chi2_sf(chi, df);
+    return impossible ? 0.0 : tu_chi2_sf(chi, df);
+}
+
+typedef struct { double v; int i; } ref_item;
+static int ref_desc(const void *a, const void *b) {   // by value, descending; index breaks ties (stable)
+    const ref_item *x = a, *y = b;
+    return x->v < y->v ? 1 : x->v > y->v ? -1 : (x->i > y->i) - (x->i < y->i);
+}
+
+int tu_ref_probs(const bs_sampling *s, const float *logits, int V, double *out, double *boundary) {
+    if (boundary) *boundary = INFINITY;
+    for (int i = 0; i < V; i++) out[i] = 0;
+    if (s->temperature <= 0) {
+        int best = 0;
+        for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+        out[best] = 1;
+        return 1;
+    }
+    ref_item *it = malloc(sizeof *it * V);
+    if (!it) return -1;
+    for (int i = 0; i < V; i++) it[i] = (ref_item){ (double)logits[i] / s->temperature, i };
+    qsort(it, V, sizeof *it, ref_desc);
+    int n = V;   // it[0..n) are the candidates, most likely first
+    // Two values this close (but not equal) may round to one float in the sampler, which then keeps both.
+#define NEAR_TIE(a, b) ((a) != (b) && fabs((a) - (b)) <= 1e-6 * fmax(fabs(a), fabs(b)))
+    if (s->top_k > 0 && s->top_k < V) {
+        n = s->top_k;
+        while (n < V && it[n].v == it[s->top_k - 1].v) n++;   // ties with the k-th are kept
+        if (boundary && n < V && NEAR_TIE(it[n].v, it[n - 1].v)) *boundary = 0;
+    }
+    const double mx = it[0].v;
+    double z = 0;
+    for (int r = 0; r < n; r++) z += exp(it[r].v - mx);
+    for (int r = 0; r < n; r++) it[r].v = exp(it[r].v - mx) / z;   // still descending
+    if (s->top_p > 0 && s->top_p < 1) {
+        double acc = 0, before = 0;
+        int m = 0;
+        while (m < n) { before = acc; acc += it[m].v; m++; if (acc >= s->top_p) break; }
+        while (m < n && it[m].v == it[m - 1].v) m++;   // ties with the last admitted token
+        if (boundary) *boundary = fmin(*boundary, fmin(fabs(acc - s->top_p), fabs(before - s->top_p)));
+        if (boundary && m < n && NEAR_TIE(it[m].v, it[m - 1].v)) *boundary = 0;
+        n = m;
+        z = 0;
+        for (int r = 0; r < n; r++) z += it[r].v;
+        for (int r = 0; r < n; r++) it[r].v /= z;
+    }
+#undef NEAR_TIE
+    for (int r = 0; r < n; r++) out[it[r].i] = it[r].v;
+    free(it);
+    return n;
 }
 
 bs_backend *tu_cuda_open(const char **why) {

@@ -9,8 +9,25 @@ const char *tu_make_target(int vocab, int hidden, int layers, int heads, int kv_
 // Upper tail of the chi-square distribution with df degrees of freedom: P(X >= x).
 double tu_chi2_sf(double x, int df);
 // Chi-square goodness of fit of counts[n] against probabilities expect[n] (sum 1) over `total`
-// draws, merging cells with expected count < 5. Returns the p-value; *df_out gets the dof used.
+// draws, merging neighbouring cells (index order) until each group expects >= 5 draws; the degrees of
+// freedom are the groups - 1. Returns the p-value (0 when any draw landed in a cell of probability 0,
+// wherever it is: merging would otherwise hide it); *df_out gets the dof used.
 double tu_chi2_gof(const long *counts, const double *expect, int n, long total, int *df_out);
+// Draws that landed on outcomes of probability exactly 0 (tokens the filters removed): every sampling
+// test checks this is 0 on its own, not only through the chi-square.
+long tu_impossible_draws(const long *counts, const double *expect, int n);
+
+// The processed distribution (temperature -> top-k -> top-p, transformers' order) by brute force, in
+// double and by sorting, written independently of src/spec/sampler.c (which avoids sorting for speed):
+// the reference bs_sampling_probs and the spec tests' expected distributions are held to.
+//   greedy (T <= 0): one-hot at the first argmax; top-k (0 < k < V): logits >= the k-th largest (ties
+//   kept); top-p (0 < p < 1): after renormalising, the most probable tokens in order until their mass
+//   reaches p, with every token tied with the last one admitted.
+// out[V]; returns the kept count. *boundary (may be NULL) = the distance of the top-p walk's running mass
+// from p at the step that admitted the last token or the one before it, or 0 when a top-k or top-p cut
+// falls between two values within 1e-6 relative of each other but not equal (float rounding can flip the
+// cut in these cases, or make the two one tie; callers comparing kept sets skip them below ~1e-6).
+int tu_ref_probs(const bs_sampling *s, const float *logits, int V, double *out, double *boundary);
 
 // A CUDA backend on device 0, or NULL with *why saying why not (BS_NO_CUDA_TESTS set, no usable GPU, a
 // build without CUDA): GPU tests SKIP with that reason.

@@ -54,21 +54,29 @@ int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, co
     bs_sampling smp = { p->temperature, p->top_k, p->top_p, p->seed };
     bs_session s;
     bs_drafter *d = p->use_drafter ? bs->drafter : NULL;
-    int n = 0, rc = -1, want = p->n_new < (int)cap ? p->n_new : (int)cap;
+    size_t cap_i = cap < (size_t)INT32_MAX ? cap : (size_t)INT32_MAX;
+    int n = 0, rc = -1, want = p->n_new < 0 ? -1 : p->n_new < (int)cap_i ? p->n_new : (int)cap_i;
     *n_out = 0;
     if (n_prompt > (size_t)INT32_MAX) return fail(err, err_len, "prompt too long");
-    int n_ctx = p->n_ctx ? p->n_ctx : bs_request_ctx(&bs->eng->cfg, (int)n_prompt, want);
+    int n_ctx = p->n_ctx ? p->n_ctx : want < 0 ? bs->eng->cfg.max_position : bs_request_ctx(&bs->eng->cfg, (int)n_prompt, want);
     if (bs_session_init(&s, bs->eng, n_ctx, &smp, &e)) return fail(err, err_len, e.msg);
+    if (want < 0) {   // as many as fit: the output buffer must hold them all
+        int fits = bs_request_tokens(&s.kv, (int)n_prompt, -1, &e);
+        if (fits < 0) goto out;
+        if ((size_t)fits > cap_i) { bs_fail(&e, "n_new -1 needs room for %d tokens (the context holds them) but cap is %zu", fits, cap); goto out; }
+    }
     if (d) {
         bs_spec_stats st = {0};
         bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos };
         if (d->rollback(d, 0, &e) ||
             bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
-        if (stats) *stats = (blockspec_stats){ st.n_prompt, st.n_generated, st.rounds, bs_spec_tau(&st), st.t_prefill, st.t_total - st.t_prefill };
+        if (stats) *stats = (blockspec_stats){ st.n_prompt, st.n_generated, st.rounds, bs_spec_tau(&st), st.t_prefill, st.t_total - st.t_prefill,
+                                               bs_finish_name(st.finish) };
         bs_spec_stats_free(&st);
     } else {
         if (bs_generate_plain(&s, prompt, (int)n_prompt, want, p->stop_at_eos, out, &n, on_token, ctx, &e)) goto out;
-        if (stats) *stats = (blockspec_stats){ s.stats.n_prompt, s.stats.n_generated, 0, 0, s.stats.t_prefill, s.stats.t_decode };
+        if (stats) *stats = (blockspec_stats){ s.stats.n_prompt, s.stats.n_generated, 0, 0, s.stats.t_prefill, s.stats.t_decode,
+                                               bs_finish_name(s.stats.finish) };
     }
     *n_out = (size_t)n;
     rc = 0;
@@ -92,10 +100,12 @@ int blockspec_generate_text(blockspec *bs, const char *prompt, const blockspec_p
     if (!p) p = &dp;
     int32_t *ids = NULL; size_t n = 0, n_out = 0;
     if (blockspec_tokenize(bs, prompt, &ids, &n, err, err_len)) return -1;
-    int32_t *out = malloc(sizeof(int32_t) * (p->n_new > 0 ? p->n_new : 1));
+    // n_new -1: room for whatever the context can hold.
+    size_t cap = p->n_new >= 0 ? (size_t)p->n_new : (size_t)(p->n_ctx > 0 ? p->n_ctx : bs->eng->cfg.max_position) + 1;
+    int32_t *out = malloc(sizeof(int32_t) * (cap ? cap : 1));
     text_ctx tc = { .fn = on_text, .ctx = ctx };
     bs_detok_init(&tc.dt, bs->eng->tok, 1);
-    int rc = out ? blockspec_generate(bs, ids, n, p, out, (size_t)(p->n_new > 0 ? p->n_new : 0), &n_out, text_token, &tc, stats, err, err_len)
+    int rc = out ? blockspec_generate(bs, ids, n, p, out, cap, &n_out, text_token, &tc, stats, err, err_len)
                  : fail(err, err_len, "out of memory");
     if (!rc) {
         char buf[64];

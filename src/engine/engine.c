@@ -48,6 +48,30 @@ int bs_is_eos(const bs_engine *e, int32_t t) {
     return 0;
 }
 
+const char *bs_finish_name(bs_finish f) {
+    switch (f) {
+    case BS_FINISH_LENGTH: return "length";
+    case BS_FINISH_EOS: return "eos";
+    case BS_FINISH_STOP: return "stop";
+    case BS_FINISH_CONTEXT: return "context";
+    default: return "none";
+    }
+}
+
+int bs_request_tokens(const bs_kv_cache *kv, int n_prompt, int n_new, bs_err *err) {
+    if (n_prompt <= 0) return bs_fail(err, "the prompt is empty");
+    long room = (long)kv->max_ctx - kv->n_past - n_prompt;   // rows left after the prompt's
+    if (n_new < 0) {
+        if (room < 0) return bs_fail(err, "prompt (%d tokens) exceeds the context length %d", n_prompt, kv->max_ctx);
+        return (int)(room + 1 < (1L << 30) ? room + 1 : (1L << 30));
+    }
+    if (n_new > 0 && (long)n_new - 1 > room)
+        return bs_fail(err, "prompt (%d tokens) + %d new tokens exceed the context length %d", n_prompt, n_new, kv->max_ctx);
+    if (n_new == 0 && room < 0)
+        return bs_fail(err, "prompt (%d tokens) exceeds the context length %d", n_prompt, kv->max_ctx);
+    return n_new;
+}
+
 int bs_request_ctx(const bs_qwen3_config *c, int n_prompt, int n_new) {
     long want = (long)n_prompt + n_new + 72;   // 72 > the longest verify block (BS_MAX_DRAFT + 1)
     return want < c->max_position ? (int)want : c->max_position;
@@ -88,19 +112,21 @@ int bs_generate_plain(bs_session *s, const int32_t *prompt, int n_prompt, int n_
                       int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx, bs_err *err) {
     bs_engine *e = s->eng;
     *n_out = 0;
-    if (n_prompt <= 0) return bs_fail(err, "the prompt is empty");
-    if (s->kv.n_past + n_prompt + (n_new > 0 ? n_new - 1 : 0) > s->kv.max_ctx)
-        return bs_fail(err, "prompt (%d tokens) + %d new tokens exceed the context length %d", n_prompt, n_new, s->kv.max_ctx);
+    s->stats.finish = BS_FINISH_NONE;
+    const int fill = n_new < 0;
+    if ((n_new = bs_request_tokens(&s->kv, n_prompt, n_new, err)) < 0) return -1;
     bs_fwd_out fo = { .logits = s->logits };
     double t0 = bs_now();
     if (bs_qwen3_forward(&e->target, &s->kv, prompt, n_prompt, &fo, err)) return -1;
     int32_t tok = next_token(s);
     double t1 = bs_now();
     s->stats.n_prompt = n_prompt; s->stats.t_prefill = t1 - t0;
+    if (n_new == 0) s->stats.finish = BS_FINISH_LENGTH;
     for (int i = 0; i < n_new; i++) {
         out[(*n_out)++] = tok;
-        if (cb && cb(cb_ctx, tok)) break;
-        if ((stop_at_eos && bs_is_eos(e, tok)) || i + 1 == n_new) break;
+        if (cb && cb(cb_ctx, tok)) { s->stats.finish = BS_FINISH_STOP; break; }
+        if (stop_at_eos && bs_is_eos(e, tok)) { s->stats.finish = BS_FINISH_EOS; break; }
+        if (i + 1 == n_new) { s->stats.finish = fill ? BS_FINISH_CONTEXT : BS_FINISH_LENGTH; break; }
         if (bs_qwen3_forward(&e->target, &s->kv, &tok, 1, &fo, err)) return -1;
         tok = next_token(s);
     }

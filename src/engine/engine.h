@@ -20,8 +20,15 @@ typedef struct bs_engine {
 int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, bs_err *err);
 void bs_engine_close(bs_engine *e);
 
+// Why generation stopped: the requested count was reached (length), an end-of-sequence token was
+// emitted (eos), the token callback asked to stop (stop), or, when the request asked for as many tokens
+// as fit (n_new < 0), the context was full (context). Plain and speculative decoding report the same.
+typedef enum { BS_FINISH_NONE = 0, BS_FINISH_LENGTH, BS_FINISH_EOS, BS_FINISH_STOP, BS_FINISH_CONTEXT } bs_finish;
+const char *bs_finish_name(bs_finish f);   // "length", "eos", "stop", "context" ("none" before any token)
+
 typedef struct bs_gen_stats {
     int n_prompt, n_generated;
+    bs_finish finish;
     double t_prefill, t_decode;    // seconds
 } bs_gen_stats;
 
@@ -42,8 +49,14 @@ typedef struct bs_session {
 int bs_request_ctx(const bs_qwen3_config *c, int n_prompt, int n_new);
 int bs_session_init(bs_session *s, bs_engine *e, int max_ctx, const bs_sampling *sampling, bs_err *err);
 void bs_session_free(bs_session *s);
-// Plain decoding: prefill the prompt, then one token per forward until n_new tokens, an EOS
-// (when stop_at_eos) or the context is full. Tokens go to out (capacity n_new) and to cb.
+// The one context rule of plain and speculative decoding, checked before anything runs: n_new tokens
+// after an n_prompt-token prompt need n_prompt + n_new - 1 rows of context past kv->n_past (the last token
+// is emitted, never fed), else the request is refused with the same message on both paths. n_new < 0
+// asks for as many tokens as fit (at least one). Returns the number of tokens to generate, or -1 (err).
+int bs_request_tokens(const bs_kv_cache *kv, int n_prompt, int n_new, bs_err *err);
+// Plain decoding: prefill the prompt, then one token per forward until n_new tokens (n_new < 0: until
+// the context is full, bs_request_tokens), an EOS (when stop_at_eos) or the callback says stop; the
+// reason is s->stats.finish. Tokens go to out (capacity: bs_request_tokens' count) and to cb.
 int bs_generate_plain(bs_session *s, const int32_t *prompt, int n_prompt, int n_new, int stop_at_eos,
                       int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx, bs_err *err);
 int bs_is_eos(const bs_engine *e, int32_t token);

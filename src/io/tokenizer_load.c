@@ -137,6 +137,7 @@ static int load_added(bs_tokenizer *t, const cJSON *added, bs_err *err) {
         a->id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
         // As in Hugging Face, a token the model vocab (or an earlier added token) already has keeps
         // that id, whatever id the entry declares.
+        a->special = jbool(it, "special", 0);   // before the early path below, which marks the id special too
         int32_t have = bs_tok_map_get(&t->vocab, c, a->len);
         if (have >= 0) {
             a->id = have;
@@ -146,7 +147,6 @@ static int load_added(bs_tokenizer *t, const cJSON *added, bs_err *err) {
             t->n_added++;
             continue;
         }
-        a->special = jbool(it, "special", 0);
         a->lstrip = jbool(it, "lstrip", 0);
         a->rstrip = jbool(it, "rstrip", 0);
         a->normalized = jbool(it, "normalized", !a->special);

@@ -25,15 +25,21 @@ static void record_round(bs_spec_stats *st, int n, int a) {
 }
 
 typedef struct emitter {
-    int32_t *out; int *n_out; int n_new, stop_at_eos, done;
+    int32_t *out; int *n_out; int n_new, stop_at_eos, fill, done;
     bs_token_cb cb; void *ctx; const bs_engine *eng;
+    bs_finish *finish;
 } emitter;
 
-// Emits one token; sets done when the budget, an EOS or the callback ends generation.
+// Emits one token; sets done (and why, in bs_generate_plain's order) when the callback, an EOS or the
+// budget ends generation.
 static void emit(emitter *e, int32_t t) {
     if (e->done) return;
     e->out[(*e->n_out)++] = t;
-    if ((e->cb && e->cb(e->ctx, t)) || *e->n_out >= e->n_new || (e->stop_at_eos && bs_is_eos(e->eng, t))) e->done = 1;
+    bs_finish f = BS_FINISH_NONE;
+    if (e->cb && e->cb(e->ctx, t)) f = BS_FINISH_STOP;
+    else if (e->stop_at_eos && bs_is_eos(e->eng, t)) f = BS_FINISH_EOS;
+    else if (*e->n_out >= e->n_new) f = e->fill ? BS_FINISH_CONTEXT : BS_FINISH_LENGTH;
+    if (f != BS_FINISH_NONE) { e->done = 1; *e->finish = f; }
 }
 
 // The verify's host ids after the anchor when it cannot read the drafts on the device: dr->tokens, or a
@@ -109,11 +115,13 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
     int greedy = bs_sampling_greedy(&s->sampling);
     *n_out = 0;
     memset(st, 0, sizeof *st);
-    if (n_prompt <= 0) return bs_fail(err, "the prompt is empty");
-    if (n_new <= 0) return 0;
-    if (B < 1 || B > BS_MAX_DRAFT) return bs_fail(err, "draft length %d outside [1, %d]", B, BS_MAX_DRAFT);
     if (s->kv.n_past != 0 || d->n_ctx != 0) return bs_fail(err, "speculative generation needs a fresh session and drafter");
-    if (n_prompt + 1 > s->kv.max_ctx) return bs_fail(err, "prompt (%d tokens) leaves no room in the context length %d", n_prompt, s->kv.max_ctx);
+    // Plain decoding's rule, so that both refuse (or run) the same requests: after it, a round always
+    // has room for the anchor (checked again in the loop).
+    const int fill = n_new < 0;
+    if ((n_new = bs_request_tokens(&s->kv, n_prompt, n_new, err)) < 0) return -1;
+    if (n_new == 0) { st->finish = BS_FINISH_LENGTH; return 0; }
+    if (B < 1 || B > BS_MAX_DRAFT) return bs_fail(err, "draft length %d outside [1, %d]", B, BS_MAX_DRAFT);
     int feat_rows = n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK;
     if (feat_rows < B + 1) feat_rows = B + 1;
     float *logits = be->alloc(be, sizeof(float) * (size_t)(B + 1) * V, err);
@@ -134,14 +142,17 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
     else { double u = bs_rng_uniform(&s->rng); bs_sample_rows(be, &s->sampling, logits, logits, 1, V, &u, &anchor); }
     st->n_prompt = n_prompt;
     st->t_prefill = bs_now() - t_start;
-    emitter em = { out, n_out, n_new, opts ? opts->stop_at_eos : 1, 0, cb, cb_ctx, eng };
+    emitter em = { out, n_out, n_new, opts ? opts->stop_at_eos : 1, fill, 0, cb, cb_ctx, eng, &st->finish };
     emit(&em, anchor);
 
     bs_draft dr;
     int32_t ids[BS_MAX_DRAFT + 1], targ[BS_MAX_DRAFT + 1];
     while (!em.done) {
-        int room = s->kv.max_ctx - s->kv.n_past - 1;   // rows left after the anchor's
-        if (room < 0) break;                             // context full: stop cleanly
+        // Rows left after the anchor's. bs_request_tokens guarantees the anchor's row while tokens are
+        // still owed (n_past = prompt + emitted - 1); running out here would be a bug, and is an error
+        // rather than a silently shorter output.
+        int room = s->kv.max_ctx - s->kv.n_past - 1;
+        if (room < 0) { bs_fail(err, "internal error: the context (%d) is full after %d of %d tokens", s->kv.max_ctx, *n_out, n_new); goto out; }
         int max_n = B < room ? B : room;
         int n = 0;
         t0 = bs_now();

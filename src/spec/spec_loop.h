@@ -20,6 +20,7 @@ typedef struct bs_spec_stats {
                                                     // t_draft = proposals + context growth, the rest bookkeeping
     int *acceptance_lengths;                // per round: accepted + 1 (the emitted bonus/correction), malloc'd
     int n_lengths, cap_lengths;
+    bs_finish finish;                       // why generation stopped (engine.h), as plain decoding reports it
 } bs_spec_stats;
 
 void bs_spec_stats_free(bs_spec_stats *st);
@@ -43,6 +44,9 @@ int bs_verify_sampled(bs_qwen3 *tm, bs_kv_cache *kv, int32_t anchor, const bs_dr
                       const bs_sampling *smp, const double *u, float *residual, int32_t *scratch, int32_t *ids, int32_t *next,
                       bs_err *err);
 
+// Speculative decoding of n_new tokens (n_new < 0: as many as the context holds) under the same
+// context rule and stopping reasons as bs_generate_plain (bs_request_tokens): a request plain decoding
+// refuses is refused with the same message, and one it runs yields as many tokens, never fewer.
 int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_prompt, int n_new,
                      const bs_spec_opts *opts, int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx,
                      bs_spec_stats *st, bs_err *err);

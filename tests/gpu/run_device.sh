@@ -13,22 +13,28 @@ echo "== build"; t0=$(date +%s)
 make cuda -j16 "${X[@]}" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - t0 )) s"
 echo "== tests"; export BS_FIXTURES="$FIX" BS_BIN=build-cuda/blockspec
+# Any failing or timed-out test run (or a test name that matches nothing: run_tests exits 2) makes the
+# script exit 1 at the end, after the benchmarks, so that a caller sees it.
+failed_runs=""
+note_rc() { [ "$1" = 0 ] || failed_runs="$failed_runs $2(rc=$1)"; }
 # one process per GPU test, each under a time limit, so a hang is attributed and cannot eat the lease
 for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_qkv_norm_rope_store cuda_swiglu_matmul cuda_matmul_fp8 cuda_op_rmsnorm_rope_elementwise cuda_op_attention cuda_record_replay \
          cuda_forward_random_model_vs_cpu cuda_target_fixture cuda_greedy_spec_equals_plain spec_greedy_lossless_cuda \
          drafter_fixture_cuda drafter_graphs_cuda spec_drafters_greedy_lossless_cuda spec_drafters_fp8_lossless_cuda \
          cuda_sample_rows_vs_host cuda_accept_sampled_vs_host spec_drafters_sampling_lossless_cuda \
-         draft_vocab_scatter_cols_cuda draft_vocab_drafters_cuda drafter_sampled_walk_paths_cuda spec_verify_greedy_paths_cuda; do
+         draft_vocab_scatter_cols_cuda draft_vocab_drafters_cuda drafter_sampled_walk_paths_cuda spec_verify_greedy_paths_cuda \
+         spec_context_boundary_same_as_plain_cuda; do
   timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; rc=$?
   [ $rc = 124 ] && echo "TIMEOUT $t" >> "$OUT/tests.log"
+  note_rc $rc $t
 done
 # the fused SwiGLU down projection at up to 8 rows (the default fuses 1 row only)
 for t in cuda_swiglu_matmul cuda_matmul_fp8; do
-  BS_CUDA_SWIGLU_ROWS=8 timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1
+  BS_CUDA_SWIGLU_ROWS=8 timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; note_rc $? "$t(SWIGLU_ROWS=8)"
 done
 # again with the row-major GEMM for every weight (BS_CUDA_MM=old: no tiled weights)
 echo "(BS_CUDA_MM=old)" >> "$OUT/tests.log"
-BS_CUDA_MM=old timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1
+BS_CUDA_MM=old timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests cuda >> "$OUT/tests.log" 2>&1; note_rc $? "cuda(MM=old)"
 grep -E "^(ok|FAIL|SKIP|TIMEOUT)|FAIL |passed|skipped:" "$OUT/tests.log" | tail -60
 # on a failure, the CUDA tests again with each newer path switched off (which change broke it)
 if grep -qE "^FAIL|^TIMEOUT" "$OUT/tests.log"; then
@@ -84,8 +90,12 @@ if [ -z "${SKIP_CPU_BENCH:-}" ]; then
     echo "-- $k"; grep -E "^(roofline|model|prefill|rows|[0-9]+ |decode|roof%|cpu pressure|bench|taskset)|not supported" "$OUT/cpu_bench_$k.log"
   done
 fi
-[ -n "${SKIP_CPU_TESTS:-}" ] && exit 0
+finish() { if [ -n "$failed_runs" ]; then echo "== FAILED test runs:$failed_runs"; exit 1; fi; exit 0; }
+[ -n "${SKIP_CPU_TESTS:-}" ] && finish
 echo "== CPU tests on this host"
 # the CPU tests on this host (AVX-512 CPU) from the same build (BS_NO_CUDA_TESTS: the GPU ones ran above)
-BS_NO_CUDA_TESTS=1 timeout 120 ./build-cuda/run_tests > "$OUT/cpu_tests.log" 2>&1 || echo "cpu tests rc=$?" >> "$OUT/cpu_tests.log"
+BS_NO_CUDA_TESTS=1 timeout 120 ./build-cuda/run_tests > "$OUT/cpu_tests.log" 2>&1; rc=$?
+[ $rc = 0 ] || echo "cpu tests rc=$rc" >> "$OUT/cpu_tests.log"
+note_rc $rc "cpu-tests"
 grep -E "^FAIL|passed" "$OUT/cpu_tests.log" | tail -8
+finish
