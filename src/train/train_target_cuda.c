@@ -115,7 +115,7 @@ static int load_params(bs_param_set *ps, const char *dir, bs_err *err) {
         for (int64_t j = 0; j < p->n; j++) p->w[j] = bs_load_elem(t->data, t->dtype, (size_t)j);
     }
     bs_checkpoint_close(ck);
-    return rc ? bs_wrap(err, "init checkpoint: ") : 0;
+    return rc ? bs_wrap(err, "init checkpoint") : 0;
 }
 
 static int upload_all(bs_train_task *t, bs_err *err) {
@@ -174,7 +174,7 @@ static void fill_terms(tcu *u, int n_seqs, int T, double n_tok, bs_loss_terms *t
 
 static int run_batch(bs_train_task *t, const bs_train_seq *seqs, int n_seqs, float scale, int grad, bs_loss_terms *terms, bs_err *err) {
     tcu *u = t->impl;
-    int T; double n_tok;
+    int T = 0; double n_tok = 0;
     if (stage_batch(u, seqs, n_seqs, scale, &T, &n_tok, err) ||
         tc_dev_step(u->d, u->ids, u->labels, u->wrow, n_seqs, T, grad, u->rowloss, NULL, err)) return -1;
     fill_terms(u, n_seqs, T, n_tok, terms);
@@ -305,7 +305,7 @@ int bs_train_target_cuda_new(bs_train_task **out, const char *config_json, const
                        c->tie_embeddings, c->rms_eps, c->rope_theta };
         int rc = tc_dev_new(&u->d, &s, u->B, u->T, np, numel, decay, err);
         free(numel); free(decay);
-        if (rc) { bs_wrap(err, "train-target (cuda): "); goto fail; }
+        if (rc) { bs_wrap(err, "train-target (cuda)"); goto fail; }
     }
     if (upload_all(t, err)) goto fail;
     t->loss_grad = t_loss_grad; t->loss_eval = t_loss_eval; t->export_model = t_export; t->flops_forward = t_flops;
@@ -352,7 +352,7 @@ int bs_train_target_cuda_zero_grads(bs_train_task *t, bs_err *err) {
 }
 int bs_train_target_cuda_logits(bs_train_task *t, const bs_train_seq *seq, float *out, bs_err *err) {
     tcu *u = cuda_impl(t, err);
-    int T; double n_tok;
+    int T = 0; double n_tok = 0;
     if (!u || stage_batch(u, seq, 1, 0.0f, &T, &n_tok, err)) return -1;
     return tc_dev_step(u->d, u->ids, u->labels, u->wrow, 1, T, 0, u->rowloss, out, err);
 }

@@ -345,6 +345,7 @@ static int dev_init(tc_dev *d, const tc_shape *s, int B, int T, int n_params, co
         }
     CU(cudaMemcpy(d->cosT, c.data(), sizeof(float) * c.size(), cudaMemcpyHostToDevice));
     CU(cudaMemcpy(d->sinT, sn.data(), sizeof(float) * sn.size(), cudaMemcpyHostToDevice));
+    CU(cudaDeviceSynchronize());          // the set-up above ran on the legacy stream; the task's stream does not wait for it
     return 0;
 }
 
@@ -364,9 +365,10 @@ extern "C" int tc_dev_copy(tc_dev *d, int which, int i, float *host, int to_devi
     float *base = which == TC_W ? d->W : which == TC_G ? d->G : which == TC_M ? d->M : d->Vm;
     float *dp = base + d->off[i];
     size_t bytes = sizeof(float) * (size_t)d->numel[i];
+    // on the task's stream (non-blocking: a plain cudaMemcpy would not order against its kernels), then wait
+    CU(cudaMemcpyAsync(to_device ? (void *)dp : (void *)host, to_device ? (const void *)host : (const void *)dp, bytes,
+                       to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, d->st));
     CU(cudaStreamSynchronize(d->st));
-    CU(cudaMemcpy(to_device ? (void *)dp : (void *)host, to_device ? (const void *)host : (const void *)dp, bytes,
-                  to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
     return 0;
 }
 
