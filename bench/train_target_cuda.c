@@ -113,7 +113,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "train_target_cuda: step %d: %s\n", step, err.msg); return 1;
         }
         double dt = now() - ts;
-        if (step > 2) { t_sum += dt; n_timed++; }   // the first steps pay cuBLAS's heuristics and lazy loading
+        if (step > 2) { t_sum += dt; n_timed++; }
+        if (step == 2) bs_train_target_cuda_times(t, NULL, 1, &err);   // the first steps pay cuBLAS's heuristics and lazy loading
         loss = tm.loss;
         if (step == 1) first_loss = loss;
         if (step % log_every == 0 || step == steps)
@@ -125,6 +126,11 @@ int main(int argc, char **argv) {
         printf("summary: %.2fM params, batch %d x %d, gemm %s: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% (mean of steps 3..%d); "
                "loss %.4f -> %.4f\n", n_params / 1e6, B, T, gemm, 1e3 * t_sum / n_timed, B * T * n_timed / t_sum, flops * n_timed / t_sum / 1e12,
                100 * flops * n_timed / t_sum / PEAK_BF16, steps, first_loss, loss);
+    double ms[6];
+    if (n_timed && bs_train_target_cuda_times(t, ms, 0, &err) == 0)
+        printf("device time per step: forward %.1f ms (attention %.1f), cross-entropy %.1f, backward %.1f (attention %.1f), AdamW %.1f; "
+               "host and gaps %.1f\n", ms[0] / n_timed, ms[1] / n_timed, ms[2] / n_timed, ms[3] / n_timed, ms[4] / n_timed, ms[5] / n_timed,
+               1e3 * t_sum / n_timed - (ms[0] + ms[2] + ms[3] + ms[5]) / n_timed);
     if (out) {
         if (t->export_model(t, out, &err)) { fprintf(stderr, "train_target_cuda: export: %s\n", err.msg); return 1; }
         printf("exported to %s\n", out);

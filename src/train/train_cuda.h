@@ -40,5 +40,8 @@ int bs_train_target_cuda_grads_from_host(bs_train_task *t, bs_err *err);
 int bs_train_target_cuda_zero_grads(bs_train_task *t, bs_err *err);
 // The training forward's logits of one sequence, [seq->n][vocab] fp32 on the host (tests against the engine).
 int bs_train_target_cuda_logits(bs_train_task *t, const bs_train_seq *seq, float *out, bs_err *err);
+// Device time (ms, from CUDA events) summed since the last reset, in 6 slots: forward (attention included),
+// attention forward, cross-entropy, backward (attention included), attention backward, AdamW.
+int bs_train_target_cuda_times(bs_train_task *t, double ms[6], int reset, bs_err *err);
 // Peak device memory the task allocated, bytes (for the benchmark's report).
 size_t bs_train_target_cuda_device_bytes(const bs_train_task *t);

@@ -356,6 +356,12 @@ int bs_train_target_cuda_logits(bs_train_task *t, const bs_train_seq *seq, float
     if (!u || stage_batch(u, seq, 1, 0.0f, &T, &n_tok, err)) return -1;
     return tc_dev_step(u->d, u->ids, u->labels, u->wrow, 1, T, 0, u->rowloss, out, err);
 }
+int bs_train_target_cuda_times(bs_train_task *t, double ms[6], int reset, bs_err *err) {
+    tcu *u = cuda_impl(t, err);
+    if (!u) return -1;
+    tc_dev_times(u->d, ms, reset);
+    return 0;
+}
 size_t bs_train_target_cuda_device_bytes(const bs_train_task *t) {
     return t && t->free == t_free ? tc_dev_bytes(((const tcu *)t->impl)->d) : 0;
 }
@@ -374,5 +380,6 @@ int bs_train_target_cuda_grads_to_host(bs_train_task *t, bs_err *err) { return N
 int bs_train_target_cuda_grads_from_host(bs_train_task *t, bs_err *err) { return NO_CUDA(err); }
 int bs_train_target_cuda_zero_grads(bs_train_task *t, bs_err *err) { return NO_CUDA(err); }
 int bs_train_target_cuda_logits(bs_train_task *t, const bs_train_seq *seq, float *out, bs_err *err) { return NO_CUDA(err); }
+int bs_train_target_cuda_times(bs_train_task *t, double ms[6], int reset, bs_err *err) { return NO_CUDA(err); }
 size_t bs_train_target_cuda_device_bytes(const bs_train_task *t) { return 0; }
 #endif

@@ -42,6 +42,9 @@ int tc_dev_step(tc_dev *d, const int32_t *ids, const int32_t *labels, const floa
 int tc_dev_adamw(tc_dev *d, float lr, float beta1, float beta2, float eps, float wd, float clip, int64_t step,
                  double *grad_norm, bs_err *err);
 size_t tc_dev_bytes(const tc_dev *d);
+// Device milliseconds summed since the last reset: TC_N_TIMES entries, the order of bs_train_target_cuda_times.
+#define TC_N_TIMES 6
+void tc_dev_times(tc_dev *d, double *ms, int reset);
 
 #ifdef __cplusplus
 }

@@ -75,6 +75,11 @@ struct tc_dev {
     float *coef;
     size_t bytes;
     std::vector<void *> allocs;
+    // timing split (cudaEvents, summed after each call's final sync): forward (attention included), attention
+    // forward, cross-entropy, backward (attention included), attention backward, AdamW
+    cudaEvent_t ev_fwd[2], ev_ce, ev_bwd, ev_opt[2];
+    std::vector<cudaEvent_t> ev_att;    // [2 (fwd, bwd)][L][2 (start, end)]
+    double ms[TC_N_TIMES];
 };
 
 static float *P_(tc_dev *d, int i) { return d->W + d->off[i]; }
@@ -147,6 +152,11 @@ static int scores(tc_dev *d, const tc_layer_act *a, int nb, int Tc, bs_err *err)
     return 0;
 }
 
+static cudaEvent_t att_ev(tc_dev *d, int bwd, const tc_layer_act *a, int end) {
+    int l = (int)(a - d->act.data());
+    return d->ev_att[((size_t)bwd * d->s.L + l) * 2 + end];
+}
+
 static int attention_fwd(tc_dev *d, tc_layer_act *a, int nb, int Tc, bs_err *err) {
     const tc_shape &s = d->s;
     int g = s.nH / s.nKV;
@@ -209,7 +219,9 @@ static int forward(tc_dev *d, int nb, int Tc, bs_err *err) {
         tc_qknorm_rope_fwd<<<tc_blocks(nk, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(a->k, a->rk, a->kraw, P_(d, LI(d, l, TC_KNORM)), nk, s.nKV,
                                                                               s.hd, Tc, d->cosT, d->sinT, s.eps);
         LAUNCHED();
+        CU(cudaEventRecord(att_ev(d, 0, a, 0), d->st));
         if (attention_fwd(d, a, nb, Tc, err)) return -1;
+        CU(cudaEventRecord(att_ev(d, 0, a, 1), d->st));
         // residual adds: the GEMM accumulates (beta = 1) into a copy of the stream
         CU(cudaMemcpyAsync(a->mid, a->x_in, sizeof(float) * rows * H, cudaMemcpyDeviceToDevice, d->st));
         if (lin_fwd(d, a->mid, a->att, P_(d, LI(d, l, TC_WO)), rows, H, qd, 1.f, err) ||
@@ -254,7 +266,9 @@ static int backward(tc_dev *d, int nb, int Tc, bs_err *err) {
         if (colsum(d, G_(d, LI(d, l, TC_POST_NORM)), d->dxn, a->mid, a->rstd2, rows, H, err)) return -1;
         // attention: mid = x_in + att Wo^T
         if (lin_bwd(d, d->datt, 0.f, G_(d, LI(d, l, TC_WO)), d->dres, a->att, P_(d, LI(d, l, TC_WO)), rows, H, qd, err)) return -1;
+        CU(cudaEventRecord(att_ev(d, 1, a, 0), d->st));
         if (attention_bwd(d, a, nb, Tc, err)) return -1;
+        CU(cudaEventRecord(att_ev(d, 1, a, 1), d->st));
         long long nq = (long long)rows * s.nH, nk = (long long)rows * s.nKV;
         tc_qknorm_rope_bwd<<<tc_blocks(nq, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(d->dq, d->tmp, d->dq, a->qraw, a->rq,
             P_(d, LI(d, l, TC_QNORM)), nq, s.nH, s.hd, Tc, d->cosT, d->sinT);
@@ -288,6 +302,9 @@ extern "C" void tc_dev_free(tc_dev *d) {
     if (!d) return;
     if (d->st) cudaStreamSynchronize(d->st);
     for (void *p : d->allocs) cudaFree(p);
+    for (cudaEvent_t e : d->ev_att) cudaEventDestroy(e);
+    cudaEvent_t *ev[] = { &d->ev_fwd[0], &d->ev_fwd[1], &d->ev_ce, &d->ev_bwd, &d->ev_opt[0], &d->ev_opt[1] };
+    for (cudaEvent_t *e : ev) if (*e) cudaEventDestroy(*e);
     if (d->cb) cublasDestroy(d->cb);
     if (d->st) cudaStreamDestroy(d->st);
     delete d;
@@ -305,6 +322,10 @@ static int dev_init(tc_dev *d, const tc_shape *s, int B, int T, int n_params, co
     if (dalloc(d, &d->cb_ws, ws, err)) return -1;
     CB(cublasSetWorkspace(d->cb, d->cb_ws, ws));
     tc_dev_set_gemm(d, BS_TRAIN_GEMM_BF16);
+    cudaEvent_t *ev[] = { &d->ev_fwd[0], &d->ev_fwd[1], &d->ev_ce, &d->ev_bwd, &d->ev_opt[0], &d->ev_opt[1] };
+    for (cudaEvent_t *e : ev) CU(cudaEventCreate(e));
+    d->ev_att.assign((size_t)4 * s->L, (cudaEvent_t)0);
+    for (cudaEvent_t &e : d->ev_att) CU(cudaEventCreate(&e));
     // parameters: decayed tensors first, each at a 128-byte aligned offset
     d->off.assign(n_params, 0); d->numel.assign(numel, numel + n_params); d->decay.assign(decay, decay + n_params);
     long long o = 0;
@@ -385,19 +406,33 @@ extern "C" int tc_dev_step(tc_dev *d, const int32_t *ids, const int32_t *labels,
     CU(cudaMemcpyAsync(d->ids, ids, sizeof(int32_t) * rows, cudaMemcpyHostToDevice, d->st));
     CU(cudaMemcpyAsync(d->labels, labels, sizeof(int32_t) * rows, cudaMemcpyHostToDevice, d->st));
     CU(cudaMemcpyAsync(d->wrow, wrow, sizeof(float) * rows, cudaMemcpyHostToDevice, d->st));
+    CU(cudaEventRecord(d->ev_fwd[0], d->st));
     if (forward(d, nb, Tc, err)) return -1;
+    CU(cudaEventRecord(d->ev_fwd[1], d->st));
     if (logits && !grad) CU(cudaMemcpyAsync(logits, d->logits, sizeof(float) * rows * d->s.V, cudaMemcpyDeviceToHost, d->st));
     tc_cross_entropy<<<(unsigned)rows, 512, 0, d->st>>>(d->logits, d->rowloss, d->labels, d->wrow, d->s.V, grad);
     LAUNCHED();
+    CU(cudaEventRecord(d->ev_ce, d->st));
     if (grad && backward(d, nb, Tc, err)) return -1;
+    CU(cudaEventRecord(d->ev_bwd, d->st));
     CU(cudaMemcpyAsync(rowloss, d->rowloss, sizeof(float) * rows, cudaMemcpyDeviceToHost, d->st));
     CU(cudaStreamSynchronize(d->st));
+    float f = 0, c = 0, b = 0, af = 0, ab = 0, x;
+    CU(cudaEventElapsedTime(&f, d->ev_fwd[0], d->ev_fwd[1]));
+    CU(cudaEventElapsedTime(&c, d->ev_fwd[1], d->ev_ce));
+    CU(cudaEventElapsedTime(&b, d->ev_ce, d->ev_bwd));
+    for (int l = 0; l < d->s.L; l++) {
+        CU(cudaEventElapsedTime(&x, d->ev_att[2 * l], d->ev_att[2 * l + 1])); af += x;
+        if (grad) { CU(cudaEventElapsedTime(&x, d->ev_att[2 * (d->s.L + l)], d->ev_att[2 * (d->s.L + l) + 1])); ab += x; }
+    }
+    d->ms[0] += f; d->ms[1] += af; d->ms[2] += c; d->ms[3] += b; d->ms[4] += ab;
     return 0;
 }
 
 extern "C" int tc_dev_adamw(tc_dev *d, float lr, float beta1, float beta2, float eps, float wd, float clip, int64_t step,
                             double *grad_norm, bs_err *err) {
     if (step < 1) return bs_fail(err, "AdamW step %lld (must be >= 1)", (long long)step);
+    CU(cudaEventRecord(d->ev_opt[0], d->st));
     tc_sumsq_partial<<<TC_NORM_BLOCKS, 256, 0, d->st>>>(d->norm_part, d->G, d->total);
     tc_norm_finish<<<1, 32, 0, d->st>>>(d->norm_out, d->coef, d->norm_part, TC_NORM_BLOCKS, clip);
     LAUNCHED();
@@ -412,6 +447,14 @@ extern "C" int tc_dev_adamw(tc_dev *d, float lr, float beta1, float beta2, float
     }
     CU(cudaMemcpyAsync(grad_norm, d->norm_out, sizeof(double), cudaMemcpyDeviceToHost, d->st));
     CU(cudaMemsetAsync(d->G, 0, sizeof(float) * d->total, d->st));
+    CU(cudaEventRecord(d->ev_opt[1], d->st));
     CU(cudaStreamSynchronize(d->st));
+    float o = 0;
+    CU(cudaEventElapsedTime(&o, d->ev_opt[0], d->ev_opt[1]));
+    d->ms[5] += o;
     return 0;
+}
+
+extern "C" void tc_dev_times(tc_dev *d, double *ms, int reset) {
+    for (int i = 0; i < TC_N_TIMES; i++) { if (ms) ms[i] = d->ms[i]; if (reset) d->ms[i] = 0; }
 }
