@@ -32,6 +32,8 @@ void tc_dev_free(tc_dev *d);
 // Copies parameter i's buffer `which` between the device and host (n elements, fp32).
 int tc_dev_copy(tc_dev *d, int which, int i, float *host, int to_device, bs_err *err);
 int tc_dev_zero_grads(tc_dev *d, bs_err *err);
+// Parameter i's weights ~ N(0, std) from a counter-based generator keyed by (seed, i); std 0: all ones.
+int tc_dev_init_normal(tc_dev *d, int i, double std, uint64_t seed, bs_err *err);
 void tc_dev_set_gemm(tc_dev *d, int mode);   // BS_TRAIN_GEMM_* (train_cuda.h)
 // One forward over nb sequences padded to Tc tokens (row b*Tc + t): ids [nb*Tc], labels [nb*Tc] (-1: no loss
 // at that row), wrow [nb*Tc] (d loss / d row-CE). Writes each row's CE to rowloss [nb*Tc] (0 where no label).

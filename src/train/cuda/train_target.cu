@@ -290,6 +290,26 @@ static int backward(tc_dev *d, int nb, int Tc, bs_err *err) {
     return 0;
 }
 
+// ---- initialisation ----------------------------------------------------------------------------------------
+__device__ __forceinline__ uint64_t tc_mix(uint64_t z) {   // splitmix64's finaliser
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+// w[j] ~ N(0, std): Box-Muller in double on two counter-based uniforms per pair (j/2), keyed by (seed, tensor),
+// so the result does not depend on the launch shape; std == 0: every element 1 (norm gains).
+__global__ void tc_init_normal(float *w, long long n, uint64_t seed, uint64_t tensor, double std) {
+    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    if (std == 0) { w[j] = 1.f; return; }
+    uint64_t key = tc_mix(seed ^ tc_mix(tensor)), p = (uint64_t)(j >> 1);
+    double u1 = ((tc_mix(key ^ (2 * p)) >> 11) + 1) * 0x1.0p-53, u2 = (tc_mix(key ^ (2 * p + 1)) >> 11) * 0x1.0p-53;
+    double r = sqrt(-2.0 * log(u1)) * std, sn, cs;
+    sincospi(2.0 * u2, &sn, &cs);
+    w[j] = (float)(j & 1 ? r * sn : r * cs);
+}
+
 // ---- the C interface -------------------------------------------------------------------------------------
 extern "C" size_t tc_dev_bytes(const tc_dev *d) { return d->bytes; }
 
@@ -390,6 +410,12 @@ extern "C" int tc_dev_copy(tc_dev *d, int which, int i, float *host, int to_devi
     CU(cudaMemcpyAsync(to_device ? (void *)dp : (void *)host, to_device ? (const void *)host : (const void *)dp, bytes,
                        to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, d->st));
     CU(cudaStreamSynchronize(d->st));
+    return 0;
+}
+
+extern "C" int tc_dev_init_normal(tc_dev *d, int i, double std, uint64_t seed, bs_err *err) {
+    tc_init_normal<<<tc_blocks(d->numel[i], 256), 256, 0, d->st>>>(d->W + d->off[i], d->numel[i], seed, (uint64_t)i, std);
+    LAUNCHED();
     return 0;
 }
 
