@@ -11,6 +11,8 @@
 #include "engine/engine.h"
 #include "util/dtype.h"
 #include "util/rng.h"
+#include "io/safetensors.h"
+#include <sys/stat.h>
 
 // vocab 61, 2 layers, 4 query heads on 2 K/V heads (GQA), head_dim 8, MLP 48.
 static char *tiny_cfg(int tied, double init_range) {
@@ -226,4 +228,50 @@ TEST(train_cuda_bad_input) {
     CHECK(t->opt_step(t, &bad, 1e-3f, &gn, &err) != 0);
     CHECK(t->loss_grad_batch(t, &s, 1, 1.0f, NULL, &tm, &err) == 0, "%s", err.msg);   // still usable afterwards
     t->free(t);
+}
+
+// init_dir: a BF16 export and an F32 checkpoint of the same weights start a task with exactly those weights
+// (config.json read from the folder) and the same loss.
+TEST(train_cuda_init_from_checkpoint) {
+    NEED_CUDA_DEVICE();
+    bs_train_task *a, *b; bs_err err = {0};
+    CHECK(bs_train_target_cuda_new(&a, tiny_cfg(0, 0.2), NULL, 21, 1, 16, &err) == 0, "%s", err.msg);
+    int32_t ids[16]; bs_rng r; bs_rng_seed(&r, 8); rand_ids(ids, 16, 61, &r);
+    bs_train_seq seq = { ids, NULL, 16 };
+    bs_adamw_settings as = { 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
+    bs_loss_terms ta, tb; double gn;
+    CHECK(a->loss_grad_batch(a, &seq, 1, 1.0f, NULL, &ta, &err) == 0 && a->opt_step(a, &as, 1e-2f, &gn, &err) == 0, "%s", err.msg);
+    const char *dir = bs_test_tmpdir("train_init");
+    CHECK(dir);
+    char d16[4096], d32[4096], path[8400];
+    snprintf(d16, sizeof d16, "%s/bf16", dir); snprintf(d32, sizeof d32, "%s/f32", dir);
+    CHECK(a->export_model(a, d16, &err) == 0, "%s", err.msg);          // also syncs a's weights to the host
+    // the same weights in F32, beside a copy of the config
+    CHECK(system(NULL) && mkdir(d32, 0755) == 0);
+    snprintf(path, sizeof path, "cp %s/config.json %s/config.json", d16, d32);
+    CHECK(system(path) == 0);
+    bs_st_writer *w = bs_st_writer_new();
+    for (int i = 0; i < a->params.n; i++)
+        CHECK(bs_st_writer_add(w, a->params.p[i].name, "F32", a->params.p[i].n_dims, a->params.p[i].shape, a->params.p[i].w, &err) == 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/model.safetensors", d32);
+    CHECK(bs_st_writer_write(w, path, &err) == 0, "%s", err.msg);
+    bs_st_writer_free(w);
+    for (int k = 1; k >= 0; k--) {
+        if (k == 0) {   // compare the BF16 export with a's weights rounded the same way
+            for (int i = 0; i < a->params.n; i++)
+                for (int64_t j = 0; j < a->params.p[i].n; j++) a->params.p[i].w[j] = bs_bf16_to_f32(bs_f32_to_bf16(a->params.p[i].w[j]));
+            CHECK(a->sync_from_host(a, NULL, NULL, &err) == 0, "%s", err.msg);
+        }
+        CHECK(a->loss_eval(a, &seq, NULL, &ta, &err) == 0, "%s", err.msg);
+        CHECK(bs_train_target_cuda_new(&b, NULL, k ? d32 : d16, 99, 1, 16, &err) == 0, "%s", err.msg);
+        CHECK(b->params.n == a->params.n);
+        for (int i = 0; i < a->params.n; i++)
+            for (int64_t j = 0; j < a->params.p[i].n; j++)
+                CHECK(b->params.p[i].w[j] == a->params.p[i].w[j], "%s %s[%lld]: %g, want %g", k ? "F32" : "BF16", a->params.p[i].name,
+                      (long long)j, b->params.p[i].w[j], a->params.p[i].w[j]);
+        CHECK(b->loss_eval(b, &seq, NULL, &tb, &err) == 0, "%s", err.msg);
+        CHECK(tb.loss == ta.loss, "%s checkpoint: same weights, loss %.9g vs %.9g", k ? "F32" : "BF16", tb.loss, ta.loss);
+        b->free(b);
+    }
+    a->free(a);
 }

@@ -32,6 +32,11 @@ for run in ${RUNS30:-64x1024:bf16 64x1024:tf32 128x512:bf16}; do
   timeout 120 ./build-cuda/train_target_cuda -B $b -T $tt --steps ${STEPS30:-12} --warmup 4 --gemm $g --log-every 4 \
       $( [ -d /tmp/m30 ] || echo --out /tmp/m30 ) 2>&1 | tee "$OUT/bench30_${b}x${tt}_$g.log" | grep -E "^(model|step|summary|exported)|train_target_cuda:"
 done
+# learning at the ~30M shape: a random 64-token phrase repeated (induction), the loss must fall far below ln 8192
+if [ -n "${LEARN:-}" ]; then
+  timeout 120 ./build-cuda/train_target_cuda -B 64 -T 512 --steps ${LEARN_STEPS:-60} --warmup 10 --lr 3e-3 --data repeat --log-every 10 \
+      2>&1 | tee "$OUT/learn30.log" | grep -E "^(model|step|summary)|train_target_cuda:"
+fi
 timeout 120 ./build-cuda/blockspec generate -m /tmp/m30 --prompt-ids 1,2,3 -n 8 --print-ids 2>&1 | tail -2
 timeout 200 ./build-cuda/train_target_cuda -c bench/configs/qwen3-0.6b.json -B ${B06:-16} -T 1024 --steps ${STEPS06:-8} --warmup 2 --log-every 2 \
     2>&1 | tee "$OUT/bench06.log" | grep -E "^(model|step|summary)|train_target_cuda:"
