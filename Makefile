@@ -3,7 +3,7 @@
 #   make PORTABLE=1   baseline x86-64 build; fast kernels are still chosen at run time where the CPU has them
 #   make test         build and run the whole test suite (prints "N passed, N failed")
 #   make asan         the same suite under AddressSanitizer + UBSan (separate build dir)
-#   make cuda         add the CUDA backend (needs nvcc; sm_90a + PTX)
+#   make cuda         add the CUDA backend and the GPU trainer (needs nvcc + cuBLAS; sm_90a + PTX)
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O3
@@ -28,12 +28,12 @@ BENCH_SRC:= $(wildcard bench/*.c)
 
 ifeq ($(CUDA),1)
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
-CUDA_SRC := $(shell find src/backend/cuda -name '*.cu' | sort)
+CUDA_SRC := $(shell find src/backend/cuda src/train/cuda -name '*.cu' | sort)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CFLAGS   += -DBS_WITH_CUDA
 NVFLAGS  ?= -O3 -std=c++17 -Iinclude -Isrc -I. -Xcompiler -Wall -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
 CUDA_LIB ?= $(firstword $(wildcard /usr/local/cuda/lib64) $(dir $(NVCC))../lib64)
-LDLIBS   += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcudart -lstdc++
+LDLIBS   += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublas -lcublasLt -lcudart -lstdc++
 endif
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
@@ -58,6 +58,8 @@ $(BUILD)/cpu_attention_stream: $(BUILD)/bench/cpu_attention_stream.o $(LIB) ; $(
 # One CPU training step of a random Qwen3 target, forward + backward (bench/train_step.c): `make bench-tools`.
 $(BUILD)/train_step: $(BUILD)/bench/train_step.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 bench-tools: $(BUILD)/train_step $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders $(BUILD)/cpu_mm_kernel $(BUILD)/cpu_attention_stream
+# Qwen3 target pre-training on the GPU, standalone (bench/train_target_cuda.c): built by `make cuda`.
+$(BUILD)/train_target_cuda: $(BUILD)/bench/train_target_cuda.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # What a dependent link between GPU kernels costs, handed over by PDL, a counter or flags (bench/cuda_link_latency.cu).
 build-cuda/cuda_link_latency: bench/cuda_link_latency.cu ; @mkdir -p build-cuda && $(NVCC) $(NVFLAGS) -o $@ $<
 # AdamW's update loop vectorises only when sqrtf need not set errno (its argument is never negative).
@@ -72,7 +74,7 @@ test: $(BUILD)/run_tests $(BUILD)/blockspec
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
-cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench build-cuda/cuda_link_latency
+cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench build-cuda/cuda_link_latency build-cuda/train_target_cuda
 
 # Everything a fresh Debian 12 machine needs (run as root): compilers, the Debian libraries blockspec
 # links, and the npm packages the tokenizer tests compare against.

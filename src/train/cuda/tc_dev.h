@@ -1,0 +1,53 @@
+// The device half of the CUDA target trainer (train_target.cu), behind a narrow C interface so that the
+// host half (src/train/train_target_cuda.c: config, parameter set, initialisation, checkpoints, export,
+// the bs_train_task glue) needs no CUDA headers and nvcc needs no cJSON.
+//
+// Parameter order (the host builds the set in exactly this order; the device finds tensors by index):
+//   0: model.embed_tokens.weight [V][H]
+//   1 + 11*l + k, k = TC_IN_NORM .. TC_DOWN: layer l's tensors (enum below)
+//   1 + 11*L: model.norm.weight [H];  2 + 11*L: lm_head.weight [V][H] (untied only)
+#pragma once
+#include <stdint.h>
+#include <stddef.h>
+#include "util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { TC_IN_NORM, TC_WQ, TC_WK, TC_WV, TC_WO, TC_QNORM, TC_KNORM, TC_POST_NORM, TC_WG, TC_WU, TC_WD, TC_PER_LAYER };
+enum { TC_W = 0, TC_G = 1, TC_M = 2, TC_V = 3 };   // which per-parameter buffer a copy addresses
+
+typedef struct {
+    int V, H, L, nH, nKV, hd, I, tied;
+    float eps, theta;
+} tc_shape;
+
+typedef struct tc_dev tc_dev;
+
+// Allocates weights, gradients, AdamW moments (all zero) and activations for B sequences of T tokens.
+int tc_dev_new(tc_dev **out, const tc_shape *s, int B, int T, int n_params, const int64_t *numel, const int *decay,
+               bs_err *err);
+void tc_dev_free(tc_dev *d);
+// Copies parameter i's buffer `which` between the device and host (n elements, fp32).
+int tc_dev_copy(tc_dev *d, int which, int i, float *host, int to_device, bs_err *err);
+int tc_dev_zero_grads(tc_dev *d, bs_err *err);
+// Parameter i's weights ~ N(0, std) from a counter-based generator keyed by (seed, i); std 0: all ones.
+int tc_dev_init_normal(tc_dev *d, int i, double std, uint64_t seed, bs_err *err);
+void tc_dev_set_gemm(tc_dev *d, int mode);   // BS_TRAIN_GEMM_* (train_cuda.h)
+// One forward over nb sequences padded to Tc tokens (row b*Tc + t): ids [nb*Tc], labels [nb*Tc] (-1: no loss
+// at that row), wrow [nb*Tc] (d loss / d row-CE). Writes each row's CE to rowloss [nb*Tc] (0 where no label).
+// grad: also the backward, ADDING into the gradients. logits (grad == 0 only; may be NULL): [nb*Tc][V].
+int tc_dev_step(tc_dev *d, const int32_t *ids, const int32_t *labels, const float *wrow, int nb, int Tc, int grad,
+                float *rowloss, float *logits, bs_err *err);
+// AdamW over every parameter (torch semantics; train_cuda.h), then zeroes the gradients.
+int tc_dev_adamw(tc_dev *d, float lr, float beta1, float beta2, float eps, float wd, float clip, int64_t step,
+                 double *grad_norm, bs_err *err);
+size_t tc_dev_bytes(const tc_dev *d);
+// Device milliseconds summed since the last reset: TC_N_TIMES entries, the order of bs_train_target_cuda_times.
+#define TC_N_TIMES 6
+void tc_dev_times(tc_dev *d, double *ms, int reset);
+
+#ifdef __cplusplus
+}
+#endif
