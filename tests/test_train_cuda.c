@@ -67,15 +67,15 @@ static void fd_check(int *failed_, int tied) {
             float w0 = p->w[j];
             double h = 5e-3, lp, lm;
             p->w[j] = w0 + (float)h;
-            CHECK(t->sync_from_host(t, NULL, NULL, &err) == 0 && eval_sum(t, seqs, 3, &lp, &err) == 0, "%s", err.msg);
+            CHECK(t->sync_from_host(t, NULL, NULL, -1, &err) == 0 && eval_sum(t, seqs, 3, &lp, &err) == 0, "%s", err.msg);
             p->w[j] = w0 - (float)h;
-            CHECK(t->sync_from_host(t, NULL, NULL, &err) == 0 && eval_sum(t, seqs, 3, &lm, &err) == 0, "%s", err.msg);
+            CHECK(t->sync_from_host(t, NULL, NULL, -1, &err) == 0 && eval_sum(t, seqs, 3, &lm, &err) == 0, "%s", err.msg);
             p->w[j] = w0;
             double fd = (lp - lm) / (2 * h), e = fabs(fd - p->g[j]) / gmax;
             if (e > worst) { worst = e; worst_name = p->name; }
             CHECK(fabs(fd - p->g[j]) < 2e-2 * gmax + 2e-4, "%s[%lld]: backward %.6g, finite difference %.6g (largest |g| %.3g)", p->name, (long long)j, p->g[j], fd, gmax);
         }
-        CHECK(t->sync_from_host(t, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(t->sync_from_host(t, NULL, NULL, -1, &err) == 0, "%s", err.msg);
     }
     printf("  %s: worst |fd - g| / max|g| = %.2e (%s)\n", tied ? "tied" : "untied", worst, worst_name);
     t->free(t);
@@ -129,7 +129,7 @@ TEST(train_cuda_export_loads_in_engine) {
         CHECK(t->sync_to_host(t, NULL, NULL, &err) == 0, "%s", err.msg);
         for (int i = 0; i < t->params.n; i++)
             for (int64_t j = 0; j < t->params.p[i].n; j++) t->params.p[i].w[j] = bs_bf16_to_f32(bs_f32_to_bf16(t->params.p[i].w[j]));
-        CHECK(t->sync_from_host(t, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(t->sync_from_host(t, NULL, NULL, -1, &err) == 0, "%s", err.msg);
         CHECK(bs_train_target_cuda_set_gemm(t, BS_TRAIN_GEMM_FP32, &err) == 0, "%s", err.msg);
         float *lt = malloc(sizeof(float) * 20 * 61), *le = malloc(sizeof(float) * 20 * 61);
         CHECK(bs_train_target_cuda_logits(t, &seq, lt, &err) == 0, "%s", err.msg);
@@ -260,7 +260,7 @@ TEST(train_cuda_init_from_checkpoint) {
         if (k == 0) {   // compare the BF16 export with a's weights rounded the same way
             for (int i = 0; i < a->params.n; i++)
                 for (int64_t j = 0; j < a->params.p[i].n; j++) a->params.p[i].w[j] = bs_bf16_to_f32(bs_f32_to_bf16(a->params.p[i].w[j]));
-            CHECK(a->sync_from_host(a, NULL, NULL, &err) == 0, "%s", err.msg);
+            CHECK(a->sync_from_host(a, NULL, NULL, -1, &err) == 0, "%s", err.msg);
         }
         CHECK(a->loss_eval(a, &seq, NULL, &ta, &err) == 0, "%s", err.msg);
         CHECK(bs_train_target_cuda_new(&b, NULL, k ? d32 : d16, 99, 1, 16, &err) == 0, "%s", err.msg);

@@ -271,3 +271,78 @@ TEST(train_toy_task_gradient) {
     CHECK(worst < 1e-4, "toy gradient differs from central differences by %g", worst);
     t->free(t);
 }
+
+// The loop's device-resident path (task.h: loss_grad_batch, opt_step, sync_to_host / sync_from_host), as the
+// CUDA target uses it, checked on the CPU: a toy task whose "device" keeps its own AdamW moments and step
+// count must train, checkpoint and resume to exactly the weights of the host path.
+typedef struct { bs_adamw opt; int (*inner)(bs_train_task *, const bs_train_seq *, float, bs_rng *, bs_loss_terms *, bs_err *); } emu_dev;
+static int emu_batch(bs_train_task *t, const bs_train_seq *s, int n, float scale, bs_rng *rng, bs_loss_terms *terms, bs_err *err) {
+    emu_dev *d = t->owner_data;
+    bs_loss_terms sum = { 0 };
+    for (int i = 0; i < n; i++) {
+        bs_loss_terms x = { 0 };
+        if (d->inner(t, &s[i], scale, rng, &x, err)) return -1;
+        sum.loss += x.loss / n; sum.ce += x.ce / n; sum.n_tokens += x.n_tokens;
+    }
+    *terms = sum;
+    return 0;
+}
+static int emu_step(bs_train_task *t, const bs_adamw_settings *s, double lr, double *norm, bs_err *err) {
+    emu_dev *d = t->owner_data;
+    *norm = bs_clip_grad_norm(&t->params, s->clip);
+    bs_adamw_step(&d->opt, lr);
+    bs_param_zero_grad(&t->params);
+    return 0;
+}
+static int emu_sync(bs_train_task *t, float *const *m, float *const *v, int64_t steps, int to_dev) {
+    emu_dev *d = t->owner_data;
+    for (int i = 0; i < t->params.n; i++) {
+        if (!d->opt.m[i]) continue;
+        size_t b = sizeof(float) * t->params.p[i].n;
+        if (to_dev) { memcpy(d->opt.m[i], m[i], b); memcpy(d->opt.v[i], v[i], b); }
+        else { memcpy(m[i], d->opt.m[i], b); memcpy(v[i], d->opt.v[i], b); }
+    }
+    if (to_dev && steps >= 0) d->opt.t = steps;
+    return 0;
+}
+static int emu_to_host(bs_train_task *t, float *const *m, float *const *v, bs_err *err) { return emu_sync(t, m, v, -1, 0); }
+static int emu_from_host(bs_train_task *t, float *const *m, float *const *v, int64_t s, bs_err *err) { return emu_sync(t, m, v, s, 1); }
+static int emu_attach(bs_train_task *t, double lr, double wd, emu_dev *d, bs_err *err) {
+    bs_adamw_cfg cfg = bs_adamw_defaults(lr, wd);
+    if (bs_adamw_init(&d->opt, &t->params, &cfg, err)) return -1;
+    d->inner = t->loss_grad;
+    t->owner_data = d;
+    t->loss_grad_batch = emu_batch; t->opt_step = emu_step; t->sync_to_host = emu_to_host; t->sync_from_host = emu_from_host;
+    return 0;
+}
+
+TEST(train_loop_device_hooks_match_host_path) {
+    const char *dir = bs_test_tmpdir("devhooks");
+    CHECK(dir);
+    bs_err err;
+    corpora c;
+    CHECK(open_corpora(dir, &c, &err) == 0, "%s", err.msg);
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/host", dir); snprintf(b, sizeof b, "%s/dev", dir);
+    bs_train_task *th, *td1, *td2;
+    CHECK(toy_task_new(&th, V, 8, 1, &err) == 0 && toy_task_new(&td1, V, 8, 1, &err) == 0 && toy_task_new(&td2, V, 8, 2, &err) == 0, "%s", err.msg);
+    bs_train_opts oh = toy_opts(a), od = toy_opts(b);
+    oh.steps = od.steps = 12;
+    emu_dev d1, d2;
+    CHECK(emu_attach(td1, od.lr, od.weight_decay, &d1, &err) == 0 && emu_attach(td2, od.lr, od.weight_decay, &d2, &err) == 0, "%s", err.msg);
+    CHECK(bs_train_run(th, c.train, c.held, &oh, NULL, NULL, &err) == 0, "%s", err.msg);
+    od.stop_after = 5;   // the device run stops at step 5 (checkpoint from the device's moments) and resumes
+    CHECK(bs_train_run(td1, c.train, c.held, &od, NULL, NULL, &err) == 0, "%s", err.msg);
+    od.stop_after = 0; od.resume_dir = b;
+    CHECK(bs_train_run(td2, c.train, c.held, &od, NULL, NULL, &err) == 0, "%s", err.msg);
+    CHECK(d2.opt.t == 12, "the device's AdamW count after the resumed run is %lld, want 12", (long long)d2.opt.t);
+    double lh[64], ld[64];
+    int nh = read_losses(a, lh, 64), nd = read_losses(b, ld, 64);
+    CHECK(nh == 12 && nd == 12, "CSV rows %d and %d", nh, nd);
+    for (int i = 0; i < 12 && i < nd; i++) CHECK(fabs(lh[i] - ld[i]) <= 1e-6 * fabs(lh[i]), "step %d loss %.9g vs %.9g", i + 1, lh[i], ld[i]);
+    for (int i = 0; i < th->params.n; i++)
+        CHECK(!memcmp(th->params.p[i].w, td2->params.p[i].w, sizeof(float) * th->params.p[i].n), "%s differs between the host and device paths", th->params.p[i].name);
+    bs_adamw_free(&d1.opt); bs_adamw_free(&d2.opt);
+    th->free(th); td1->free(td1); td2->free(td2);
+    bs_corpus_close(c.train); bs_corpus_close(c.held);
+}

@@ -54,9 +54,10 @@ struct bs_train_task {
     int (*loss_grad_batch)(bs_train_task *t, const bs_train_seq *seqs, int n_seqs, float scale, bs_rng *rng,
                            bs_loss_terms *terms, bs_err *err);   // terms: the batch's means
     // One AdamW step with the given settings; *grad_norm gets the pre-clip global norm. Zeroes the gradients.
-    int (*opt_step)(bs_train_task *t, const bs_adamw_settings *s, float lr, double *grad_norm, bs_err *err);
-    // Copies the task's weights (and, when with_moments, its AdamW moments into m / v, laid out as params)
-    // to the host, before a checkpoint or an export; and back after a resume.
+    int (*opt_step)(bs_train_task *t, const bs_adamw_settings *s, double lr, double *grad_norm, bs_err *err);
+    // Copies the task's weights (and AdamW's moments into m / v where non-NULL, one array per param, laid out
+    // as params) to the host, before a checkpoint or an export; and back after a resume, with the number of
+    // AdamW steps already taken (bias correction continues from it; < 0: the count is left as it is).
     int (*sync_to_host)(bs_train_task *t, float *const *m, float *const *v, bs_err *err);
-    int (*sync_from_host)(bs_train_task *t, float *const *m, float *const *v, bs_err *err);
+    int (*sync_from_host)(bs_train_task *t, float *const *m, float *const *v, int64_t adam_steps, bs_err *err);
 };

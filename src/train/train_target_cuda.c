@@ -186,7 +186,7 @@ static int t_loss_eval(bs_train_task *t, const bs_train_seq *seq, bs_rng *rng, b
     return run_batch(t, seq, 1, 0.0f, 0, terms, err);
 }
 
-static int t_opt_step(bs_train_task *t, const bs_adamw_settings *s, float lr, double *grad_norm, bs_err *err) {
+static int t_opt_step(bs_train_task *t, const bs_adamw_settings *s, double lr, double *grad_norm, bs_err *err) {
     tcu *u = t->impl;
     if (!s || !(isfinite(lr) && lr >= 0) || !(s->beta1 >= 0 && s->beta1 < 1) || !(s->beta2 >= 0 && s->beta2 < 1) || !(s->eps > 0) ||
         !(s->weight_decay >= 0) || !isfinite(s->clip))
@@ -208,7 +208,10 @@ static int t_sync(bs_train_task *t, float *const *m, float *const *v, int to_dev
     return 0;
 }
 static int t_sync_to_host(bs_train_task *t, float *const *m, float *const *v, bs_err *err) { return t_sync(t, m, v, 0, err); }
-static int t_sync_from_host(bs_train_task *t, float *const *m, float *const *v, bs_err *err) { return t_sync(t, m, v, 1, err); }
+static int t_sync_from_host(bs_train_task *t, float *const *m, float *const *v, int64_t adam_steps, bs_err *err) {
+    if (adam_steps >= 0) ((tcu *)t->impl)->step = adam_steps;
+    return t_sync(t, m, v, 1, err);
+}
 
 static int t_export(bs_train_task *t, const char *dir, bs_err *err) {
     tcu *u = t->impl;

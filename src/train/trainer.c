@@ -127,8 +127,30 @@ static int evaluate(bs_train_task *task, const bs_corpus *heldout, const bs_trai
     return 0;
 }
 
+// A micro-batch of windows for a device-resident task: the loader's windows live until its next call, so
+// each is copied out.
+typedef struct { bs_train_seq *seqs; int32_t *ids; uint8_t *mask; int seq_len; } train_batch;
+static int alloc_batch(train_batch *b, int n, int seq_len, bs_err *err) {
+    b->seq_len = seq_len;
+    if (!(b->seqs = bs_calloc(n, sizeof *b->seqs, err)) || !(b->ids = bs_calloc((size_t)n * seq_len, sizeof *b->ids, err)) ||
+        !(b->mask = bs_calloc((size_t)n * seq_len, 1, err))) return -1;
+    return 0;
+}
+static void batch_take(train_batch *b, int i, bs_loader *l) {
+    bs_train_seq s;
+    bs_loader_next(l, &s);
+    int32_t *ids = b->ids + (size_t)i * b->seq_len;
+    uint8_t *mask = b->mask + (size_t)i * b->seq_len;
+    memcpy(ids, s.ids, sizeof *ids * s.n);
+    if (s.loss_mask) memcpy(mask, s.loss_mask, s.n);
+    b->seqs[i] = (bs_train_seq){ ids, s.loss_mask ? mask : NULL, s.n };
+}
+static void free_batch(train_batch *b) { free(b->seqs); free(b->ids); free(b->mask); }
+
 static int save(bs_train_task *task, const bs_adamw *opt, const bs_loader *loader, const bs_rng *rng, int64_t step,
                 const char *settings, const bs_train_opts *o, bs_err *err) {
+    // A device-resident task's weights and moments are brought to the host arrays the checkpoint writes.
+    if (task->sync_to_host && task->sync_to_host(task, opt->m, opt->v, err)) return bs_wrap(err, "copying the model to the host");
     bs_train_state st = { .step = step, .data = loader->pos, .rng = *rng, .settings_json = (char *)settings };
     if (bs_train_ckpt_save(o->out_dir, task, opt, &st, err)) return -1;
     if (!o->no_export && task->export_model && task->export_model(task, o->out_dir, err)) return bs_wrap(err, "exporting the model to %s", o->out_dir);
@@ -145,6 +167,7 @@ int bs_train_run(bs_train_task *task, const bs_corpus *train, const bs_corpus *h
     int rc = -1;
     bs_adamw opt = { 0 };
     bs_loader loader = { 0 };
+    train_batch batch = { 0 };
     FILE *csv = NULL;
     bs_train_state st = { 0 };
     char *settings = settings_json(o, train);
@@ -157,6 +180,7 @@ int bs_train_run(bs_train_task *task, const bs_corpus *train, const bs_corpus *h
     int64_t step = 0;
     if (o->resume_dir) {
         if (bs_train_ckpt_load(o->resume_dir, task, &opt, &st, err)) goto done;
+        if (task->sync_from_host && task->sync_from_host(task, opt.m, opt.v, opt.t, err)) { bs_wrap(err, "resuming on the device"); goto done; }
         if (compare_settings(o->resume_dir, st.settings_json, settings, err)) goto done;
         if (bs_loader_seek(&loader, st.data, err)) goto done;
         rng = st.rng;
@@ -168,24 +192,42 @@ int bs_train_run(bs_train_task *task, const bs_corpus *train, const bs_corpus *h
     float scale = 1.0f / (float)n_seq;
     double t0 = bs_now(), fwd = task->flops_forward ? task->flops_forward(task, o->seq_len) : 0;
     int plot_noted = 0;
+    // A device-resident task (task.h: loss_grad_batch / opt_step) takes a micro-batch at once and updates its
+    // own weights; the host AdamW above then only carries the moments between checkpoints.
+    const bs_adamw_settings dev_opt = { (float)cfg.beta1, (float)cfg.beta2, (float)cfg.eps, (float)cfg.weight_decay, (float)o->clip };
+    if (task->loss_grad_batch && alloc_batch(&batch, o->batch, o->seq_len, err)) goto done;
     while (step < o->steps) {
         double ts = bs_now(), lr = bs_lr_schedule(o->lr, step, warmup, o->steps);
-        bs_param_zero_grad(&task->params);
+        if (!task->opt_step) bs_param_zero_grad(&task->params);
         bs_loss_terms sum = { 0 };
-        for (int i = 0; i < n_seq; i++) {
-            bs_train_seq s; bs_loss_terms t = { 0 };
-            bs_loader_next(&loader, &s);
-            if (task->loss_grad(task, &s, scale, &rng, &t, err)) { bs_wrap(err, "step %lld, sequence %d", (long long)step + 1, i); goto done; }
-            add_terms(&sum, &t);
+        if (task->loss_grad_batch) {
+            for (int a = 0; a < o->accum; a++) {
+                bs_loss_terms t = { 0 };
+                for (int i = 0; i < o->batch; i++) batch_take(&batch, i, &loader);
+                if (task->loss_grad_batch(task, batch.seqs, o->batch, scale, &rng, &t, err)) { bs_wrap(err, "step %lld, micro-batch %d", (long long)step + 1, a); goto done; }
+                t.n_tokens /= o->batch; t.n_blocks /= o->batch;   // add_terms sums means x batch: see below
+                for (int i = 0; i < o->batch; i++) add_terms(&sum, &t);
+            }
+        } else {
+            for (int i = 0; i < n_seq; i++) {
+                bs_train_seq s; bs_loss_terms t = { 0 };
+                bs_loader_next(&loader, &s);
+                if (task->loss_grad(task, &s, scale, &rng, &t, err)) { bs_wrap(err, "step %lld, sequence %d", (long long)step + 1, i); goto done; }
+                add_terms(&sum, &t);
+            }
         }
         mean_terms(&sum, n_seq);
-        double norm = bs_clip_grad_norm(&task->params, o->clip);
+        double norm = 0;
+        if (task->opt_step) {
+            if (task->opt_step(task, &dev_opt, lr, &norm, err)) { bs_wrap(err, "step %lld: the optimiser step", (long long)step + 1); goto done; }
+            opt.t++;
+        } else norm = bs_clip_grad_norm(&task->params, o->clip);
         if (!isfinite(norm) || !isfinite(sum.loss)) {
             bs_fail(err, "step %lld: the loss (%g) or gradient norm (%g) is not finite: the run diverged (lower --lr?); the last checkpoint in %s is untouched",
                     (long long)step + 1, sum.loss, norm, o->out_dir);
             goto done;
         }
-        bs_adamw_step(&opt, lr);
+        if (!task->opt_step) bs_adamw_step(&opt, lr);
         step++;
         double now = bs_now(), dt = now - ts, el = now - t0;
         bs_train_progress p = { .step = step, .steps = o->steps, .terms = sum, .lr = lr, .grad_norm = norm,
@@ -224,6 +266,7 @@ done:
     free(settings);
     bs_loader_free(&loader);
     bs_adamw_free(&opt);
+    free_batch(&batch);
     return rc;
 }
 
