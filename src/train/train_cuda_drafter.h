@@ -1,4 +1,4 @@
-// Block-drafter training on one GPU (src/train/cuda/train_drafter.cu): a bs_train_task for DSpark (vanilla
+// Block-drafter training on one GPU (src/train/cuda/drafter_step.cu): a bs_train_task for DSpark (vanilla
 // Markov head, confidence head), DeepSpec DFlash and z-lab DFlash against a frozen Qwen3 target that runs
 // on the GPU too (the target trainer's forward, src/train/cuda/train_target.cu). The objective is the CPU
 // reference's (train_drafter.h, docs/training.md "The drafter step") op for op; the host side keeps a CPU

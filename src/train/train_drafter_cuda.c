@@ -2,7 +2,7 @@
 // the parameter set, the initialisation and the export; the frozen target is loaded on the GPU with the
 // target trainer (train_target_cuda.c; forward only) and on the host for the CPU task's tables; anchors,
 // packed block ids and positions, labels, eval mask and weights are built here exactly as the CPU step builds
-// them; the device half (src/train/cuda/train_drafter.cu, td_dev.h) runs the rest. Without BS_WITH_CUDA only
+// them; the device half (src/train/cuda/drafter_step.cu, td_dev.h) runs the rest. Without BS_WITH_CUDA only
 // the stubs at the end are compiled.
 #include <math.h>
 #include <stdio.h>

@@ -48,7 +48,7 @@ size_t tc_dev_bytes(const tc_dev *d);
 #define TC_N_TIMES 6
 void tc_dev_times(tc_dev *d, double *ms, int reset);
 
-// The frozen target of the GPU drafter trainer (train_drafter.cu): the forward without the LM head (ids
+// The frozen target of the GPU drafter trainer (drafter_step.cu): the forward without the LM head (ids
 // [nb*Tc] uploaded on the task's stream, nothing synchronised); then tc_dev_hidden(idx) is hidden_states[idx]
 // as transformers numbers them ([nb*Tc][H], row b*Tc + t; 0 = embeddings, L = the final normed state), valid
 // until the next step. tc_dev_param: parameter i's device weights; tc_dev_stream: the cudaStream_t.

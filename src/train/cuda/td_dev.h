@@ -1,4 +1,4 @@
-// The device half of the GPU drafter trainer (train_drafter.cu), behind a narrow C interface: the host half
+// The device half of the GPU drafter trainer (drafter_step.cu), behind a narrow C interface: the host half
 // (src/train/train_drafter_cuda.c) owns the parameter set (the CPU reference task's), anchors, labels and
 // the loss bookkeeping; this side owns weights, gradients, AdamW moments and every activation.
 #pragma once

@@ -486,7 +486,7 @@ extern "C" void tc_dev_times(tc_dev *d, double *ms, int reset) {
     for (int i = 0; i < TC_N_TIMES; i++) { if (ms) ms[i] = d->ms[i]; if (reset) d->ms[i] = 0; }
 }
 
-// ---- the frozen target of the GPU drafter trainer (train_drafter.cu) ---------------------------------------
+// ---- the frozen target of the GPU drafter trainer (drafter_step.cu) ---------------------------------------
 extern "C" int tc_dev_forward_hidden(tc_dev *d, const int32_t *ids, int nb, int Tc, bs_err *err) {
     if (nb < 1 || nb > d->B || Tc < 1 || Tc > d->T) return bs_fail(err, "batch %d x %d outside the allocated %d x %d", nb, Tc, d->B, d->T);
     CU(cudaMemcpyAsync(d->ids, ids, sizeof(int32_t) * (size_t)nb * Tc, cudaMemcpyHostToDevice, d->st));
