@@ -60,6 +60,8 @@ $(BUILD)/train_step: $(BUILD)/bench/train_step.o $(LIB) ; $(CC) $(CFLAGS) -o $@ 
 bench-tools: $(BUILD)/train_step $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders $(BUILD)/cpu_mm_kernel $(BUILD)/cpu_attention_stream
 # Qwen3 target pre-training on the GPU, standalone (bench/train_target_cuda.c): built by `make cuda`.
 $(BUILD)/train_target_cuda: $(BUILD)/bench/train_target_cuda.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# Drafter training throughput on the GPU against a random ~30M target (bench/train_drafter_cuda.c): built by `make cuda`.
+$(BUILD)/train_drafter_cuda: $(BUILD)/bench/train_drafter_cuda.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # What a dependent link between GPU kernels costs, handed over by PDL, a counter or flags (bench/cuda_link_latency.cu).
 build-cuda/cuda_link_latency: bench/cuda_link_latency.cu ; @mkdir -p build-cuda && $(NVCC) $(NVFLAGS) -o $@ $<
 # AdamW's update loop vectorises only when sqrtf need not set errno (its argument is never negative).
@@ -74,7 +76,7 @@ test: $(BUILD)/run_tests $(BUILD)/blockspec
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
-cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench build-cuda/cuda_link_latency build-cuda/train_target_cuda
+cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench build-cuda/cuda_link_latency build-cuda/train_target_cuda build-cuda/train_drafter_cuda
 
 # Everything a fresh Debian 12 machine needs (run as root): compilers, the Debian libraries blockspec
 # links, and the npm packages the tokenizer tests compare against.

@@ -160,6 +160,7 @@ static int run(int drafter, int argc, char **argv) {
     }
     to.seed = o.seed;
     to.max_batch_seqs = o.batch; to.max_seq_len = o.seq_len;
+    dopt.max_batch_seqs = o.batch; dopt.max_seq_len = o.seq_len;
     rc = 1;
     bs_err err;
     bs_corpus *train = NULL, *heldout = NULL;

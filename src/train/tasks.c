@@ -10,6 +10,7 @@
 #include "train/train_drafter.h"
 #include "train/train_target.h"
 #include "train/train_cuda.h"
+#include "train/train_cuda_drafter.h"
 
 static int is_cuda(const char *device) { return device && !strncmp(device, "cuda", 4); }
 
@@ -70,18 +71,17 @@ static void free_with_target(bs_train_task *t) {
 
 int bs_train_drafter_task_new(bs_train_task **out, const bs_train_drafter_opts *o, bs_err *err) {
     *out = NULL;
-    if (is_cuda(o->device)) return bs_fail(err, "--device cuda: drafter training on the GPU is not built yet (train the drafter on the cpu)");
-    if (o->device && strcmp(o->device, "cpu")) return bs_fail(err, "--device %s: training runs on cpu or cuda", o->device);
+    if (o->device && strcmp(o->device, "cpu") && !is_cuda(o->device)) return bs_fail(err, "--device %s: training runs on cpu or cuda", o->device);
     bs_train_task *target = NULL, *t = NULL;
+    bs_drafter_config c;
     if (bs_train_target_load(&target, o->target_dir, 0, err)) return bs_wrap(err, "the frozen target %s", o->target_dir);
     const bs_qwen3_config *tc = bs_train_target_config(target);
     bs_drafter_loss_opts lo = { (float)o->gamma, (float)o->ce_alpha, (float)o->l1_alpha, (float)o->conf_alpha, o->num_anchors };
     owned_target *ow = calloc(1, sizeof *ow);
     if (!ow) { target->free(target); return bs_fail(err, "out of memory"); }
     int rc;
-    if (o->init_dir) rc = bs_train_drafter_load(&t, target, o->init_dir, &lo, err);
+    if (o->init_dir) rc = is_cuda(o->device) ? 0 : bs_train_drafter_load(&t, target, o->init_dir, &lo, err);
     else {
-        bs_drafter_config c;
         bs_markov_type mt = markov_type(o->markov_head_type);
         int mask = mask_id(o, tc->vocab_size, err);
         rc = mask < 0 ? -1 : 0;
@@ -103,7 +103,15 @@ int bs_train_drafter_task_new(bs_train_task **out, const bs_train_drafter_opts *
             c.conf_head = o->confidence_head;
             c.conf_with_markov = o->confidence_head && o->markov_rank > 0;
         }
-        if (!rc) rc = bs_train_drafter_new(&t, target, &c, &lo, o->seed, err);
+        if (!rc && !is_cuda(o->device)) rc = bs_train_drafter_new(&t, target, &c, &lo, o->seed, err);
+    }
+    if (!rc && is_cuda(o->device)) {   // the GPU task loads the target itself (on the GPU, and on the host for its tables)
+        free(ow);
+        target->free(target);
+        if (o->max_batch_seqs < 1 || o->max_seq_len < 2)
+            return bs_fail(err, "--device cuda: the micro-batch size and sequence length are not set (max_batch_seqs, max_seq_len)");
+        return bs_train_drafter_cuda_new(out, o->target_dir, o->init_dir ? NULL : &c, o->init_dir, &lo, o->seed, o->max_batch_seqs,
+                                         o->max_seq_len, err);
     }
     if (rc) { free(ow); target->free(target); return -1; }
     ow->inner_free = t->free;

@@ -30,6 +30,7 @@ typedef struct {
     const char *init_dir;        // start from an existing drafter checkpoint, or NULL
     const char *device;          // "cpu" or "cuda" (NULL: cpu)
     uint64_t seed;
+    int max_batch_seqs, max_seq_len;   // cuda: the largest micro-batch the run feeds (the GPU task sizes its buffers by it)
 } bs_train_drafter_opts;
 
 int bs_train_target_task_new(bs_train_task **out, const bs_train_target_opts *o, bs_err *err);

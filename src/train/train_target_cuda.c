@@ -364,6 +364,7 @@ int bs_train_target_cuda_times(bs_train_task *t, double ms[6], int reset, bs_err
 size_t bs_train_target_cuda_device_bytes(const bs_train_task *t) {
     return t && t->free == t_free ? tc_dev_bytes(((const tcu *)t->impl)->d) : 0;
 }
+tc_dev *bs_train_target_cuda_dev(bs_train_task *t) { return t && t->free == t_free ? ((tcu *)t->impl)->d : NULL; }
 
 #else  // !BS_WITH_CUDA: the same entry points, each failing with the reason.
 

@@ -48,6 +48,18 @@ size_t tc_dev_bytes(const tc_dev *d);
 #define TC_N_TIMES 6
 void tc_dev_times(tc_dev *d, double *ms, int reset);
 
+// The frozen target of the GPU drafter trainer (drafter_step.cu): the forward without the LM head (ids
+// [nb*Tc] uploaded on the task's stream, nothing synchronised); then tc_dev_hidden(idx) is hidden_states[idx]
+// as transformers numbers them ([nb*Tc][H], row b*Tc + t; 0 = embeddings, L = the final normed state), valid
+// until the next step. tc_dev_param: parameter i's device weights; tc_dev_stream: the cudaStream_t.
+int tc_dev_forward_hidden(tc_dev *d, const int32_t *ids, int nb, int Tc, bs_err *err);
+const float *tc_dev_hidden(tc_dev *d, int idx);
+float *tc_dev_param(tc_dev *d, int i);
+void *tc_dev_stream(tc_dev *d);
+// The device half of a CUDA target task (train_target_cuda.c); NULL if t is not one.
+struct bs_train_task;
+tc_dev *bs_train_target_cuda_dev(struct bs_train_task *t);
+
 #ifdef __cplusplus
 }
 #endif

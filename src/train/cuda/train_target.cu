@@ -201,7 +201,7 @@ static int rmsnorm(tc_dev *d, float *y, float *rstd, const float *x, const float
     return 0;
 }
 
-static int forward(tc_dev *d, int nb, int Tc, bs_err *err) {
+static int forward(tc_dev *d, int nb, int Tc, int with_logits, bs_err *err) {
     const tc_shape &s = d->s;
     int rows = nb * Tc, H = s.H, qd = d->qd, kd = d->kd, I = s.I;
     tc_embed_fwd<<<rows, 256, 0, d->st>>>(d->act[0].x_in, P_(d, 0), d->ids, H);
@@ -236,6 +236,7 @@ static int forward(tc_dev *d, int nb, int Tc, bs_err *err) {
     }
     int head = s.tied ? 0 : 2 + TC_PER_LAYER * s.L;
     if (rmsnorm(d, d->xf, d->rstdf, d->x_final, P_(d, 1 + TC_PER_LAYER * s.L), rows, H, err)) return -1;
+    if (!with_logits) return 0;
     return lin_fwd(d, d->logits, d->xf, P_(d, head), rows, s.V, H, 0.f, err);
 }
 
@@ -433,7 +434,7 @@ extern "C" int tc_dev_step(tc_dev *d, const int32_t *ids, const int32_t *labels,
     CU(cudaMemcpyAsync(d->labels, labels, sizeof(int32_t) * rows, cudaMemcpyHostToDevice, d->st));
     CU(cudaMemcpyAsync(d->wrow, wrow, sizeof(float) * rows, cudaMemcpyHostToDevice, d->st));
     CU(cudaEventRecord(d->ev_fwd[0], d->st));
-    if (forward(d, nb, Tc, err)) return -1;
+    if (forward(d, nb, Tc, 1, err)) return -1;
     CU(cudaEventRecord(d->ev_fwd[1], d->st));
     if (logits && !grad) CU(cudaMemcpyAsync(logits, d->logits, sizeof(float) * rows * d->s.V, cudaMemcpyDeviceToHost, d->st));
     tc_cross_entropy<<<(unsigned)rows, 512, 0, d->st>>>(d->logits, d->rowloss, d->labels, d->wrow, d->s.V, grad);
@@ -484,3 +485,16 @@ extern "C" int tc_dev_adamw(tc_dev *d, float lr, float beta1, float beta2, float
 extern "C" void tc_dev_times(tc_dev *d, double *ms, int reset) {
     for (int i = 0; i < TC_N_TIMES; i++) { if (ms) ms[i] = d->ms[i]; if (reset) d->ms[i] = 0; }
 }
+
+// ---- the frozen target of the GPU drafter trainer (drafter_step.cu) ---------------------------------------
+extern "C" int tc_dev_forward_hidden(tc_dev *d, const int32_t *ids, int nb, int Tc, bs_err *err) {
+    if (nb < 1 || nb > d->B || Tc < 1 || Tc > d->T) return bs_fail(err, "batch %d x %d outside the allocated %d x %d", nb, Tc, d->B, d->T);
+    CU(cudaMemcpyAsync(d->ids, ids, sizeof(int32_t) * (size_t)nb * Tc, cudaMemcpyHostToDevice, d->st));
+    return forward(d, nb, Tc, 0, err);
+}
+extern "C" const float *tc_dev_hidden(tc_dev *d, int idx) {
+    if (idx < 0 || idx > d->s.L) return NULL;
+    return idx == d->s.L ? d->xf : d->act[idx].x_in;
+}
+extern "C" float *tc_dev_param(tc_dev *d, int i) { return i >= 0 && i < d->n_params ? d->W + d->off[i] : NULL; }
+extern "C" void *tc_dev_stream(tc_dev *d) { return (void *)d->st; }
