@@ -1,0 +1,32 @@
+#!/bin/bash
+# Trains the built-in target's three drafters on the GPU machine in one device call: DSpark (Markov +
+# confidence heads), DeepSpec DFlash (markov_rank 0) and z-lab DFlash, each with `blockspec train-drafter
+# --device cuda` on the same data and budget. Carried in RUNDIR: target.tar.xz (models/blockspec-30m) and the
+# corpus as .xz text. Each export comes back cut into 15 MiB pieces, configs and logs in one tar.
+# Usage (repository root): models/recipe/train_drafters_device.sh RUNDIR
+set -u
+OUT=${OUT:-/tmp/bs_out}; mkdir -p "$OUT"
+R=${1:-.dev/d1}; BIN=${BIN:-build-cuda}; W=/tmp/bsd; mkdir -p $W/target $W/logs
+. tests/gpu/deb_sysroot.sh; deb_sysroot_args ${DEBDIR:-.dev/debs}
+export LD_LIBRARY_PATH=/tmp/sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+t0=$(date +%s)
+xz -dc $R/target.tar.xz | tar xf - -C $W/target
+for f in code prose dialogue; do xz -dc $R/$f.txt.xz > $W/$f.txt & done; wait
+$BIN/blockspec tokenize --corpus $W/train.bsc -m $W/target --doc-sep '<|endoftext|>\n' --heldout-frac 0.01 --seed 1 \
+    $W/code.txt $W/prose.txt $W/dialogue.txt 2>&1 | tee $W/logs/run.log
+echo "ready in $(( $(date +%s) - t0 )) s" | tee -a $W/logs/run.log
+COMMON="-m $W/target --device cuda --data $W/train.bsc --heldout $W/train.bsc.heldout --batch 8 --seq-len 1024 --anchors 256
+        --taps 1,3,5,6 --layers ${LAYERS:-1} --lr ${LR:-1e-3} --warmup-ratio 0.04 --eval-every 1000 --eval-seqs 16 --seed 1 --no-plot"
+train() {   # name, extra arguments
+  local name=$1; shift
+  $BIN/blockspec train-drafter $COMMON --out $W/$name --steps ${STEPS:-5000} --time-limit ${MINUTES:-2.0} "$@" 2>&1 | tr '\r' '\n' \
+      | awk 'NR % 500 == 1 || /held-out|checkpoint|error|blockspec/' | tee $W/logs/$name.log
+  cp $W/$name/config.json $W/logs/$name.config.json; cp $W/$name/train_log.csv $W/logs/$name.train_log.csv
+  split -b 15M -d $W/$name/model.safetensors "$OUT/$name.safetensors.part-"
+  echo "$name done at $(( $(date +%s) - t0 )) s" | tee -a $W/logs/run.log
+}
+train dspark --arch dspark --block 7 --markov-rank 64
+train dflash --arch dflash --block 7
+train zlab --arch zlab-dflash --block 8
+tar czf "$OUT/logs.tgz" -C $W logs
+ls -l "$OUT"
