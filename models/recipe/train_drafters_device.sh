@@ -25,8 +25,12 @@ train() {   # name, extra arguments
   split -b 15M -d $W/$name/model.safetensors "$OUT/$name.safetensors.part-"
   echo "$name done at $(( $(date +%s) - t0 )) s" | tee -a $W/logs/run.log
 }
-train dspark --arch dspark --block 7 --markov-rank 64
-train dflash --arch dflash --block 7
-train zlab --arch zlab-dflash --block 8
+for d in ${DRAFTERS:-dspark dflash zlab}; do
+  case $d in
+    dspark) train dspark --arch dspark --block 7 --markov-rank 64 ;;
+    dflash) train dflash --arch dflash --block 7 ;;
+    zlab)   train zlab --arch zlab-dflash --block 8 ;;
+  esac
+done
 tar czf "$OUT/logs.tgz" -C $W logs
 ls -l "$OUT"
