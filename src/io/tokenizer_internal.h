@@ -62,6 +62,8 @@ struct bs_tokenizer {
     // tokenizer_config.json
     int32_t eos_id, bos_id, pad_id;
     char *chat_template;
+
+    const char *src;   // while loading: the file name that messages give (not owned)
 };
 
 // tokenizer_bytes.c: the GPT-2 byte <-> unicode character table.
