@@ -25,7 +25,8 @@ int __lsan_do_recoverable_leak_check(void);
 #endif
 
 // A byte-level tokenizer.json: the 256 byte characters as ids 0..255, then `extra_vocab` (",\"tok\":id"
-// entries), a Split pre-tokeniser with `split` (a JSON object body, or NULL for Qwen's whitespace rule),
+// entries), a Split pre-tokeniser with `split` (a JSON object body, or NULL for the whitespace part of
+// Qwen's rule: \s*[\r\n]+ first, which backtracks over a whole run of spaces),
 // and `tail` (more top-level members, may be "").
 static char *byte_tokenizer(const char *extra_vocab, const char *split, const char *tail) {
     size_t cap = 1 << 16, n = 0;
@@ -38,7 +39,7 @@ static char *byte_tokenizer(const char *extra_vocab, const char *split, const ch
     n += (size_t)snprintf(s + n, cap - n, "%s}},\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",%s},"
                           "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},\"decoder\":{\"type\":\"ByteLevel\"}%s}",
                           extra_vocab ? extra_vocab : "",
-                          split ? split : "\"pattern\":{\"Regex\":\"\\\\s+(?!\\\\S)|\\\\s+|\\\\S+\"},\"behavior\":\"Isolated\"", tail ? tail : "");
+                          split ? split : "\"pattern\":{\"Regex\":\"\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+|\\\\S+\"},\"behavior\":\"Isolated\"", tail ? tail : "");
     return s;
 }
 
@@ -285,4 +286,28 @@ TEST(hardening_messages_not_garbled) {
     CHECK(bs_drafter_config_load(&c, dir, &err) != 0);
     snprintf(want, sizeof want, "%s: field \"dflash_config.block_size\" must be an integer", p);
     CHECK(strstr(err.msg, want) == err.msg, "got '%s', want '%s...'", err.msg, want);
+}
+
+// Found by the fuzz_tokenizer_load harness: after ByteLevel's add_prefix_space laid the pieces out again,
+// the workspace recorded a larger capacity than it had allocated, and the next, longer text of the same
+// encode (the gap after an added token) was copied past the end of the buffer (ASan: heap-buffer-overflow
+// in bs_pretokenize). Caught under `make asan`; the plain build checks the ids.
+TEST(hardening_prefix_space_buffer) {
+    const char *j = "{\"model\":{\"type\":\"BPE\",\"merges\":[],\"vocab\":{\"a\":0,\"b\":1,\"-\":2,\"\\u0120\":3}},"
+                    "\"added_tokens\":[{\"id\":4,\"content\":\"<x>\",\"special\":true}],"
+                    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"String\":\"-\"},\"behavior\":\"Isolated\"},"
+                    "{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"use_regex\":false}]}}";
+    bs_tokenizer *t; bs_err err;
+    CHECK(load_tok(j, &t, &err) == 0, "%s", err.msg);
+    // Gap 1: 7 pieces, each given a space; gap 2 is longer than gap 1's buffer but shorter than the
+    // capacity that used to be recorded.
+    const char *text = "ab-ab-ab-ab<x>ab-ab-ab-ab-ab-ab-ab-a";
+    int32_t *ids; size_t n;
+    CHECK(bs_tokenizer_encode(t, text, strlen(text), &ids, &n, &err) == 0, "%s", err.msg);
+    // Every piece is " " + its bytes: gap 1 has 7 pieces (11 bytes; its buffer: 19 bytes, 26 recorded),
+    // gap 2 has 15 (22 bytes), plus <x>.
+    CHECK(n == 7 + 11 + 1 + 15 + 22, "%zu ids", n);
+    CHECK(ids[0] == 3 && ids[1] == 0 && ids[18] == 4, "ids %d %d %d", ids[0], ids[1], ids[18]);
+    free(ids);
+    bs_tokenizer_free(t);
 }

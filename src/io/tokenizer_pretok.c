@@ -142,7 +142,9 @@ int bs_pretokenize(const bs_tokenizer *t, bs_pretok_ws *ws, const char *s, size_
                 memcpy(nb + m, ws->buf + x->off, x->len); m += x->len;
                 x->off = start; x->len = m - start;
             }
-            free(ws->buf); ws->buf = nb; ws->buf_len = m; ws->buf_cap = ws->buf_len + extra + 1;
+            // (the capacity is what was allocated: old length + extra + 1; m already counts the extra)
+            size_t alloc = ws->buf_len + extra + 1;
+            free(ws->buf); ws->buf = nb; ws->buf_len = m; ws->buf_cap = alloc;
         }
         if (!pt->re) continue;
         int behavior = pt->kind == BS_PRE_SPLIT ? pt->behavior : BS_SPLIT_ISOLATED;

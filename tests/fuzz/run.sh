@@ -2,7 +2,8 @@
 # Runs one fuzz harness for a time budget: tests/fuzz/run.sh NAME SECONDS [libFuzzer options...].
 # The corpus grows in build-fuzz/corpus/NAME (seeded by seed.sh on first use and kept between runs);
 # a crash, leak, sanitizer report or hang leaves its input in build-fuzz/artifacts/ and fails the run.
-# Prints one summary line: executions, coverage (libFuzzer's cov/ft) and corpus size.
+# Prints one summary line: executions, coverage (libFuzzer's cov/ft) and corpus size. A harness that
+# cannot run here (exit 77, e.g. the Qwen3 tokenizer not installed) is reported as SKIPPED with its reason.
 set -e
 name=$1; secs=$2; shift 2
 bin=build-fuzz/fuzz_$name; corpus=build-fuzz/corpus/$name; log=build-fuzz/logs/$name.log
@@ -11,6 +12,7 @@ mkdir -p "$corpus" build-fuzz/artifacts build-fuzz/logs
 # -timeout: one input running 10 s is a hang; -rss_limit_mb: one input may not take 2 GB.
 if "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="build-fuzz/artifacts/$name-" "$@" "$corpus" > "$log" 2>&1; then rc=0; else rc=$?; fi
+if [ $rc = 77 ]; then echo "fuzz $name: SKIPPED ($(grep -m1 '^SKIP' "$log"))"; exit 0; fi
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
 last=$(grep -E '^#[0-9]+' "$log" | grep -E 'cov: ' | tail -1)
 cov=$(echo "$last" | sed -n 's/.*cov: \([0-9]*\).*/\1/p'); ft=$(echo "$last" | sed -n 's/.*ft: \([0-9]*\).*/\1/p')
