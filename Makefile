@@ -2,7 +2,8 @@
 #   make              library + `blockspec` program, tuned for this machine class (x86-64-v3: AVX2/FMA)
 #   make PORTABLE=1   baseline x86-64 build; fast kernels are still chosen at run time where the CPU has them
 #   make test         build and run the whole test suite (prints "N passed, N failed")
-#   make asan         the same suite under AddressSanitizer + UBSan (separate build dir)
+#   make asan         the same suite under AddressSanitizer + UBSan (+ float-cast-overflow; separate build dir)
+#   make fuzz         every libFuzzer harness for FUZZ_SECONDS each (clang)
 #   make cuda         add the CUDA backend and the GPU trainer (needs nvcc + cuBLAS; sm_90a + PTX)
 CC      ?= cc
 BUILD   ?= build
@@ -74,15 +75,18 @@ test: $(BUILD)/run_tests $(BUILD)/blockspec
 	BS_BIN=$(BUILD)/blockspec ./$(BUILD)/run_tests $(T)
 
 asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" test
+	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all" test
 
 cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench build-cuda/cuda_link_latency build-cuda/train_target_cuda build-cuda/train_drafter_cuda
 
 # Everything a fresh Debian 12 machine needs (run as root): compilers, the Debian libraries blockspec
 # links, and the npm packages the tokenizer tests compare against.
 deps:
-	@if ! dpkg -s libcjson-dev libonig-dev libutf8proc-dev build-essential >/dev/null 2>&1; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential libcjson-dev libonig-dev libutf8proc-dev; fi
+	@if ! dpkg -s libcjson-dev libonig-dev libutf8proc-dev build-essential clang >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential clang libcjson-dev libonig-dev libutf8proc-dev; fi
+	@printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }\n' > /tmp/bs_fuzz_probe.c && \
+	  clang -fsanitize=fuzzer,address,undefined /tmp/bs_fuzz_probe.c -o /tmp/bs_fuzz_probe && rm -f /tmp/bs_fuzz_probe /tmp/bs_fuzz_probe.c || \
+	  { echo "make deps: clang cannot link -fsanitize=fuzzer (libFuzzer runtime missing)"; exit 1; }
 	@# gnuplot draws the training loss plot (optional at run time: without it the plot is skipped with a note)
 	@if ! command -v gnuplot >/dev/null; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox || echo "gnuplot-nox not installed: training runs will skip the loss plot"; fi
 	@if [ -f tests/node/package.json ] && command -v npm >/dev/null; then npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; fi
@@ -99,21 +103,24 @@ portable-check:
 test-all:
 	$(MAKE) portable-check
 	$(MAKE) asan
+	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_CI_SECONDS)
 	@if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then $(MAKE) cuda-compile; else echo "CUDA compile skipped: no nvcc on this machine"; fi
 	$(MAKE) test
 
-# libFuzzer on the parsers (clang): `make fuzz FUZZ_SECONDS=60`.
+# libFuzzer harnesses (clang; ASan + UBSan with float-cast-overflow), one per parser or text path:
+# tests/fuzz/fuzz_NAME.c, seeded by tests/fuzz/seed.sh NAME. Adding one = adding NAME to this list.
+# `make fuzz` runs each for FUZZ_SECONDS (docs/reliability.md); test-all runs each for FUZZ_CI_SECONDS.
+FUZZ_HARNESSES := safetensors checkpoint_dir draft_vocab json config tokenizer_load tokenize chat cli_ids bpe_train
 FUZZ_SECONDS ?= 30
-fuzz:
-	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" build-fuzz/libblockspec.a
-	clang -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -I. tests/fuzz/fuzz_safetensors.c build-fuzz/libblockspec.a \
-	      $(LDLIBS) -o build-fuzz/fuzz_safetensors
-	mkdir -p build-fuzz/corpus && cp ../shared/fixtures/*.safetensors build-fuzz/corpus/ 2>/dev/null || true
-	./build-fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus
-	clang -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -I. tests/fuzz/fuzz_draft_vocab.c build-fuzz/libblockspec.a \
-	      $(LDLIBS) -o build-fuzz/fuzz_draft_vocab
-	mkdir -p build-fuzz/corpus_vocab && printf '[0, 3, 999, 17]' > build-fuzz/corpus_vocab/list.json
-	./build-fuzz/fuzz_draft_vocab -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus_vocab
+FUZZ_CI_SECONDS ?= 12
+FUZZ_SAN := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
+fuzz-build:
+	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)" build-fuzz/libblockspec.a build-fuzz/blockspec
+	@for h in $(FUZZ_HARNESSES); do \
+	  clang -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer $(FUZZ_SAN) -Iinclude -Isrc -I. -D_GNU_SOURCE \
+	        tests/fuzz/fuzz_$$h.c cli/args.c build-fuzz/libblockspec.a $(LDLIBS) -o build-fuzz/fuzz_$$h || exit 1; done
+fuzz: fuzz-build
+	@for h in $(FUZZ_HARNESSES); do BS_BIN=build-fuzz/blockspec tests/fuzz/run.sh $$h $(FUZZ_SECONDS) || exit 1; done
 
 # Mutation check, on demand (not part of `make test`): each mutation in tests/mutants/mutants.txt applied
 # alone to a scratch copy, rebuilt, and its tests run; fails if any mutant survives (docs/reliability.md).
@@ -123,5 +130,5 @@ mutants: ; tests/mutants/run.sh
 cuda-compile: cuda
 
 clean: ; rm -rf build build-asan build-cuda build-portable build-fuzz
-.PHONY: all test asan cuda clean deps test-all cuda-compile fuzz portable-check bench-tools mutants
+.PHONY: all test asan cuda clean deps test-all cuda-compile fuzz fuzz-build portable-check bench-tools mutants
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "io/weight_check.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
@@ -191,6 +192,7 @@ int cmd_generate(int argc, char **argv) {
     int n_out = 0;
     rc = 1;
     if (bs_engine_open(&e, a.model, a.device, &err) || tokenize_prompt(&a, e, &err)) goto out;
+    if (e->weight_warning[0]) fprintf(stderr, "blockspec: warning: %s\n", e->weight_warning);
     // Without -c, the KV cache is sized for this request (prompt + output + one verify block), or for the
     // model's whole context with -n -1.
     if (bs_session_init(&s, e, a.ctx ? (int)a.ctx : a.n_new < 0 ? e->cfg.max_position : bs_request_ctx(&e->cfg, a.n_prompt, (int)a.n_new),
@@ -199,9 +201,13 @@ int cmd_generate(int argc, char **argv) {
     // fit is refused here by the decoders, with the same message for plain and speculative decoding.
     long cap = a.n_new >= 0 ? a.n_new : (long)s.kv.max_ctx - a.n_prompt + 1;
     if (!(out = malloc(sizeof(int32_t) * (cap > 0 ? cap : 1)))) { bs_fail(&err, "out of memory"); goto out; }
+    if (a.ctx > s.kv.max_ctx)   // the session reports the context it got: say when -c was capped
+        fprintf(stderr, "blockspec: warning: -c %ld is above the model's max_position_embeddings (%d); using a context of %d\n",
+                a.ctx, e->cfg.max_position, s.kv.max_ctx);
     bs_drafter_opts dop = { .lossy_weights = a.drafter_fp8 ? 1 : -1, .draft_vocab = a.draft_vocab };
     if (a.draft_vocab && !a.drafter) { bs_fail(&err, "--draft-vocab needs a drafter (-d DIR)"); goto out; }
     if (a.drafter && bs_drafter_open_opts(&d, a.drafter, e, s.kv.max_ctx, &dop, &err)) goto out;
+    if (a.drafter) { char w[512]; if (bs_weights_check_path(a.drafter, w, sizeof w, &err) > 0) fprintf(stderr, "blockspec: warning: %s\n", w); }
     bs_detok dt;
     if (e->tok) bs_detok_init(&dt, e->tok, 1);
     printer pr = { .print_ids = !a.json && (a.print_ids || !e->tok), .n = 0, .dt = !a.json && e->tok ? &dt : NULL };

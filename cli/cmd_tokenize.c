@@ -4,6 +4,7 @@
 #include <string.h>
 #include <errno.h>
 #include "cli/commands.h"
+#include "io/json.h"
 #include "io/tokenizer.h"
 #include "util/timer.h"
 
@@ -17,20 +18,6 @@ static void usage(void) {
         "  --bench: encode FILE repeatedly on one thread and print the throughput in MB/s.\n"
         "  --chunk N: with --bench, encode FILE as separate texts of about N bytes (cut between characters).\n"
         "       blockspec tokenize --corpus OUT -m DIR FILE...   (a training corpus: --corpus --help)\n");
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0; char *b = malloc(cap);
-    size_t r;
-    while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) { char *nb = realloc(b, cap *= 2); if (!nb) { free(b); b = NULL; } else b = nb; }
-    }
-    fclose(f);
-    if (b) { *len = n; }
-    return b;
 }
 
 static int decode_list(const bs_tokenizer *t, const char *list, int skip_special) {
@@ -75,8 +62,8 @@ int cmd_tokenize(int argc, char **argv) {
     if (bs_tokenizer_load(&t, model, &err)) { fprintf(stderr, "blockspec tokenize: %s\n", err.msg); return 1; }
     if (decode) { int rc = decode_list(t, decode, skip_special); bs_tokenizer_free(t); return rc; }
     size_t len = prompt ? strlen(prompt) : 0;
-    char *text = prompt ? NULL : slurp(file, &len);
-    if (file && !text) { fprintf(stderr, "blockspec tokenize: cannot read %s\n", file); bs_tokenizer_free(t); return 1; }
+    char *text = prompt ? NULL : bs_read_file(file, &len, &err);   // regular files only: a FIFO would block
+    if (file && !text) { fprintf(stderr, "blockspec tokenize: %s\n", err.msg); bs_tokenizer_free(t); return 1; }
     const char *s = prompt ? prompt : text;
     int32_t *ids; size_t n;
     int rc = 0;

@@ -27,7 +27,8 @@ typedef struct blockspec_params {
     int top_k;                  // 0: off
     float top_p;                // 1: off
     uint64_t seed;
-    int n_ctx;                  // 0: the model's max_position_embeddings
+    int n_ctx;                  // 0: the model's max_position_embeddings; larger values are capped there
+                                // (blockspec_max_context() says where)
     int draft_max;              // 0: the drafter's block
     float confidence_threshold; // 0: verify every draft
     int stop_at_eos;            // 1: stop at the model's end-of-sequence tokens
@@ -63,6 +64,11 @@ typedef struct blockspec_open_options {
 int  blockspec_open_ex(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device,
                        const blockspec_open_options *o, char *err, size_t err_len);
 void blockspec_close(blockspec *bs);
+// What loading found suspicious but not fatal (e.g. a tensor holding NaN/Inf, named), one per line, or
+// NULL. The library never prints: the caller decides how to show it.
+const char *blockspec_warnings(const blockspec *bs);
+// The longest context the model allows (max_position_embeddings): n_ctx above it is capped to it.
+int blockspec_max_context(const blockspec *bs);
 
 // Token ids in, token ids out (*n_out <= cap). A request whose prompt + n_new - 1 tokens exceed the context
 // (n_ctx, or the model's) is refused with a message, with or without the drafter alike.

@@ -67,7 +67,7 @@ TEST(bad_safetensors_headers) {
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[0,16]}}", 16, -1, "need" },                       // size mismatch
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[-4],\"data_offsets\":[0,16]}}", 16, -1, "invalid shape" },
         { "[1,2,3]", 0, -1, "not a JSON object" },
-        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}", 16, -1, "not a JSON object" },          // broken JSON
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}", 16, -1, "invalid JSON" },               // broken JSON
         { "{\"a\":7}", 0, -1, "is not an object" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

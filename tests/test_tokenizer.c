@@ -81,7 +81,7 @@ static void expect_load_error(int *failed_, const char *json, const char *needle
 }
 
 TEST(tokenizer_bad_input) {
-    expect_load_error(failed_, "{\"model\": ", "not valid JSON");
+    expect_load_error(failed_, "{\"model\": ", "invalid JSON");
     expect_load_error(failed_, "[]", "top level");
     expect_load_error(failed_, "{}", "\"model\" is missing");
     expect_load_error(failed_, "{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", "model type \"Unigram\"");

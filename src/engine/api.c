@@ -4,11 +4,12 @@
 #include <string.h>
 #include "blockspec.h"
 #include "engine/engine.h"
+#include "io/weight_check.h"
 #include "spec/spec_loop.h"
 
 // One drafter is opened with the engine and reused: each generation rolls its context back to zero.
 // (So one handle runs one generation at a time; open several handles for concurrent requests.)
-struct blockspec { bs_engine *eng; bs_drafter *drafter; };
+struct blockspec { bs_engine *eng; bs_drafter *drafter; char warnings[1024]; };
 
 static int fail(char *err, size_t len, const char *msg) { if (err && len) snprintf(err, len, "%s", msg); return -1; }
 
@@ -33,6 +34,13 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
     if (drafter_dir && bs_drafter_open_opts(&bs->drafter, drafter_dir, bs->eng, bs->eng->cfg.max_position, &dop, &e)) {
         blockspec_close(bs);
         return fail(err, err_len, e.msg);
+    }
+    // Weights holding NaN/Inf load but compute garbage: kept for blockspec_warnings().
+    char w[512] = "";
+    snprintf(bs->warnings, sizeof bs->warnings, "%s", bs->eng->weight_warning);
+    if (drafter_dir && bs_weights_check_path(drafter_dir, w, sizeof w, &e) > 0) {
+        size_t l = strlen(bs->warnings);
+        snprintf(bs->warnings + l, sizeof bs->warnings - l, "%s%s", l ? "\n" : "", w);
     }
     *out = bs;
     return 0;
@@ -130,3 +138,6 @@ int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **tex
     if (bs_tokenizer_decode(bs->eng->tok, ids, n, 1, text, &len, &e)) return fail(err, err_len, e.msg);
     return 0;
 }
+
+const char *blockspec_warnings(const blockspec *bs) { return bs->warnings[0] ? bs->warnings : NULL; }
+int blockspec_max_context(const blockspec *bs) { return bs->eng->cfg.max_position; }

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/engine.h"
+#include "io/weight_check.h"
 #include "util/timer.h"
 
 int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, bs_err *err) {
@@ -13,6 +14,7 @@ int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, b
     if (bs_qwen3_config_load(&e->cfg, model_dir, err)) goto fail;
     if (!(e->be = bs_backend_by_name(device, err))) goto fail;
     if (bs_checkpoint_open(&e->ck, model_dir, err)) goto fail;
+    bs_checkpoint_check_finite(e->ck, e->weight_warning, sizeof e->weight_warning);
     if (bs_qwen3_init(&e->target, &e->cfg, e->ck, e->be, err)) goto fail;
     // The tokenizer is optional (id-only use needs none); a broken one is reported when text is asked for.
     char tp[4096]; struct stat st;

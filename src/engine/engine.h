@@ -15,6 +15,7 @@ typedef struct bs_engine {
     bs_qwen3 target;
     bs_tokenizer *tok;          // dir/tokenizer.json when present and supported, else NULL
     char tok_error[512];        // why tok is NULL ("" when there was no tokenizer.json)
+    char weight_warning[512];   // "" or which tensor holds NaN/Inf (checked at open; the caller reports it)
 } bs_engine;
 
 int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, bs_err *err);

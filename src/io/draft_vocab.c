@@ -46,15 +46,20 @@ static int parse_u32(const char *data, size_t len, const char *name, int vocab_s
 
 // A JSON list of ids into seen[]; 0, or -1 with a message.
 static int parse_json(const char *data, size_t len, const char *name, int vocab_size, unsigned char *seen, bs_err *err) {
-    cJSON *root = cJSON_ParseWithLength(data, len);
-    if (!root) return bs_fail(err, "draft vocabulary %s: not valid JSON (expected a list of token ids)", name);
+    cJSON *root = bs_json_parse(data, len, name, err);
+    if (!root) {   // the parser's message starts with the name: keep only what follows it
+        char why[sizeof err->msg];
+        size_t nl = strlen(name);
+        snprintf(why, sizeof why, "%s", !strncmp(err->msg, name, nl) && !strncmp(err->msg + nl, ": ", 2) ? err->msg + nl + 2 : err->msg);
+        return bs_fail(err, "draft vocabulary %s: not valid JSON (expected a list of token ids): %s", name, why);
+    }
     if (!cJSON_IsArray(root)) { cJSON_Delete(root); return bs_fail(err, "draft vocabulary %s: expected a JSON list of token ids", name); }
     int i = 0, rc = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, root) {
         double v = it->valuedouble;
         if (!cJSON_IsNumber(it)) { rc = bs_fail(err, "draft vocabulary %s: entry %d is not a number (expected token ids)", name, i); break; }
-        if (v != floor(v) || v < 0 || v >= vocab_size) { rc = bs_fail(err, "draft vocabulary %s: entry %d (%g) is not a token id in [0, %d)", name, i, v, vocab_size); break; }
+        if (!bs_json_is_int(it, 0, (double)vocab_size - 1)) { rc = bs_fail(err, "draft vocabulary %s: entry %d (%g) is not a token id in [0, %d)", name, i, v, vocab_size); break; }
         seen[(int)v] = 1;
         i++;
     }

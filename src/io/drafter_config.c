@@ -30,10 +30,9 @@ static int int_either(const cJSON *root, const cJSON *nested, const char *key, i
         if (!o) continue;
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
         if (!v || cJSON_IsNull(v)) continue;
-        if (bs_json_int(o, key, 1, lo, hi, out, file, err)) {
-            if (o == nested) return bs_wrap(err, "(in \"dflash_config\")");
-            return -1;
-        }
+        if (o == nested && !bs_json_is_int(v, (double)lo, (double)hi))   // name the field by its full path
+            return bs_fail(err, "%s: field \"dflash_config.%s\" must be an integer in [%ld, %ld]", file, key, lo, hi);
+        if (bs_json_int(o, key, 1, lo, hi, out, file, err)) return -1;
         *found = 1;
         return 0;
     }

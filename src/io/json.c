@@ -1,47 +1,111 @@
+#include <errno.h>
 #include <math.h>
+#include <unistd.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "io/json.h"
+#include "io/tok_map.h"
+#include "io/file.h"
 
 char *bs_read_file(const char *path, size_t *len, bs_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { bs_fail(err, "%s: cannot open (%m)", path); return NULL; }
-    char *buf = NULL; size_t n = 0, cap = 0;
-    for (;;) {
-        if (cap - n < 65536) {
-            cap = cap ? cap * 2 : 65536 * 2;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) { free(buf); fclose(f); bs_fail(err, "%s: out of memory", path); return NULL; }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
+    size_t size;
+    int fd = bs_open_regular(path, &size, err);
+    if (fd < 0) return NULL;
+    // The buffer is sized by the file itself (plus the NUL), never by anything written inside it.
+    char *buf = malloc(size + 1);
+    if (!buf) { close(fd); bs_fail(err, "%s: out of memory reading %zu bytes", path, size); return NULL; }
+    size_t n = 0;
+    while (n < size) {
+        ssize_t r = read(fd, buf + n, size - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { free(buf); close(fd); bs_fail(err, "%s: read error (%m)", path); return NULL; }
+        if (r == 0) break;   // the file shrank while we read it: take what is there
+        n += (size_t)r;
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { free(buf); bs_fail(err, "%s: read error", path); return NULL; }
+    close(fd);
     buf[n] = 0;
     if (len) *len = n;
     return buf;
+}
+
+// A NUL inside a JSON string (raw, or escaped as \u0000) would cut the C string cJSON hands out:
+// "embed\u0000junk" would then match a tensor or token named "embed". Returns the offending byte offset or -1.
+static long find_nul(const char *t, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == 0) return (long)i;
+        if (t[i] == '\\' && i + 1 < n) {
+            if (t[i + 1] == 'u' && i + 5 < n && !memcmp(t + i + 2, "0000", 4)) return (long)i;
+            i++;   // skip the escaped character (an escaped backslash must not start another escape)
+        }
+    }
+    return -1;
+}
+
+// Python's json module keeps the last of repeated keys; cJSON keeps them all and lookups find the first.
+// Removes every earlier duplicate, in every object, recursively (depth is bounded by cJSON's nesting limit).
+static int drop_duplicate_keys(cJSON *v) {
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return 0;
+    int n = 0;
+    for (cJSON *c = v->child; c; c = c->next) { if (drop_duplicate_keys(c)) return -1; n++; }
+    if (!cJSON_IsObject(v) || n < 2) return 0;
+    if (n <= 16) {   // small objects (configs, safetensors entries): compare pairwise
+        for (cJSON *c = v->child, *next; c; c = next) {
+            next = c->next;
+            for (cJSON *d = c->next; d; d = d->next)
+                if (!strcmp(c->string, d->string)) { cJSON_Delete(cJSON_DetachItemViaPointer(v, c)); break; }
+        }
+        return 0;
+    }
+    bs_tok_map last = { 0 };   // key -> position of its last occurrence
+    int pos = 0, rc = 0;
+    for (cJSON *c = v->child; c && !rc; c = c->next, pos++) rc = bs_tok_map_put(&last, c->string, strlen(c->string), pos);
+    pos = 0;
+    for (cJSON *c = v->child, *next; c && !rc; c = next, pos++) {
+        next = c->next;
+        if (bs_tok_map_get(&last, c->string, strlen(c->string)) != pos) cJSON_Delete(cJSON_DetachItemViaPointer(v, c));
+    }
+    bs_tok_map_free(&last);
+    return rc;
+}
+
+cJSON *bs_json_parse(const char *text, size_t len, const char *name, bs_err *err) {
+    long nul = find_nul(text, len);
+    if (nul >= 0) { bs_fail(err, "%s: NUL character (raw or \\u0000) at byte %ld: not allowed in names or values", name, nul); return NULL; }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        long at = end ? (long)(end - text) : -1;
+        bs_fail(err, "%s: invalid JSON near byte %ld", name, at);
+        return NULL;
+    }
+    size_t at = end ? (size_t)(end - text) : len;
+    while (at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\n' || text[at] == '\r')) at++;
+    if (at < len) {
+        bs_fail(err, "%s: unexpected data after the JSON value at byte %zu (one JSON value per file)", name, at);
+        cJSON_Delete(root); return NULL;
+    }
+    if (drop_duplicate_keys(root)) { bs_fail(err, "%s: out of memory", name); cJSON_Delete(root); return NULL; }
+    return root;
 }
 
 cJSON *bs_json_load(const char *path, bs_err *err) {
     size_t len;
     char *txt = bs_read_file(path, &len, err);
     if (!txt) return NULL;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(txt, len, &end, 0);
-    if (!root) {
-        long at = end ? (long)(end - txt) : -1;
-        bs_fail(err, "%s: invalid JSON near byte %ld", path, at);
-    } else if (!cJSON_IsObject(root)) {
+    cJSON *root = bs_json_parse(txt, len, path, err);
+    if (root && !cJSON_IsObject(root)) {
         bs_fail(err, "%s: expected a JSON object at the top level", path);
         cJSON_Delete(root); root = NULL;
     }
     free(txt);
     return root;
+}
+
+int bs_json_is_int(const cJSON *v, double lo, double hi) {
+    // The range test comes first and also rejects NaN, so the cast below is always defined.
+    return cJSON_IsNumber(v) && v->valuedouble >= lo && v->valuedouble <= hi && v->valuedouble == (double)(int64_t)v->valuedouble;
 }
 
 static const cJSON *field(const cJSON *obj, const char *key) {
@@ -52,7 +116,7 @@ static const cJSON *field(const cJSON *obj, const char *key) {
 int bs_json_int(const cJSON *obj, const char *key, int required, long lo, long hi, int *out, const char *file, bs_err *err) {
     const cJSON *v = field(obj, key);
     if (!v) return required ? bs_fail(err, "%s: missing field \"%s\"", file, key) : 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+    if (!bs_json_is_int(v, (double)lo, (double)hi))
         return bs_fail(err, "%s: field \"%s\" must be an integer in [%ld, %ld]", file, key, lo, hi);
     *out = (int)v->valuedouble;
     return 0;
@@ -78,11 +142,15 @@ int bs_json_int_list(const cJSON *obj, const char *key, int *out, int max, int *
     const cJSON *v = field(obj, key);
     *n = 0;
     if (!v) return 0;
-    if (cJSON_IsNumber(v)) { if (v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble)) return bs_fail(err, "%s: field \"%s\" must be a non-negative integer", file, key); out[(*n)++] = (int)v->valuedouble; return 0; }
+    if (cJSON_IsNumber(v)) {
+        if (!bs_json_is_int(v, 0, 1e9)) return bs_fail(err, "%s: field \"%s\" must be an integer in [0, 1000000000]", file, key);
+        out[(*n)++] = (int)v->valuedouble;
+        return 0;
+    }
     if (!cJSON_IsArray(v)) return bs_fail(err, "%s: field \"%s\" must be an integer or a list of integers", file, key);
     const cJSON *it;
     cJSON_ArrayForEach(it, v) {
-        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < -1e9 || it->valuedouble > 1e9) return bs_fail(err, "%s: field \"%s\" must list integers", file, key);
+        if (!bs_json_is_int(it, -1e9, 1e9)) return bs_fail(err, "%s: field \"%s\" must list integers in [-1000000000, 1000000000]", file, key);
         if (*n == max) return bs_fail(err, "%s: field \"%s\" lists more than %d entries", file, key, max);
         out[(*n)++] = (int)it->valuedouble;
     }

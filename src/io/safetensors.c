@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "io/safetensors.h"
+#include "io/file.h"
+#include "io/json.h"
 
 static const struct { const char *name; int size; int ok; bs_dtype dt; } DTYPES[] = {
     {"F32", 4, 1, BS_F32}, {"BF16", 2, 1, BS_BF16}, {"F16", 2, 1, BS_F16},
@@ -28,11 +30,8 @@ static int cmp_by_offset(const void *a, const void *b) {
 }
 
 static int map_file(const char *path, void **map, size_t *size, bs_err *err) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return bs_fail(err, "%s: cannot open (%m)", path);
-    struct stat st;
-    if (fstat(fd, &st) != 0) { close(fd); return bs_fail(err, "%s: cannot stat (%m)", path); }
-    *size = (size_t)st.st_size;
+    int fd = bs_open_regular(path, size, err);
+    if (fd < 0) return -1;
     if (*size < 8) { close(fd); return bs_fail(err, "%s: file is %zu bytes, too short for a safetensors header", path, *size); }
     *map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
@@ -48,8 +47,11 @@ static int parse_file(const char *path, const void *map, size_t size, bs_tensor_
     const char *hdr = (const char *)map + 8;
     const unsigned char *data = (const unsigned char *)map + 8 + hlen;
     size_t data_len = size - 8 - hlen;
-    cJSON *root = cJSON_ParseWithLength(hdr, hlen);
-    if (!root || !cJSON_IsObject(root)) { cJSON_Delete(root); return bs_fail(err, "%s: header is not a JSON object", path); }
+    char name[4200];
+    snprintf(name, sizeof name, "%s (header)", path);
+    cJSON *root = bs_json_parse(hdr, hlen, name, err);
+    if (!root) return -1;
+    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return bs_fail(err, "%s: header is not a JSON object", path); }
     int first = *n, rc = -1;
     cJSON *it;
     cJSON_ArrayForEach(it, root) {
@@ -80,7 +82,7 @@ static int parse_file(const char *path, const void *map, size_t size, bs_tensor_
         unsigned __int128 numel = 1;
         for (int d = 0; d < nd; d++) {
             cJSON *v = cJSON_GetArrayItem(sh, d);
-            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9.0e15 || v->valuedouble != (double)(int64_t)v->valuedouble) {
+            if (!bs_json_is_int(v, 0, 9.0e15)) {
                 bs_fail(err, "%s: tensor '%s' has an invalid shape entry", path, t->name); goto out;
             }
             t->shape[d] = (int64_t)v->valuedouble;
@@ -88,9 +90,8 @@ static int parse_file(const char *path, const void *map, size_t size, bs_tensor_
             if (numel > ((unsigned __int128)1 << 62)) { bs_fail(err, "%s: tensor '%s' shape is absurdly large", path, t->name); goto out; }
         }
         cJSON *b = cJSON_GetArrayItem(off, 0), *e = cJSON_GetArrayItem(off, 1);
-        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(e) || b->valuedouble < 0 || e->valuedouble < b->valuedouble ||
-            e->valuedouble > (double)data_len) {
-            bs_fail(err, "%s: tensor '%s' data_offsets [%.0f, %.0f] are outside the data section (%zu bytes)", path, t->name,
+        if (!bs_json_is_int(b, 0, (double)data_len) || !bs_json_is_int(e, 0, (double)data_len) || e->valuedouble < b->valuedouble) {
+            bs_fail(err, "%s: tensor '%s' data_offsets [%.17g, %.17g] are outside the data section (%zu bytes) or not integers", path, t->name,
                     cJSON_IsNumber(b) ? b->valuedouble : -1, cJSON_IsNumber(e) ? e->valuedouble : -1, data_len);
             goto out;
         }
@@ -120,17 +121,6 @@ out:
     return rc;
 }
 
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
-    if (s) { s[n] = 0; if (len) *len = (size_t)n; }
-    fclose(f);
-    return s;
-}
-
 static int file_exists(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISREG(st.st_mode); }
 
 static int add_file(bs_checkpoint *ck, const char *path, bs_tensor_info **list, int *n, int *cap, bs_err *err) {
@@ -158,10 +148,12 @@ int bs_checkpoint_open(bs_checkpoint **out, const char *path, bs_err *err) {
     if (S_ISDIR(st.st_mode)) {
         snprintf(buf, sizeof buf, "%s/model.safetensors.index.json", path);
         if (file_exists(buf)) {
-            size_t len; char *txt = read_text(buf, &len);
-            idx = txt ? cJSON_ParseWithLength(txt, len) : NULL;
+            size_t len; char *txt = bs_read_file(buf, &len, err);
+            if (!txt) goto done;
+            idx = bs_json_parse(txt, len, buf, err);
             free(txt);
-            cJSON *wm = idx ? cJSON_GetObjectItemCaseSensitive(idx, "weight_map") : NULL;
+            if (!idx) goto done;
+            cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
             if (!cJSON_IsObject(wm)) { bs_fail(err, "%s: expected a JSON object with a \"weight_map\" object", buf); goto done; }
             cJSON *it;
             cJSON_ArrayForEach(it, wm) {

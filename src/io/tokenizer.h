@@ -8,6 +8,10 @@
 
 typedef struct bs_tokenizer bs_tokenizer;
 
+// Token ids must be below the number of tokens tokenizer.json defines plus this many (holes for reserved
+// ranges): the id tables are sized by the largest id, so this keeps them proportional to the file.
+#define BS_TOK_ID_SLACK 65536
+
 // path_or_dir: a tokenizer.json file, or a folder holding tokenizer.json (and, optionally,
 // tokenizer_config.json, which gives the eos token and the chat template).
 int  bs_tokenizer_load(bs_tokenizer **out, const char *path_or_dir, bs_err *err);

@@ -62,6 +62,8 @@ struct bs_tokenizer {
     // tokenizer_config.json
     int32_t eos_id, bos_id, pad_id;
     char *chat_template;
+
+    const char *src;   // while loading: the file name that messages give (not owned)
 };
 
 // tokenizer_bytes.c: the GPT-2 byte <-> unicode character table.
@@ -92,7 +94,7 @@ typedef struct { bs_span *v; size_t n, cap; } bs_spans;
 int bs_spans_push(bs_spans *a, size_t off, size_t len);
 
 // tokenizer_pretok.c: splits s[0..n) into pieces (spans into s or into *scratch for prefix spaces).
-typedef struct bs_pretok_out { bs_spans a, b; char *buf; size_t buf_len, buf_cap; OnigRegion *region; } bs_pretok_ws;
+typedef struct bs_pretok_out { bs_spans a, b; char *buf; size_t buf_len, buf_cap; OnigRegion *region; OnigMatchParam *mp; } bs_pretok_ws;
 int  bs_pretokenize(const bs_tokenizer *t, bs_pretok_ws *ws, const char *s, size_t n, bs_err *err);
 void bs_pretok_ws_free(bs_pretok_ws *ws);
 

@@ -6,22 +6,7 @@
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
 #include "io/tokenizer_internal.h"
-
-static char *read_file(const char *path, size_t *len, bs_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { bs_fail(err, "cannot open %s", path); return NULL; }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f); free(buf); bs_fail(err, "cannot read %s", path); return NULL;
-    }
-    fclose(f);
-    buf[n] = 0;
-    if (len) *len = (size_t)n;
-    return buf;
-}
+#include "io/json.h"
 
 static const char *jstr(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -43,18 +28,18 @@ static int set_id_str(bs_tokenizer *t, int32_t id, const char *s, size_t len, bs
 }
 
 static int load_model(bs_tokenizer *t, const cJSON *model, const cJSON *added, bs_err *err) {
-    if (!cJSON_IsObject(model)) return bs_fail(err, "tokenizer.json: \"model\" is missing or not an object");
+    if (!cJSON_IsObject(model)) return bs_fail(err, "%s: \"model\" is missing or not an object", t->src);
     const char *type = jstr(model, "type");
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (type && strcmp(type, "BPE"))
-        return bs_fail(err, "tokenizer.json: model type \"%s\" is not supported (only BPE models are)", type);
-    if (!type && !merges) return bs_fail(err, "tokenizer.json: model has no \"type\" and no \"merges\": only BPE models are supported");
-    if (!cJSON_IsObject(vocab)) return bs_fail(err, "tokenizer.json: model.vocab must be an object of token -> id");
-    if (!cJSON_IsArray(merges)) return bs_fail(err, "tokenizer.json: model.merges must be an array");
+        return bs_fail(err, "%s: model type \"%s\" is not supported (only BPE models are)", t->src, type);
+    if (!type && !merges) return bs_fail(err, "%s: model has no \"type\" and no \"merges\": only BPE models are supported", t->src);
+    if (!cJSON_IsObject(vocab)) return bs_fail(err, "%s: model.vocab must be an object of token -> id", t->src);
+    if (!cJSON_IsArray(merges)) return bs_fail(err, "%s: model.merges must be an array", t->src);
     const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
     if (cJSON_IsNumber(dropout) && dropout->valuedouble > 0)
-        return bs_fail(err, "tokenizer.json: BPE dropout (%g) makes encoding random; not supported", dropout->valuedouble);
+        return bs_fail(err, "%s: BPE dropout (%g) makes encoding random; not supported", t->src, dropout->valuedouble);
     t->ignore_merges = jbool(model, "ignore_merges", 0);
     t->byte_fallback = jbool(model, "byte_fallback", 0);
     t->fuse_unk = jbool(model, "fuse_unk", 0);
@@ -62,19 +47,26 @@ static int load_model(bs_tokenizer *t, const cJSON *model, const cJSON *added, b
     if (cp && *cp) t->cont_prefix = strdup(cp);
     if (es && *es) t->eow_suffix = strdup(es);
 
-    // Ids: the largest of the vocab and the added tokens sizes the id table.
+    // Ids: the largest of the vocab and the added tokens sizes the id table, which must stay proportional
+    // to the file: an id must be below the number of tokens the file defines plus BS_TOK_ID_SLACK (room
+    // for holes such as reserved ranges). One entry with id 2e9 would otherwise cost 2e9 table slots.
     int64_t max_id = -1;
+    double id_limit = (double)cJSON_GetArraySize(vocab) + (double)cJSON_GetArraySize(added) + BS_TOK_ID_SLACK;
     const cJSON *it;
+    int k = 0;
     cJSON_ArrayForEach(it, vocab) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 2e9)
-            return bs_fail(err, "tokenizer.json: model.vocab[\"%s\"] is not a valid id", it->string);
-        if (it->valueint > max_id) max_id = it->valueint;
+        if (!bs_json_is_int(it, 0, id_limit - 1))
+            return bs_fail(err, "%s: model.vocab[\"%s\"] is not a valid id: ids must be integers in [0, %.0f), the number of tokens the file defines + %d",
+                           t->src, it->string, id_limit, BS_TOK_ID_SLACK);
+        if (it->valuedouble > max_id) max_id = (int64_t)it->valuedouble;
     }
     cJSON_ArrayForEach(it, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 2e9 || !jstr(it, "content"))
-            return bs_fail(err, "tokenizer.json: each added_tokens entry needs a numeric \"id\" and a string \"content\"");
-        if (id->valueint > max_id) max_id = id->valueint;
+        if (!bs_json_is_int(id, 0, id_limit - 1) || !jstr(it, "content"))
+            return bs_fail(err, "%s: added_tokens[%d] needs an integer \"id\" in [0, %.0f) (the number of tokens the file defines + %d) and a string \"content\"",
+                           t->src, k, id_limit, BS_TOK_ID_SLACK);
+        if (id->valuedouble > max_id) max_id = (int64_t)id->valuedouble;
+        k++;
     }
     t->n_ids = (size_t)(max_id + 1);
     t->id_to_str = calloc(t->n_ids + 1, sizeof *t->id_to_str);
@@ -101,11 +93,11 @@ static int load_model(bs_tokenizer *t, const cJSON *model, const cJSON *added, b
         const char *a, *b; size_t al, bl;
         if (cJSON_IsString(it)) {
             const char *sp = strchr(it->valuestring, ' ');
-            if (!sp) { free(buf); return bs_fail(err, "tokenizer.json: merge %d \"%s\" is not \"left right\"", rank, it->valuestring); }
+            if (!sp) { free(buf); return bs_fail(err, "%s: merge %d \"%s\" is not \"left right\"", t->src, rank, it->valuestring); }
             a = it->valuestring; al = (size_t)(sp - a); b = sp + 1; bl = strlen(b);
         } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(it->child) && cJSON_IsString(it->child->next)) {
             a = it->child->valuestring; al = strlen(a); b = it->child->next->valuestring; bl = strlen(b);
-        } else { free(buf); return bs_fail(err, "tokenizer.json: merge %d is neither \"a b\" nor [\"a\", \"b\"]", rank); }
+        } else { free(buf); return bs_fail(err, "%s: merge %d is neither \"a b\" nor [\"a\", \"b\"]", t->src, rank); }
         int32_t ia = bs_tok_map_get(&t->vocab, a, al), ib = bs_tok_map_get(&t->vocab, b, bl);
         const char *bb = b; size_t bbl = bl;
         if (pl && bl >= pl && !memcmp(b, t->cont_prefix, pl)) { bb += pl; bbl -= pl; }
@@ -113,7 +105,7 @@ static int load_model(bs_tokenizer *t, const cJSON *model, const cJSON *added, b
         memcpy(buf, a, al); memcpy(buf + al, bb, bbl);
         int32_t inew = bs_tok_map_get(&t->vocab, buf, al + bbl);
         if (ia < 0 || ib < 0 || inew < 0) {
-            int r = bs_fail(err, "tokenizer.json: merge %d (\"%.*s\" + \"%.*s\") uses a token that is not in the vocab", rank, (int)al, a, (int)bl, b);
+            int r = bs_fail(err, "%s: merge %d (\"%.*s\" + \"%.*s\") uses a token that is not in the vocab", t->src, rank, (int)al, a, (int)bl, b);
             free(buf); return r;
         }
         if (bs_merge_insert(t, ia, ib, rank, inew, err)) { free(buf); return -1; }
@@ -165,17 +157,17 @@ static int load_added(bs_tokenizer *t, const cJSON *added, bs_err *err) {
 static int load_normalizer(bs_tokenizer *t, const cJSON *n, bs_err *err) {
     if (!n || cJSON_IsNull(n)) return 0;
     const char *type = jstr(n, "type");
-    if (!type) return bs_fail(err, "tokenizer.json: normalizer has no \"type\"");
+    if (!type) return bs_fail(err, "%s: normalizer has no \"type\"", t->src);
     if (!strcmp(type, "Sequence")) {
         const cJSON *it, *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
-        if (!cJSON_IsArray(list)) return bs_fail(err, "tokenizer.json: Sequence normalizer needs a \"normalizers\" array");
+        if (!cJSON_IsArray(list)) return bs_fail(err, "%s: Sequence normalizer needs a \"normalizers\" array", t->src);
         cJSON_ArrayForEach(it, list) if (load_normalizer(t, it, err)) return -1;
         return 0;
     }
     int k = !strcmp(type, "NFC") ? BS_NORM_NFC : !strcmp(type, "NFD") ? BS_NORM_NFD : !strcmp(type, "NFKC") ? BS_NORM_NFKC
           : !strcmp(type, "NFKD") ? BS_NORM_NFKD : !strcmp(type, "Lowercase") ? BS_NORM_LOWERCASE : 0;
-    if (!k) return bs_fail(err, "tokenizer.json: normalizer \"%s\" is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, Sequence)", type);
-    if (t->n_norm == 8) return bs_fail(err, "tokenizer.json: more than 8 normalisers");
+    if (!k) return bs_fail(err, "%s: normalizer \"%s\" is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, Sequence)", t->src, type);
+    if (t->n_norm == 8) return bs_fail(err, "%s: more than 8 normalisers", t->src);
     t->norm[t->n_norm++] = k;
     return 0;
 }
@@ -192,33 +184,34 @@ static char *regex_escape(const char *s) {
 static int load_pretok(bs_tokenizer *t, const cJSON *p, bs_err *err) {
     if (!p || cJSON_IsNull(p)) return 0;
     const char *type = jstr(p, "type");
-    if (!type) return bs_fail(err, "tokenizer.json: pre_tokenizer has no \"type\"");
+    if (!type) return bs_fail(err, "%s: pre_tokenizer has no \"type\"", t->src);
     if (!strcmp(type, "Sequence")) {
         const cJSON *it, *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
-        if (!cJSON_IsArray(list)) return bs_fail(err, "tokenizer.json: Sequence pre_tokenizer needs a \"pretokenizers\" array");
+        if (!cJSON_IsArray(list)) return bs_fail(err, "%s: Sequence pre_tokenizer needs a \"pretokenizers\" array", t->src);
         cJSON_ArrayForEach(it, list) if (load_pretok(t, it, err)) return -1;
         return 0;
     }
-    if (t->n_pre == 8) return bs_fail(err, "tokenizer.json: more than 8 pre-tokenisers");
+    if (t->n_pre == 8) return bs_fail(err, "%s: more than 8 pre-tokenisers", t->src);
     if (t->byte_level)
-        return bs_fail(err, "tokenizer.json: pre-tokeniser \"%s\" after ByteLevel is not supported (ByteLevel must come last)", type);
+        return bs_fail(err, "%s: pre-tokeniser \"%s\" after ByteLevel is not supported (ByteLevel must come last)", t->src, type);
     bs_pretok *pt = &t->pre[t->n_pre];
     memset(pt, 0, sizeof *pt);
     if (!strcmp(type, "Split")) {
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
         const char *rx = jstr(pat, "Regex"), *lit = jstr(pat, "String");
-        if (!rx && !lit) return bs_fail(err, "tokenizer.json: Split pre_tokenizer needs pattern.Regex or pattern.String");
+        if (!rx && !lit) return bs_fail(err, "%s: Split pre_tokenizer needs pattern.Regex or pattern.String", t->src);
+        // The behaviour is checked before the regex is compiled, so no error path holds a compiled regex.
+        const char *b = jstr(p, "behavior");
+        pt->behavior = !b ? BS_SPLIT_ISOLATED : !strcmp(b, "Isolated") ? BS_SPLIT_ISOLATED : !strcmp(b, "Removed") ? BS_SPLIT_REMOVED
+                     : !strcmp(b, "MergedWithPrevious") ? BS_SPLIT_MERGED_PREV : !strcmp(b, "MergedWithNext") ? BS_SPLIT_MERGED_NEXT
+                     : !strcmp(b, "Contiguous") ? BS_SPLIT_CONTIGUOUS : 0;
+        if (!pt->behavior) return bs_fail(err, "%s: Split behavior \"%s\" is not known", t->src, b);
         char *esc = lit ? regex_escape(lit) : NULL;
         const char *use = rx ? rx : esc;
         if (!use) return bs_fail(err, "out of memory");
         int rc = bs_regex_compile(&pt->re, use, strlen(use), err);
         free(esc);
-        if (rc) return bs_wrap(err, "tokenizer.json: Split pre_tokenizer: ");
-        const char *b = jstr(p, "behavior");
-        pt->behavior = !b ? BS_SPLIT_ISOLATED : !strcmp(b, "Isolated") ? BS_SPLIT_ISOLATED : !strcmp(b, "Removed") ? BS_SPLIT_REMOVED
-                     : !strcmp(b, "MergedWithPrevious") ? BS_SPLIT_MERGED_PREV : !strcmp(b, "MergedWithNext") ? BS_SPLIT_MERGED_NEXT
-                     : !strcmp(b, "Contiguous") ? BS_SPLIT_CONTIGUOUS : 0;
-        if (!pt->behavior) return bs_fail(err, "tokenizer.json: Split behavior \"%s\" is not known", b);
+        if (rc) return bs_wrap(err, "%s: Split pre_tokenizer", t->src);
         pt->invert = jbool(p, "invert", 0);
         pt->kind = BS_PRE_SPLIT;
     } else if (!strcmp(type, "ByteLevel")) {
@@ -227,27 +220,35 @@ static int load_pretok(bs_tokenizer *t, const cJSON *p, bs_err *err) {
         if (jbool(p, "use_regex", 1) && bs_regex_compile(&pt->re, bs_gpt2_regex(), strlen(bs_gpt2_regex()), err)) return -1;
         t->byte_level = 1;
     } else
-        return bs_fail(err, "tokenizer.json: pre_tokenizer \"%s\" is not supported (supported: Split, ByteLevel, Sequence)", type);
+        return bs_fail(err, "%s: pre_tokenizer \"%s\" is not supported (supported: Split, ByteLevel, Sequence)", t->src, type);
     t->n_pre++;
     return 0;
 }
 
-static int32_t *special_ids(const cJSON *specials, const char *name, size_t *n) {
+// The ids of special_tokens[name]; each must be a token the vocabulary holds (an id the model never
+// defined would otherwise be handed out by encode). NULL with a message on failure.
+static int32_t *special_ids(const bs_tokenizer *t, const cJSON *specials, const char *name, size_t *n, bs_err *err) {
     const cJSON *sp = cJSON_GetObjectItemCaseSensitive(specials, name);
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(sp, "ids");
-    if (!cJSON_IsArray(ids)) return NULL;
+    if (!cJSON_IsArray(ids)) { bs_fail(err, "%s: TemplateProcessing special token \"%s\" has no ids in special_tokens", t->src, name); return NULL; }
     int k = cJSON_GetArraySize(ids);
     int32_t *v = malloc((k ? k : 1) * sizeof *v);
-    if (!v) return NULL;
+    if (!v) { bs_fail(err, "out of memory"); return NULL; }
     const cJSON *it; *n = 0;
-    cJSON_ArrayForEach(it, ids) v[(*n)++] = it->valueint;
+    cJSON_ArrayForEach(it, ids) {
+        if (!bs_json_is_int(it, 0, (double)t->n_ids - 1) || !t->id_to_str[(size_t)it->valuedouble]) {
+            bs_fail(err, "%s: post_processor.special_tokens[\"%s\"].ids[%zu] is not a token id of this vocabulary", t->src, name, *n);
+            free(v); return NULL;
+        }
+        v[(*n)++] = (int32_t)it->valuedouble;
+    }
     return v;
 }
 
 static int load_post(bs_tokenizer *t, const cJSON *p, bs_err *err) {
     if (!p || cJSON_IsNull(p)) return 0;
     const char *type = jstr(p, "type");
-    if (!type) return bs_fail(err, "tokenizer.json: post_processor has no \"type\"");
+    if (!type) return bs_fail(err, "%s: post_processor has no \"type\"", t->src);
     if (!strcmp(type, "ByteLevel")) return 0;   // it only adjusts offsets, never ids
     if (!strcmp(type, "Sequence")) {
         const cJSON *it, *list = cJSON_GetObjectItemCaseSensitive(p, "processors");
@@ -255,19 +256,19 @@ static int load_post(bs_tokenizer *t, const cJSON *p, bs_err *err) {
         return 0;
     }
     if (strcmp(type, "TemplateProcessing"))
-        return bs_fail(err, "tokenizer.json: post_processor \"%s\" is not supported (supported: ByteLevel, TemplateProcessing, Sequence)", type);
+        return bs_fail(err, "%s: post_processor \"%s\" is not supported (supported: ByteLevel, TemplateProcessing, Sequence)", t->src, type);
     const cJSON *single = cJSON_GetObjectItemCaseSensitive(p, "single"), *specials = cJSON_GetObjectItemCaseSensitive(p, "special_tokens");
-    if (!cJSON_IsArray(single)) return bs_fail(err, "tokenizer.json: TemplateProcessing needs a \"single\" array");
+    if (!cJSON_IsArray(single)) return bs_fail(err, "%s: TemplateProcessing needs a \"single\" array", t->src);
     int seen_seq = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, single) {
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
         if (cJSON_GetObjectItemCaseSensitive(it, "Sequence")) { seen_seq = 1; continue; }
         const char *name = jstr(st, "id");
-        if (!name) return bs_fail(err, "tokenizer.json: TemplateProcessing item is neither Sequence nor SpecialToken");
+        if (!name) return bs_fail(err, "%s: TemplateProcessing item is neither Sequence nor SpecialToken", t->src);
         size_t n = 0;
-        int32_t *v = special_ids(specials, name, &n);
-        if (!v) return bs_fail(err, "tokenizer.json: TemplateProcessing special token \"%s\" has no ids in special_tokens", name);
+        int32_t *v = special_ids(t, specials, name, &n, err);
+        if (!v) return -1;
         int32_t **dst = seen_seq ? &t->post_post : &t->post_pre;
         size_t *dn = seen_seq ? &t->n_post_post : &t->n_post_pre;
         int32_t *nv = realloc(*dst, (*dn + n) * sizeof *nv);
@@ -282,14 +283,14 @@ static int load_post(bs_tokenizer *t, const cJSON *p, bs_err *err) {
 static int load_decoder(bs_tokenizer *t, const cJSON *d, bs_err *err) {
     if (!d || cJSON_IsNull(d)) return 0;
     const char *type = jstr(d, "type");
-    if (!type) return bs_fail(err, "tokenizer.json: decoder has no \"type\"");
+    if (!type) return bs_fail(err, "%s: decoder has no \"type\"", t->src);
     if (!strcmp(type, "Sequence")) {
         const cJSON *it, *list = cJSON_GetObjectItemCaseSensitive(d, "decoders");
         cJSON_ArrayForEach(it, list) if (load_decoder(t, it, err)) return -1;
         return 0;
     }
     if (!strcmp(type, "ByteLevel")) { t->dec_byte_level = 1; return 0; }
-    return bs_fail(err, "tokenizer.json: decoder \"%s\" is not supported (supported: ByteLevel, Sequence)", type);
+    return bs_fail(err, "%s: decoder \"%s\" is not supported (supported: ByteLevel, Sequence)", t->src, type);
 }
 
 static int32_t config_token(const bs_tokenizer *t, const cJSON *cfg, const char *key) {
@@ -298,9 +299,10 @@ static int32_t config_token(const bs_tokenizer *t, const cJSON *cfg, const char 
     return s ? bs_tok_map_get(&t->vocab, s, strlen(s)) : -1;
 }
 
-static int load_config(bs_tokenizer *t, const char *json, bs_err *err) {
-    cJSON *cfg = cJSON_Parse(json);
-    if (!cfg || !cJSON_IsObject(cfg)) { cJSON_Delete(cfg); return bs_fail(err, "tokenizer_config.json is not valid JSON"); }
+static int load_config(bs_tokenizer *t, const char *json, const char *name, bs_err *err) {
+    cJSON *cfg = bs_json_parse(json, strlen(json), name, err);
+    if (!cfg) return -1;
+    if (!cJSON_IsObject(cfg)) { cJSON_Delete(cfg); return bs_fail(err, "%s: expected a JSON object at the top level", name); }
     t->eos_id = config_token(t, cfg, "eos_token");
     t->bos_id = config_token(t, cfg, "bos_token");
     t->pad_id = config_token(t, cfg, "pad_token");
@@ -313,20 +315,23 @@ static int load_config(bs_tokenizer *t, const char *json, bs_err *err) {
     return 0;
 }
 
-int bs_tokenizer_load_json(bs_tokenizer **out, const char *json, size_t len, const char *config_json, bs_err *err) {
+// name and config_name: what messages call the two files (their paths when loaded from disk).
+static int load_json_named(bs_tokenizer **out, const char *json, size_t len, const char *name, const char *config_json,
+                           const char *config_name, bs_err *err) {
     *out = NULL;
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root) return bs_fail(err, "tokenizer.json is not valid JSON (near byte %zu)", (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json : 0));
+    cJSON *root = bs_json_parse(json, len, name, err);
+    if (!root) return -1;
     bs_tokenizer *t = calloc(1, sizeof *t);
     if (!t) { cJSON_Delete(root); return bs_fail(err, "out of memory"); }
+    t->src = name;
     t->eos_id = t->bos_id = t->pad_id = t->unk_id = -1;
     for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
     const cJSON *trunc = cJSON_GetObjectItemCaseSensitive(root, "truncation"), *pad = cJSON_GetObjectItemCaseSensitive(root, "padding");
-    int rc = !cJSON_IsObject(root) ? bs_fail(err, "tokenizer.json: the top level must be an object") : 0;
-    if (!rc && added && !cJSON_IsArray(added)) rc = bs_fail(err, "tokenizer.json: \"added_tokens\" must be an array");
-    if (!rc && trunc && !cJSON_IsNull(trunc)) rc = bs_fail(err, "tokenizer.json: \"truncation\" is set; truncation is not supported (set it to null)");
-    if (!rc && pad && !cJSON_IsNull(pad)) rc = bs_fail(err, "tokenizer.json: \"padding\" is set; padding is not supported (set it to null)");
+    int rc = !cJSON_IsObject(root) ? bs_fail(err, "%s: the top level must be an object", t->src) : 0;
+    if (!rc && added && !cJSON_IsArray(added)) rc = bs_fail(err, "%s: \"added_tokens\" must be an array", t->src);
+    if (!rc && trunc && !cJSON_IsNull(trunc)) rc = bs_fail(err, "%s: \"truncation\" is set; truncation is not supported (set it to null)", t->src);
+    if (!rc && pad && !cJSON_IsNull(pad)) rc = bs_fail(err, "%s: \"padding\" is set; padding is not supported (set it to null)", t->src);
     if (!rc) rc = load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), added, err);
     if (!rc) rc = load_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), err);
     if (!rc) rc = load_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), err);
@@ -336,10 +341,15 @@ int bs_tokenizer_load_json(bs_tokenizer **out, const char *json, size_t len, con
     cJSON_Delete(root);
     if (!rc && t->byte_level)
         for (int b = 0; b < 256; b++) { char c[4]; int l; bs_bytelevel_char((unsigned char)b, c, &l); t->byte_id[b] = bs_tok_map_get(&t->vocab, c, l); }
-    if (!rc && config_json) rc = load_config(t, config_json, err);
+    if (!rc && config_json) rc = load_config(t, config_json, config_name, err);
+    t->src = NULL;   // the name belongs to the caller; it is only used while loading
     if (rc) { bs_tokenizer_free(t); return -1; }
     *out = t;
     return 0;
+}
+
+int bs_tokenizer_load_json(bs_tokenizer **out, const char *json, size_t len, const char *config_json, bs_err *err) {
+    return load_json_named(out, json, len, "tokenizer.json", config_json, "tokenizer_config.json", err);
 }
 
 int bs_tokenizer_load(bs_tokenizer **out, const char *path, bs_err *err) {
@@ -359,13 +369,11 @@ int bs_tokenizer_load(bs_tokenizer **out, const char *path, bs_err *err) {
         snprintf(cfg_path, pl + 32, "%.*s/tokenizer_config.json", dl, slash ? path : ".");
     }
     size_t len;
-    char *json = read_file(json_path, &len, err), *cfg = NULL;
+    char *json = bs_read_file(json_path, &len, err), *cfg = NULL;
     int rc = -1;
-    if (json) {
-        if (!stat(cfg_path, &st)) { bs_err e2; cfg = read_file(cfg_path, NULL, &e2); }
-        rc = bs_tokenizer_load_json(out, json, len, cfg, err);
-        if (rc) bs_wrap(err, "%s: ", json_path);
-    }
+    // tokenizer_config.json is optional, but one that is there and unreadable (or a FIFO) is an error.
+    if (json && (stat(cfg_path, &st) || (cfg = bs_read_file(cfg_path, NULL, err))))
+        rc = load_json_named(out, json, len, json_path, cfg, cfg_path, err);
     free(json); free(cfg); free(json_path); free(cfg_path);
     return rc;
 }

@@ -68,6 +68,7 @@ void bs_qwen3_free(bs_qwen3 *m) {
 
 int bs_kv_init(bs_kv_cache *kv, const bs_qwen3_config *c, int max_ctx, bs_backend *be, bs_err *err) {
     memset(kv, 0, sizeof *kv);
+    // Capped at max_position_embeddings; kv->max_ctx tells the caller the context it got (the CLI warns).
     if (max_ctx <= 0 || max_ctx > c->max_position) max_ctx = c->max_position;
     kv->n_layers = c->n_layers; kv->kv_dim = c->n_kv_heads * c->head_dim; kv->max_ctx = max_ctx; kv->be = be;
     kv->k = calloc(c->n_layers, sizeof *kv->k); kv->v = calloc(c->n_layers, sizeof *kv->v);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "train/bpe_train.h"
+#include "io/json.h"
 #include "io/tokenizer_internal.h"
 #include "util/timer.h"
 
@@ -330,13 +331,8 @@ int bs_bpe_train_files(const char *const *files, size_t n_files, const bs_bpe_tr
     size_t *lens = calloc(n_files + 1, sizeof *lens);
     int rc = texts && lens ? 0 : bs_fail(err, "out of memory");
     for (size_t i = 0; i < n_files && !rc; i++) {
-        FILE *f = fopen(files[i], "rb");
-        if (!f) { rc = bs_fail(err, "tokenizer-train: cannot open corpus file %s", files[i]); break; }
-        fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
-        texts[i] = n >= 0 ? malloc((size_t)n + 1) : NULL;
-        if (!texts[i] || fread(texts[i], 1, (size_t)n, f) != (size_t)n) rc = bs_fail(err, "tokenizer-train: cannot read %s", files[i]);
-        lens[i] = (size_t)n;
-        fclose(f);
+        // Regular files only (a FIFO would block), read into a buffer of the file's size.
+        if (!(texts[i] = bs_read_file(files[i], &lens[i], err))) rc = bs_wrap(err, "tokenizer-train: corpus file");
     }
     if (!rc) rc = bs_bpe_train((const char *const *)texts, lens, n_files, o, out_path, err);
     for (size_t i = 0; texts && i < n_files; i++) free(texts[i]);

@@ -1,0 +1,23 @@
+// libFuzzer harness for model folders' JSON: config.json [--8<-- generation_config.json], written to a
+// scratch folder and loaded as a target (config + generation_config, folder handling) and as a drafter
+// (z-lab DFlash / DeepSpec config, dflash_config nesting, target_layer_ids, layer_types).
+#include "fuzz_util.h"
+#include "io/config.h"
+#include "io/drafter_config.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const uint8_t *part[2]; size_t len[2];
+    int n = fuzz_split(data, size, part, len, 2);
+    fuzz_put("config.json", part[0], (long)len[0]);
+    fuzz_put("generation_config.json", n > 1 ? part[1] : NULL, n > 1 ? (long)len[1] : -1);
+    bs_err err;
+    bs_qwen3_config c;
+    if (bs_qwen3_config_load(&c, fuzz_dir(), &err) == 0) {
+        if (c.n_eos < 0 || c.n_eos > BS_MAX_EOS || c.head_dim <= 0 || c.n_heads % c.n_kv_heads) abort();
+    } else if (!strstr(err.msg, fuzz_dir())) abort();   // the message names the file
+    bs_drafter_config d;
+    if (bs_drafter_config_load(&d, fuzz_dir(), &err) == 0) {
+        if (d.n_taps <= 0 || d.n_taps > BS_MAX_TAPS || d.block_size < 2) abort();
+    } else if (!strstr(err.msg, fuzz_dir())) abort();
+    return 0;
+}

@@ -1,0 +1,21 @@
+#!/bin/sh
+# Runs one fuzz harness for a time budget: tests/fuzz/run.sh NAME SECONDS [libFuzzer options...].
+# The corpus grows in build-fuzz/corpus/NAME (seeded by seed.sh on first use and kept between runs);
+# a crash, leak, sanitizer report or hang leaves its input in build-fuzz/artifacts/ and fails the run.
+# Prints one summary line: executions, coverage (libFuzzer's cov/ft) and corpus size. A harness that
+# cannot run here (exit 77, e.g. the Qwen3 tokenizer not installed) is reported as SKIPPED with its reason.
+set -e
+name=$1; secs=$2; shift 2
+bin=build-fuzz/fuzz_$name; corpus=build-fuzz/corpus/$name; log=build-fuzz/logs/$name.log
+mkdir -p "$corpus" build-fuzz/artifacts build-fuzz/logs
+[ -n "$(ls -A "$corpus")" ] || tests/fuzz/seed.sh "$name" "$corpus" "${BS_BIN:-build/blockspec}"
+# -timeout: one input running 10 s is a hang; -rss_limit_mb: one input may not take 2 GB.
+if "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        -artifact_prefix="build-fuzz/artifacts/$name-" "$@" "$corpus" > "$log" 2>&1; then rc=0; else rc=$?; fi
+if [ $rc = 77 ]; then echo "fuzz $name: SKIPPED ($(grep -a -m1 '^SKIP' "$log"))"; exit 0; fi
+execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+last=$(grep -aE '^#[0-9]+' "$log" | grep -aE 'cov: ' | tail -1)
+cov=$(echo "$last" | sed -n 's/.*cov: \([0-9]*\).*/\1/p'); ft=$(echo "$last" | sed -n 's/.*ft: \([0-9]*\).*/\1/p')
+files=$(ls "$corpus" | wc -l)
+echo "fuzz $name: ${execs:-?} executions in ${secs} s, cov ${cov:-?} ft ${ft:-?}, corpus $files files, $( [ $rc = 0 ] && echo 'no finding' || echo "FINDING (exit $rc): see $log")"
+[ $rc = 0 ] || { grep -aE 'ERROR|SUMMARY|runtime error|Test unit written' "$log" | head -20; exit 1; }

