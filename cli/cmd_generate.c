@@ -6,6 +6,7 @@
 #include <string.h>
 #include "io/weight_check.h"
 #include "cli/args.h"
+#include "cli/builtin_model.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "io/chat.h"
@@ -15,12 +16,14 @@
 
 static void usage(void) {
     fprintf(stderr,
-        "usage: blockspec generate -m TARGET_DIR (-p TEXT | --prompt-file F | --prompt-ids IDS) [options]\n"
+        "usage: blockspec generate [-m TARGET_DIR] (-p TEXT | --prompt-file F | --prompt-ids IDS) [options]\n"
+        "  -m DIR                   the target (default: the built-in models/blockspec-30m, with its drafter\n"
+        "                           models/blockspec-30m-dflash and --draft-max 3 unless -d / --draft-max say otherwise)\n"
         "  --chat                   wrap the prompt as a user message in the model's chat template\n"
         "  --system TEXT            system message (with --chat)\n"
         "  --no-think               Qwen3 chat: enable_thinking=false (an empty <think></think> block)\n"
         "  --chat-template NAME     qwen3 or chatml, when the model's template is not recognised\n"
-        "  -d DIR                   drafter checkpoint (DFlash or DSpark): speculative decoding\n"
+        "  -d DIR                   drafter checkpoint (DFlash or DSpark): speculative decoding; -d none: plain\n"
         "  --drafter-fp8            lossy drafter matrices for a faster drafter pass: 8-bit weights (CUDA), or\n"
         "                           bf16 dot products, activations rounded to bf16 (CPU with AVX512-BF16);\n"
         "                           the output is unchanged, only the acceptance rate may differ\n"
@@ -83,7 +86,16 @@ static int parse(int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); exit(0); }
         else { fprintf(stderr, "blockspec generate: unknown option %s\n", o); usage(); return 2; }
     }
-    if (!a->model) { fprintf(stderr, "blockspec generate: -m TARGET_DIR is required\n"); usage(); return 2; }
+    if (!a->model) {   // the built-in model, with its drafter unless -d says otherwise
+        static char target[4096], drafter[4096];
+        if (cli_builtin_model(target, drafter, sizeof target)) {
+            fprintf(stderr, "blockspec generate: no -m TARGET_DIR and no built-in model found (models/%s beside the build folder, or BS_MODELS=DIR)\n", BS_BUILTIN_TARGET);
+            usage(); return 2;
+        }
+        a->model = target;
+        if (!a->drafter && drafter[0]) { a->drafter = drafter; if (!a->draft_max) a->draft_max = BS_BUILTIN_DRAFT_MAX; }
+    }
+    if (a->drafter && !strcmp(a->drafter, "none")) a->drafter = NULL;   // -d none: plain decoding
     if (!!a->n_prompt + !!a->text + !!a->prompt_file != 1) {
         fprintf(stderr, "blockspec generate: give exactly one of -p TEXT, --prompt-file F, --prompt-ids IDS\n"); usage(); return 2;
     }
@@ -133,18 +145,21 @@ static int on_token(void *ctx, int32_t t) {
     return 0;
 }
 
+// Decoding speed, the same on both paths: the tokens after the first (which the prefill's logits give) per
+// second after the prefill.
+static double decode_rate(int n_generated, double t) { return n_generated > 1 && t > 0 ? (n_generated - 1) / t : 0.0; }
+
 static void print_stats(const gen_args *a, const bs_session *s, const bs_spec_stats *st, int speculative) {
     if (!speculative) {
         const bs_gen_stats *g = &s->stats;
         fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s)\n", g->n_prompt, g->t_prefill, g->n_prompt / (g->t_prefill > 0 ? g->t_prefill : 1e-9));
-        fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s)\n", g->n_generated, g->t_decode,
-                g->n_generated > 1 ? (g->n_generated - 1) / (g->t_decode > 0 ? g->t_decode : 1e-9) : 0.0);
+        fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s)\n", g->n_generated, g->t_decode, decode_rate(g->n_generated, g->t_decode));
         return;
     }
     double t_gen = st->t_total - st->t_prefill, other = t_gen - st->t_target - st->t_draft;
     fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s)\n", st->n_prompt, st->t_prefill, st->n_prompt / (st->t_prefill > 0 ? st->t_prefill : 1e-9));
     fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s), %d rounds, tau %.3f (tokens per round)\n", st->n_generated, t_gen,
-            st->n_generated / (t_gen > 0 ? t_gen : 1e-9), st->rounds, bs_spec_tau(st));
+            decode_rate(st->n_generated, t_gen), st->rounds, bs_spec_tau(st));
     fprintf(stderr, "time:    target %.1f%%, drafter %.1f%%, other %.1f%%\n", 100 * st->t_target / (t_gen > 0 ? t_gen : 1),
             100 * st->t_draft / (t_gen > 0 ? t_gen : 1), 100 * other / (t_gen > 0 ? t_gen : 1));
     fprintf(stderr, "acceptance by draft position (accepted / verified):");
@@ -160,6 +175,7 @@ static cJSON *stats_json(const bs_session *s, const bs_spec_stats *st, int specu
         cJSON_AddNumberToObject(j, "n_generated", s->stats.n_generated);
         cJSON_AddNumberToObject(j, "t_prefill_s", s->stats.t_prefill);
         cJSON_AddNumberToObject(j, "t_decode_s", s->stats.t_decode);
+        cJSON_AddNumberToObject(j, "decode_tok_per_s", decode_rate(s->stats.n_generated, s->stats.t_decode));
         return j;
     }
     cJSON_AddNumberToObject(j, "n_prompt", st->n_prompt);
@@ -172,6 +188,7 @@ static cJSON *stats_json(const bs_session *s, const bs_spec_stats *st, int specu
     cJSON_AddNumberToObject(j, "t_total_s", st->t_total);
     cJSON_AddNumberToObject(j, "t_target_s", st->t_target);
     cJSON_AddNumberToObject(j, "t_drafter_s", st->t_draft);
+    cJSON_AddNumberToObject(j, "decode_tok_per_s", decode_rate(st->n_generated, st->t_total - st->t_prefill));
     cJSON *pa = cJSON_AddArrayToObject(j, "acceptance_by_position");
     for (int k = 0; k < BS_MAX_DRAFT && st->pos_tried[k]; k++) cJSON_AddItemToArray(pa, cJSON_CreateNumber((double)st->pos_accepted[k] / st->pos_tried[k]));
     cJSON *al = cJSON_AddArrayToObject(j, "acceptance_lengths");

@@ -238,3 +238,29 @@ TEST(cli_usage_errors) {
     }
     printf("  %d error cases\n", n);
 }
+
+// The built-in model (models/blockspec-30m with its drafter): `generate` without -m uses it; the speculative
+// output equals plain decoding (-d none) token for token on code, prose and chat prompts, the drafter is
+// actually used (accepts drafts), and --json reports tau and the decoding speed.
+TEST(cli_builtin_model_speculative_equals_plain) {
+    static const char *prompts[] = { "static int", "It is a truth universally acknowledged", "What is the Debian package vim?" },
+                      *extra[] = { "", "", "--chat" };
+    char cmd[1024], a[65536], b[65536];
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "%s generate -p \"%s\" %s -n 48 --ignore-eos --print-ids -d none", bs_cli_path(), prompts[i], extra[i]);
+        CHECK(run_cmd(cmd, 0, a, sizeof a) == 0, "%s failed", cmd);
+        snprintf(cmd, sizeof cmd, "%s generate -p \"%s\" %s -n 48 --ignore-eos --print-ids", bs_cli_path(), prompts[i], extra[i]);
+        CHECK(run_cmd(cmd, 0, b, sizeof b) == 0, "%s failed", cmd);
+        int32_t x[64], y[64];
+        int nx = parse_ids(a, x, 64), ny = parse_ids(b, y, 64);
+        CHECK(nx == 48 && ny == 48 && !memcmp(x, y, sizeof x[0] * 48), "prompt %d: speculative output differs from plain (%d / %d ids)", i, nx, ny);
+    }
+    snprintf(cmd, sizeof cmd, "%s generate -p \"static int\" -n 48 --ignore-eos --json", bs_cli_path());
+    CHECK(run_cmd(cmd, 0, a, sizeof a) == 0, "%s failed", cmd);
+    cJSON *j = cJSON_Parse(a), *st = j ? cJSON_GetObjectItem(j, "stats") : NULL;
+    CHECK(st, "--json printed no stats: %.200s", a);
+    cJSON *tau = cJSON_GetObjectItem(st, "tau"), *tps = cJSON_GetObjectItem(st, "decode_tok_per_s");
+    CHECK(cJSON_IsNumber(tau) && tau->valuedouble > 1.2, "the built-in drafter accepted too little: tau %g", cJSON_IsNumber(tau) ? tau->valuedouble : -1);
+    CHECK(cJSON_IsNumber(tps) && tps->valuedouble > 0, "no decode_tok_per_s");
+    cJSON_Delete(j);
+}
