@@ -36,47 +36,6 @@ namespace {
 
 // ---- kernels ---------------------------------------------------------------------------------------------
 
-// Per-head RMSNorm + RoPE as tc_qknorm_rope_fwd, at explicit positions pos[vec / nh] (NULL: (vec / nh) % T).
-__global__ void td_qknorm_rope_fwd(float *out, float *rstd, const float *raw, const float *w, long long nvec, int nh, int hd,
-                                   const int32_t *posv, int T, const float *cs, const float *sn, float eps) {
-    long long vec = (long long)blockIdx.x * TC_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31, half = hd / 2;
-    if (vec >= nvec) return;
-    int pos = posv ? posv[vec / nh] : (int)((vec / nh) % T);
-    const float *x = raw + vec * hd;
-    float ss = 0.f;
-    for (int j = lane; j < hd; j += 32) ss += x[j] * x[j];
-    float r = rsqrtf(tc_warp_sum(ss) / (float)hd + eps);
-    if (lane == 0) rstd[vec] = r;
-    const float *c = cs + (size_t)pos * half, *s = sn + (size_t)pos * half;
-    float *o = out + vec * hd;
-    for (int i = lane; i < half; i += 32) {
-        float a = x[i] * r * w[i], b = x[i + half] * r * w[i + half];
-        o[i] = a * c[i] - b * s[i];
-        o[i + half] = b * c[i] + a * s[i];
-    }
-}
-__global__ void td_qknorm_rope_bwd(float *dx, float *dy, const float *dout, const float *raw, const float *rstd, const float *w,
-                                   long long nvec, int nh, int hd, const int32_t *posv, int T, const float *cs, const float *sn) {
-    long long vec = (long long)blockIdx.x * TC_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31, half = hd / 2;
-    if (vec >= nvec) return;
-    int pos = posv ? posv[vec / nh] : (int)((vec / nh) % T);
-    const float *x = raw + vec * hd, *g = dout + vec * hd;
-    const float *c = cs + (size_t)pos * half, *s = sn + (size_t)pos * half;
-    float r = rstd[vec], dot = 0.f;
-    float *dyv = dy + vec * hd, *dxv = dx + vec * hd;
-    for (int i = lane; i < half; i += 32) {
-        float g1 = g[i], g2 = g[i + half];
-        float da = g1 * c[i] + g2 * s[i], db = g2 * c[i] - g1 * s[i];
-        dyv[i] = da; dyv[i + half] = db;
-        dot += da * w[i] * x[i] * r + db * w[i + half] * x[i + half] * r;
-    }
-    __syncwarp();
-    dot = tc_warp_sum(dot) / (float)hd;
-    for (int i = lane; i < hd; i += 32) dxv[i] = r * (dyv[i] * w[i] - x[i] * r * dot);
-}
-
 struct att_args {
     const float *q, *kb, *vb, *kc, *vc, *o, *lse_in;
     const int32_t *anchor, *keep, *base;
@@ -422,7 +381,7 @@ static int rmsnorm(td_dev *d, float *y, float *rstd, const float *x, const float
 static int qkrope(td_dev *d, float *out, float *rstd, const float *raw, const float *w, long long rows, int nh, const int32_t *pos, int Tc,
                   bs_err *err) {
     long long nv = rows * nh;
-    td_qknorm_rope_fwd<<<tc_blocks(nv, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(out, rstd, raw, w, nv, nh, d->s.hd, pos, Tc, d->cosT,
+    tc_qknorm_rope_fwd<<<tc_blocks(nv, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(out, rstd, raw, w, nv, nh, d->s.hd, pos, Tc, d->cosT,
                                                                           d->sinT, d->s.eps);
     LAUNCHED();
     return 0;
@@ -431,7 +390,7 @@ static int qkrope(td_dev *d, float *out, float *rstd, const float *raw, const fl
 static int qkrope_bwd(td_dev *d, float *dio, const float *raw, const float *rstd, int wi, long long rows, int nh, const int32_t *pos,
                       int Tc, bs_err *err) {
     long long nv = rows * nh;
-    td_qknorm_rope_bwd<<<tc_blocks(nv, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(dio, d->tmp, dio, raw, rstd, P_(d, wi), nv, nh, d->s.hd,
+    tc_qknorm_rope_bwd<<<tc_blocks(nv, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(dio, d->tmp, dio, raw, rstd, P_(d, wi), nv, nh, d->s.hd,
                                                                           pos, Tc, d->cosT, d->sinT);
     LAUNCHED();
     return colsum(d, G_(d, wi), d->tmp, raw, rstd, nv, d->s.hd, err);
@@ -757,20 +716,8 @@ extern "C" int td_dev_adamw(td_dev *d, float lr, float beta1, float beta2, float
                             double *grad_norm, bs_err *err) {
     if (step < 1) return bs_fail(err, "AdamW step %lld (must be >= 1)", (long long)step);
     CU(cudaEventRecord(d->ev[3], d->st));
-    tc_sumsq_partial<<<TC_NORM_BLOCKS, 256, 0, d->st>>>(d->norm_part, d->G, d->train_end);
-    tc_norm_finish<<<1, 32, 0, d->st>>>(d->norm_out, d->coef, d->norm_part, TC_NORM_BLOCKS, clip);
-    LAUNCHED();
-    float bc1 = (float)(1.0 - pow((double)beta1, (double)step)), bc2s = (float)sqrt(1.0 - pow((double)beta2, (double)step));
-    long long lo[2] = { 0, d->decay_end }, hi[2] = { d->decay_end, d->train_end };
-    for (int k = 0; k < 2; k++) {
-        long long n = hi[k] - lo[k];
-        if (n <= 0) continue;
-        tc_adamw<<<tc_blocks(n, 256), 256, 0, d->st>>>(d->W + lo[k], d->G + lo[k], d->M + lo[k], d->Vm + lo[k], n, lr, beta1, beta2, eps,
-                                                      k == 0 ? wd : 0.f, bc1, bc2s, d->coef);
-        LAUNCHED();
-    }
-    CU(cudaMemcpyAsync(grad_norm, d->norm_out, sizeof(double), cudaMemcpyDeviceToHost, d->st));
-    CU(cudaMemsetAsync(d->G, 0, sizeof(float) * d->total, d->st));
+    CU(tc_adamw_launch(d->st, d->W, d->G, d->M, d->Vm, d->decay_end, d->train_end, d->total, d->norm_part, d->norm_out, d->coef, lr,
+                       beta1, beta2, eps, wd, clip, step, grad_norm));
     CU(cudaEventRecord(d->ev[4], d->st));
     CU(cudaStreamSynchronize(d->st));
     float o = 0;

@@ -42,3 +42,26 @@ __global__ void tc_adamw(float *p, const float *g, float *m, float *v, long long
     float pi = p[i] * (1.f - lr * wd);
     p[i] = pi - (lr / bc1) * mi / (sqrtf(vi) / bc2_sqrt + eps);
 }
+
+// One AdamW step over the flat buffers W, G, M, Vm: the tensors with weight decay first ([0, decay_end)), the
+// rest up to n. Queues on st the global norm, the clip coefficient and the update, the norm's copy to
+// *grad_norm_host and the zeroing of the first zero_n gradients; the caller synchronises st. step >= 1.
+static cudaError_t tc_adamw_launch(cudaStream_t st, float *W, float *G, float *M, float *Vm, long long decay_end, long long n,
+                                   long long zero_n, double *norm_part, double *norm_out, float *coef, float lr, float beta1,
+                                   float beta2, float eps, float wd, float clip, int64_t step, double *grad_norm_host) {
+    tc_sumsq_partial<<<TC_NORM_BLOCKS, 256, 0, st>>>(norm_part, G, n);
+    tc_norm_finish<<<1, 32, 0, st>>>(norm_out, coef, norm_part, TC_NORM_BLOCKS, clip);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    float bc1 = (float)(1.0 - pow((double)beta1, (double)step)), bc2s = (float)sqrt(1.0 - pow((double)beta2, (double)step));
+    long long lo[2] = { 0, decay_end }, hi[2] = { decay_end, n };
+    for (int k = 0; k < 2; k++) {
+        long long m = hi[k] - lo[k];
+        if (m <= 0) continue;
+        tc_adamw<<<tc_blocks(m, 256), 256, 0, st>>>(W + lo[k], G + lo[k], M + lo[k], Vm + lo[k], m, lr, beta1, beta2, eps,
+                                                   k == 0 ? wd : 0.f, bc1, bc2s, coef);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    if ((e = cudaMemcpyAsync(grad_norm_host, norm_out, sizeof(double), cudaMemcpyDeviceToHost, st)) != cudaSuccess) return e;
+    return cudaMemsetAsync(G, 0, sizeof(float) * zero_n, st);
+}

@@ -37,12 +37,13 @@ __global__ void tc_rmsnorm_bwd(float *dx, const float *dy, const float *x, const
 // restart at 0 in every sequence of the padded batch). cs/sn: [T][hd/2] cos and sin of pos * inv_freq,
 // computed on the host exactly as the engine does (fp32 inv_freq, cosf/sinf of the fp32 angle).
 // Lane i handles the pair (i, i + hd/2) that the rotation mixes.
+// posv: the position of each row (pos[vec / nh]), or NULL for rows laid out as sequences of T from position 0.
 __global__ void tc_qknorm_rope_fwd(float *out, float *rstd, const float *raw, const float *w, long long nvec, int nh, int hd,
-                                   int T, const float *cs, const float *sn, float eps) {
+                                   const int32_t *posv, int T, const float *cs, const float *sn, float eps) {
     long long vec = (long long)blockIdx.x * TC_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31, half = hd / 2;
     if (vec >= nvec) return;
-    int pos = (int)((vec / nh) % T);
+    int pos = posv ? posv[vec / nh] : (int)((vec / nh) % T);
     const float *x = raw + vec * hd;
     float ss = 0.f;
     for (int j = lane; j < hd; j += 32) ss += x[j] * x[j];
@@ -61,11 +62,11 @@ __global__ void tc_qknorm_rope_fwd(float *out, float *rstd, const float *raw, co
 // vector: the rotation's transpose) for the gain's gradient, and dx (w.r.t. the raw projection). dx may
 // alias dout: each lane reads its pair before it writes it.
 __global__ void tc_qknorm_rope_bwd(float *dx, float *dy, const float *dout, const float *raw, const float *rstd, const float *w,
-                                   long long nvec, int nh, int hd, int T, const float *cs, const float *sn) {
+                                   long long nvec, int nh, int hd, const int32_t *posv, int T, const float *cs, const float *sn) {
     long long vec = (long long)blockIdx.x * TC_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31, half = hd / 2;
     if (vec >= nvec) return;
-    int pos = (int)((vec / nh) % T);
+    int pos = posv ? posv[vec / nh] : (int)((vec / nh) % T);
     const float *x = raw + vec * hd, *g = dout + vec * hd;
     const float *c = cs + (size_t)pos * half, *s = sn + (size_t)pos * half;
     float r = rstd[vec], dot = 0.f;

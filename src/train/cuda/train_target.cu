@@ -215,9 +215,9 @@ static int forward(tc_dev *d, int nb, int Tc, int with_logits, bs_err *err) {
             lin_fwd(d, a->v, a->xn1, P_(d, LI(d, l, TC_WV)), rows, kd, H, 0.f, err)) return -1;
         long long nq = (long long)rows * s.nH, nk = (long long)rows * s.nKV;
         tc_qknorm_rope_fwd<<<tc_blocks(nq, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(a->q, a->rq, a->qraw, P_(d, LI(d, l, TC_QNORM)), nq, s.nH,
-                                                                              s.hd, Tc, d->cosT, d->sinT, s.eps);
+                                                                              s.hd, nullptr, Tc, d->cosT, d->sinT, s.eps);
         tc_qknorm_rope_fwd<<<tc_blocks(nk, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(a->k, a->rk, a->kraw, P_(d, LI(d, l, TC_KNORM)), nk, s.nKV,
-                                                                              s.hd, Tc, d->cosT, d->sinT, s.eps);
+                                                                              s.hd, nullptr, Tc, d->cosT, d->sinT, s.eps);
         LAUNCHED();
         CU(cudaEventRecord(att_ev(d, 0, a, 0), d->st));
         if (attention_fwd(d, a, nb, Tc, err)) return -1;
@@ -272,11 +272,11 @@ static int backward(tc_dev *d, int nb, int Tc, bs_err *err) {
         CU(cudaEventRecord(att_ev(d, 1, a, 1), d->st));
         long long nq = (long long)rows * s.nH, nk = (long long)rows * s.nKV;
         tc_qknorm_rope_bwd<<<tc_blocks(nq, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(d->dq, d->tmp, d->dq, a->qraw, a->rq,
-            P_(d, LI(d, l, TC_QNORM)), nq, s.nH, s.hd, Tc, d->cosT, d->sinT);
+            P_(d, LI(d, l, TC_QNORM)), nq, s.nH, s.hd, nullptr, Tc, d->cosT, d->sinT);
         LAUNCHED();
         if (colsum(d, G_(d, LI(d, l, TC_QNORM)), d->tmp, a->qraw, a->rq, nq, s.hd, err)) return -1;
         tc_qknorm_rope_bwd<<<tc_blocks(nk, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(d->dk, d->tmp, d->dk, a->kraw, a->rk,
-            P_(d, LI(d, l, TC_KNORM)), nk, s.nKV, s.hd, Tc, d->cosT, d->sinT);
+            P_(d, LI(d, l, TC_KNORM)), nk, s.nKV, s.hd, nullptr, Tc, d->cosT, d->sinT);
         LAUNCHED();
         if (colsum(d, G_(d, LI(d, l, TC_KNORM)), d->tmp, a->kraw, a->rk, nk, s.hd, err)) return -1;
         if (lin_bwd(d, d->dxn, 0.f, G_(d, LI(d, l, TC_WQ)), d->dq, a->xn1, P_(d, LI(d, l, TC_WQ)), rows, qd, H, err) ||
@@ -460,20 +460,8 @@ extern "C" int tc_dev_adamw(tc_dev *d, float lr, float beta1, float beta2, float
                             double *grad_norm, bs_err *err) {
     if (step < 1) return bs_fail(err, "AdamW step %lld (must be >= 1)", (long long)step);
     CU(cudaEventRecord(d->ev_opt[0], d->st));
-    tc_sumsq_partial<<<TC_NORM_BLOCKS, 256, 0, d->st>>>(d->norm_part, d->G, d->total);
-    tc_norm_finish<<<1, 32, 0, d->st>>>(d->norm_out, d->coef, d->norm_part, TC_NORM_BLOCKS, clip);
-    LAUNCHED();
-    float bc1 = (float)(1.0 - pow((double)beta1, (double)step)), bc2s = (float)sqrt(1.0 - pow((double)beta2, (double)step));
-    long long lo[2] = { 0, d->decay_end }, hi[2] = { d->decay_end, d->total };
-    for (int k = 0; k < 2; k++) {
-        long long n = hi[k] - lo[k];
-        if (n <= 0) continue;
-        tc_adamw<<<tc_blocks(n, 256), 256, 0, d->st>>>(d->W + lo[k], d->G + lo[k], d->M + lo[k], d->Vm + lo[k], n, lr, beta1, beta2, eps,
-                                                      k == 0 ? wd : 0.f, bc1, bc2s, d->coef);
-        LAUNCHED();
-    }
-    CU(cudaMemcpyAsync(grad_norm, d->norm_out, sizeof(double), cudaMemcpyDeviceToHost, d->st));
-    CU(cudaMemsetAsync(d->G, 0, sizeof(float) * d->total, d->st));
+    CU(tc_adamw_launch(d->st, d->W, d->G, d->M, d->Vm, d->decay_end, d->total, d->total, d->norm_part, d->norm_out, d->coef, lr, beta1,
+                       beta2, eps, wd, clip, step, grad_norm));
     CU(cudaEventRecord(d->ev_opt[1], d->st));
     CU(cudaStreamSynchronize(d->st));
     float o = 0;
