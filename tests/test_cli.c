@@ -202,7 +202,6 @@ TEST(cli_usage_errors) {
     const char *B = bs_cli_path();
     struct { const char *args; int status; const char *needle; } cases[] = {
         { "frobnicate", 2, "frobnicate" },
-        { "generate --prompt-ids 1,2", 2, "-m TARGET_DIR is required" },
         { "generate -m %s/target", 2, "exactly one of" },
         { "generate -m %s/target --prompt-ids 1,2 -p hi", 2, "exactly one of" },
         { "generate -m %s/target --prompt-ids 1,2 --chat", 2, "--chat needs a text prompt" },
@@ -236,7 +235,14 @@ TEST(cli_usage_errors) {
         CHECK(st == cases[i].status, "`%s` exited %d (want %d): %s", args, st, cases[i].status, out);
         CHECK(strstr(out, cases[i].needle), "`%s`: the message does not name \"%s\": %s", args, cases[i].needle, out);
     }
-    printf("  %d error cases\n", n);
+    // Without -m, generate runs the built-in model; where there is none (BS_MODELS names no folder), it says so.
+    {
+        char cmd[2048], out[8192];
+        snprintf(cmd, sizeof cmd, "BS_MODELS=/nonexistent %s generate --prompt-ids 1,2", B);
+        int st = run_cmd(cmd, 1, out, sizeof out);
+        CHECK(st == 2 && strstr(out, "no built-in model"), "`%s` exited %d: %s", cmd, st, out);
+    }
+    printf("  %d error cases\n", n + 1);
 }
 
 // The built-in model (models/blockspec-30m with its drafter): `generate` without -m uses it; the speculative
