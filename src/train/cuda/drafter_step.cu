@@ -25,11 +25,7 @@ extern "C" {
 #include "backend/backend.h"
 }
 
-#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) \
-    return bs_fail(err, "CUDA: %s: %s", #call, cudaGetErrorString(e_)); } while (0)
-#define CB(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) \
-    return bs_fail(err, "cuBLAS: %s: status %d", #call, (int)s_); } while (0)
-#define LAUNCHED() CU(cudaGetLastError())
+#include "tc_gemm.cuh"
 #define TD_TILE 32
 
 namespace {
@@ -351,33 +347,6 @@ static int dalloc(td_dev *d, void **p, size_t bytes, bs_err *err) {
 }
 #define DA(ptr, count) do { if (dalloc(d, (void **)&(ptr), sizeof(*(ptr)) * (size_t)(count), err)) return -1; } while (0)
 
-// C[M][N] = alpha op(A) op(B) + beta C, row-major (see train_target.cu)
-static int mm(td_dev *d, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
-              float beta, float *C, int ldc, bs_err *err) {
-    if (M <= 0 || N <= 0) return 0;
-    CB(cublasGemmEx(d->cb, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
-                    ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, d->ct, CUBLAS_GEMM_DEFAULT));
-    return 0;
-}
-static int lin_fwd(td_dev *d, float *Y, const float *X, const float *W, long long rows, int out, int in, float beta, bs_err *err) {
-    return mm(d, false, true, (int)rows, out, in, 1.f, X, in, W, in, beta, Y, out, err);
-}
-static int lin_bwd(td_dev *d, float *dX, float beta, float *dW, const float *dY, const float *X, const float *W, long long rows,
-                   int out, int in, bs_err *err) {
-    if (dX && mm(d, false, false, (int)rows, in, out, 1.f, dY, out, W, in, beta, dX, in, err)) return -1;
-    return mm(d, true, false, out, in, (int)rows, 1.f, dY, out, X, in, 1.f, dW, in, err);
-}
-static int colsum(td_dev *d, float *out, const float *dy, const float *x, const float *rstd, long long rows, int C, bs_err *err) {
-    tc_colsum_partial<<<dim3((C + 31) / 32, TC_CS_CHUNKS), dim3(32, 8), 0, d->st>>>(d->part, dy, x, rstd, rows, C);
-    tc_colsum_finish<<<tc_blocks(C, 256), 256, 0, d->st>>>(out, d->part, C);
-    LAUNCHED();
-    return 0;
-}
-static int rmsnorm(td_dev *d, float *y, float *rstd, const float *x, const float *w, long long rows, int C, bs_err *err) {
-    tc_rmsnorm_fwd<<<tc_blocks(rows, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(y, rstd, x, w, (int)rows, C, d->s.eps);
-    LAUNCHED();
-    return 0;
-}
 static int qkrope(td_dev *d, float *out, float *rstd, const float *raw, const float *w, long long rows, int nh, const int32_t *pos, int Tc,
                   bs_err *err) {
     long long nv = rows * nh;

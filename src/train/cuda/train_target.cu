@@ -29,11 +29,7 @@ extern "C" {
 #include "backend/backend.h"
 }
 
-#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) \
-    return bs_fail(err, "CUDA: %s: %s", #call, cudaGetErrorString(e_)); } while (0)
-#define CB(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) \
-    return bs_fail(err, "cuBLAS: %s: status %d", #call, (int)s_); } while (0)
-#define LAUNCHED() CU(cudaGetLastError())
+#include "tc_gemm.cuh"
 
 struct tc_layer_act {
     float *x_in;                   // residual stream entering the layer [rows][H] (x_in of layer l+1 = its output)
@@ -97,25 +93,7 @@ static int dalloc(tc_dev *d, void **p, size_t bytes, bs_err *err) {
 }
 #define DA(ptr, count) do { if (dalloc(d, (void **)&(ptr), sizeof(*(ptr)) * (size_t)(count), err)) return -1; } while (0)
 
-// ---- GEMMs, row-major ------------------------------------------------------------------------------------
-// C[M][N] = alpha op(A)[M][K] op(B)[K][N] + beta C, every matrix row-major with the given leading dimension.
-// cuBLAS is column-major: a row-major X is its transpose, so C^T = op(B)^T op(A)^T is what we ask for.
-static int mm(tc_dev *d, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-              int ldb, float beta, float *C, int ldc, bs_err *err) {
-    CB(cublasGemmEx(d->cb, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
-                    ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, d->ct, CUBLAS_GEMM_DEFAULT));
-    return 0;
-}
-// Y[rows][out] (= or +=) X[rows][in] W[out][in]^T
-static int lin_fwd(tc_dev *d, float *Y, const float *X, const float *W, int rows, int out, int in, float beta, bs_err *err) {
-    return mm(d, false, true, rows, out, in, 1.f, X, in, W, in, beta, Y, out, err);
-}
-// dX[rows][in] (= or +=) dY[rows][out] W[out][in];  dW[out][in] += dY^T X
-static int lin_bwd(tc_dev *d, float *dX, float beta, float *dW, const float *dY, const float *X, const float *W, int rows,
-                   int out, int in, bs_err *err) {
-    if (mm(d, false, false, rows, in, out, 1.f, dY, out, W, in, beta, dX, in, err)) return -1;
-    return mm(d, true, false, out, in, rows, 1.f, dY, out, X, in, 1.f, dW, in, err);
-}
+// ---- GEMMs, row-major (mm, lin_fwd, lin_bwd: tc_gemm.cuh) --------------------------------------------------
 // Batched over nb * nj items (see tc_build_ptrs): C_i = alpha op(A_i) op(B_i) + beta C_i.
 static int mm_batched(tc_dev *d, bool ta, bool tb, int M, int N, int K, float alpha, tc_pspec a, int lda, tc_pspec b, int ldb,
                       float beta, tc_pspec c, int ldc, int nb, int nj, int hmul, int hadd, bs_err *err) {
@@ -125,13 +103,6 @@ static int mm_batched(tc_dev *d, bool ta, bool tb, int M, int N, int K, float al
     CB(cublasGemmBatchedEx(d->cb, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
                            (const void *const *)(d->ptrs + n), CUDA_R_32F, ldb, (const void *const *)d->ptrs, CUDA_R_32F,
                            lda, &beta, (void *const *)(d->ptrs + 2 * n), CUDA_R_32F, ldc, n, d->ct, CUBLAS_GEMM_DEFAULT));
-    return 0;
-}
-
-static int colsum(tc_dev *d, float *out, const float *dy, const float *x, const float *rstd, long long rows, int C, bs_err *err) {
-    tc_colsum_partial<<<dim3((C + 31) / 32, TC_CS_CHUNKS), dim3(32, 8), 0, d->st>>>(d->part, dy, x, rstd, rows, C);
-    tc_colsum_finish<<<tc_blocks(C, 256), 256, 0, d->st>>>(out, d->part, C);
-    LAUNCHED();
     return 0;
 }
 
@@ -195,12 +166,6 @@ static int attention_bwd(tc_dev *d, const tc_layer_act *a, int nb, int Tc, bs_er
 }
 
 // ---- forward / backward ----------------------------------------------------------------------------------
-static int rmsnorm(tc_dev *d, float *y, float *rstd, const float *x, const float *w, long long rows, int C, bs_err *err) {
-    tc_rmsnorm_fwd<<<tc_blocks(rows, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(y, rstd, x, w, (int)rows, C, d->s.eps);
-    LAUNCHED();
-    return 0;
-}
-
 static int forward(tc_dev *d, int nb, int Tc, int with_logits, bs_err *err) {
     const tc_shape &s = d->s;
     int rows = nb * Tc, H = s.H, qd = d->qd, kd = d->kd, I = s.I;
