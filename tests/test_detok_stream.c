@@ -57,33 +57,24 @@ static int stream_equals_decode(const bs_tokenizer *t, const int32_t *ids, size_
     return rc;
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END); long l = ftell(f); fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(l + 1);
-    if (b && fread(b, 1, l, f) != (size_t)l) { free(b); b = NULL; }
-    fclose(f);
-    *n = (size_t)l;
-    return b;
-}
-static uint32_t rd32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+unsigned char *bs_test_oracle_read(const char *path, size_t *n);   // tests/test_tokenizer_oracle.c
+uint32_t bs_test_rd32(const unsigned char *p);
 
 TEST(detok_stream_oracle_corpus_qwen3) {
     const char *skip_why = bs_test_tok_oracle();
     if (skip_why) SKIP(skip_why);
-    size_t n; unsigned char *b = slurp(ORACLE_DIR "/qwen3.bin", &n);
+    size_t n; unsigned char *b = bs_test_oracle_read(ORACLE_DIR "/qwen3.bin", &n);
     bs_tokenizer *t; bs_err err;
     CHECK(b, "cannot read " ORACLE_DIR "/qwen3.bin");
     CHECK(bs_tokenizer_load(&t, QWEN3_DIR, &err) == 0, "%s", err.msg);
     size_t p = 0, texts = 0, split_chars = 0;
     char why[256];
     while (p + 12 <= n) {
-        uint32_t rl = rd32(b + p); p += 4 + rl;
-        uint32_t nl = rd32(b + p); p += 4 + nl;
-        uint32_t k = rd32(b + p); const unsigned char *ref = b + p + 4; p += 4 + 4 * (size_t)k;
+        uint32_t rl = bs_test_rd32(b + p); p += 4 + rl;
+        uint32_t nl = bs_test_rd32(b + p); p += 4 + nl;
+        uint32_t k = bs_test_rd32(b + p); const unsigned char *ref = b + p + 4; p += 4 + 4 * (size_t)k;
         int32_t *ids = malloc(sizeof(int32_t) * (k ? k : 1));
-        for (uint32_t i = 0; i < k; i++) ids[i] = (int32_t)rd32(ref + 4 * i);
+        for (uint32_t i = 0; i < k; i++) ids[i] = (int32_t)bs_test_rd32(ref + 4 * i);
         // skip_special on every 4th text only (the corpus has few specials; keeps the test quick).
         for (int skip = 0; skip < 1 + (texts % 4 == 0); skip++)
             CHECK(stream_equals_decode(t, ids, k, skip, why, sizeof why, &split_chars) == 0, "oracle text %zu (skip_special %d): %s", texts, skip, why);

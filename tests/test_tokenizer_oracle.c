@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "harness.h"
+#include "io/json.h"
 #include "io/tokenizer.h"
 
 #define ORACLE_DIR "build/tok_oracle"
@@ -28,38 +29,33 @@ const char *bs_test_tok_oracle(void) {
     return NULL;
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END); long l = ftell(f); fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(l + 1);
-    if (b && fread(b, 1, l, f) != (size_t)l) { free(b); b = NULL; }
-    fclose(f);
-    *n = (size_t)l;
-    return b;
+// The oracle's record files (tests/node/oracle.js): shared with test_detok_stream.c. NULL when unreadable.
+unsigned char *bs_test_oracle_read(const char *path, size_t *n) {
+    bs_err err;
+    return (unsigned char *)bs_read_file(path, n, &err);
 }
-static uint32_t rd32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+uint32_t bs_test_rd32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
 
 // Compares every record of NAME.bin; returns the number of mismatching texts (-1: cannot run).
 static long check_file(const char *name, const char *tok_path, size_t *bytes, size_t *texts) {
     char path[256]; snprintf(path, sizeof path, ORACLE_DIR "/%s.bin", name);
-    size_t n; unsigned char *b = slurp(path, &n);
+    size_t n; unsigned char *b = bs_test_oracle_read(path, &n);
     bs_err err; bs_tokenizer *t;
     if (!b) { fprintf(stderr, "  cannot read %s\n", path); return -1; }
     if (bs_tokenizer_load(&t, tok_path, &err)) { fprintf(stderr, "  %s\n", err.msg); free(b); return -1; }
     long bad = 0; size_t p = 0;
     *bytes = *texts = 0;
     while (p + 12 <= n) {
-        uint32_t rl = rd32(b + p); const char *raw = (const char *)b + p + 4; p += 4 + rl;
-        uint32_t nl = rd32(b + p); const char *nfc = (const char *)b + p + 4; p += 4 + nl;
-        uint32_t k = rd32(b + p); const unsigned char *ref = b + p + 4; p += 4 + 4 * (size_t)k;
+        uint32_t rl = bs_test_rd32(b + p); const char *raw = (const char *)b + p + 4; p += 4 + rl;
+        uint32_t nl = bs_test_rd32(b + p); const char *nfc = (const char *)b + p + 4; p += 4 + nl;
+        uint32_t k = bs_test_rd32(b + p); const unsigned char *ref = b + p + 4; p += 4 + 4 * (size_t)k;
         int32_t *ids; size_t m;
         if (bs_tokenizer_encode(t, raw, rl, &ids, &m, &err)) { fprintf(stderr, "  encode: %s\n", err.msg); bad++; continue; }
         size_t first = m == k ? m : (m < k ? m : k);
-        for (size_t i = 0; i < m && i < k; i++) if (ids[i] != (int32_t)rd32(ref + 4 * i)) { first = i; break; }
+        for (size_t i = 0; i < m && i < k; i++) if (ids[i] != (int32_t)bs_test_rd32(ref + 4 * i)) { first = i; break; }
         if (m != k || first != m) {
             if (bad < 3) fprintf(stderr, "  %s text %zu (%u bytes): %zu ids vs %u, first difference at %zu: %d vs %d\n",
-                                 name, *texts, rl, m, k, first, first < m ? ids[first] : -1, first < k ? (int32_t)rd32(ref + 4 * first) : -1);
+                                 name, *texts, rl, m, k, first, first < m ? ids[first] : -1, first < k ? (int32_t)bs_test_rd32(ref + 4 * first) : -1);
             bad++;
         } else {
             // decode(encode(x)) == NFC(x) (x as decoded, invalid UTF-8 replaced) where there is no BOS added
