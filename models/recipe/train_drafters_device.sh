@@ -4,6 +4,9 @@
 # --device cuda` on the same data and budget. Carried in RUNDIR: target.tar.xz (models/blockspec-30m) and the
 # corpus as .xz text. Each export comes back cut into 15 MiB pieces, configs and logs in one tar.
 # Usage (repository root): models/recipe/train_drafters_device.sh RUNDIR
+# Settings (environment): DRAFTERS (dspark dflash zlab), LAYERS (1), BLOCK (7; z-lab's block is BLOCK+1, the same
+# number of drafts), LABELS (data | target: the target's own greedy next tokens), STEPS (5000), MINUTES (2.0,
+# a safety cap per drafter), LR (1e-3).
 set -u
 OUT=${OUT:-/tmp/bs_out}; mkdir -p "$OUT"
 R=${1:-.dev/d1}; BIN=${BIN:-build-cuda}; W=/tmp/bsd; mkdir -p $W/target $W/logs
@@ -16,7 +19,7 @@ $BIN/blockspec tokenize --corpus $W/train.bsc -m $W/target --doc-sep '<|endoftex
     $W/code.txt $W/prose.txt $W/dialogue.txt 2>&1 | tee $W/logs/run.log
 echo "ready in $(( $(date +%s) - t0 )) s" | tee -a $W/logs/run.log
 COMMON="-m $W/target --device cuda --data $W/train.bsc --heldout $W/train.bsc.heldout --batch 8 --seq-len 1024 --anchors 256
-        --taps 1,3,5,6 --layers ${LAYERS:-1} --lr ${LR:-1e-3} --warmup-ratio 0.04 --eval-every 1000 --eval-seqs 16 --seed 1 --no-plot"
+        --taps 1,3,5,6 --layers ${LAYERS:-1} --labels ${LABELS:-data} --lr ${LR:-1e-3} --warmup-ratio 0.04 --eval-every 1000 --eval-seqs 16 --seed 1 --no-plot"
 train() {   # name, extra arguments
   local name=$1; shift
   $BIN/blockspec train-drafter $COMMON --out $W/$name --steps ${STEPS:-5000} --time-limit ${MINUTES:-2.0} "$@" 2>&1 | tr '\r' '\n' \
@@ -27,9 +30,9 @@ train() {   # name, extra arguments
 }
 for d in ${DRAFTERS:-dspark dflash zlab}; do
   case $d in
-    dspark) train dspark --arch dspark --block 7 --markov-rank 64 ;;
-    dflash) train dflash --arch dflash --block 7 ;;
-    zlab)   train zlab --arch zlab-dflash --block 8 ;;
+    dspark) train dspark --arch dspark --block ${BLOCK:-7} --markov-rank 64 ;;
+    dflash) train dflash --arch dflash --block ${BLOCK:-7} ;;
+    zlab)   train zlab --arch zlab-dflash --block $(( ${BLOCK:-7} + 1 )) ;;
   esac
 done
 tar czf "$OUT/logs.tgz" -C $W logs

@@ -161,6 +161,22 @@ static int load_layer(dflash *m, int i, bs_err *err) {
 }
 
 // Largest |difference| over a few rows of two [V][H] host tables (checkpoint views).
+static int has_tensor(dflash *m, const char *name) {
+    char alt[300];
+    snprintf(alt, sizeof alt, "model.%s", name);
+    return bs_checkpoint_find(m->ck, name) || bs_checkpoint_find(m->ck, alt);
+}
+
+// Bit-identical matrices (same shape and values; dtypes may differ when every value converts exactly).
+static int same_mat(const bs_mat *a, const bs_mat *b) {
+    if (a->rows != b->rows || a->cols != b->cols) return 0;
+    size_t n = (size_t)a->rows * a->cols;
+    if (a->dtype == b->dtype) return a->data == b->data || !memcmp(a->data, b->data, n * bs_dtype_size(a->dtype));
+    for (size_t i = 0; i < n; i++)
+        if (bs_load_elem(a->data, a->dtype, i) != bs_load_elem(b->data, b->dtype, i)) return 0;
+    return 1;
+}
+
 static double sample_rows_diff(dflash *m, const bs_mat *a, const bs_mat *b) {
     int32_t ids[5] = { 0, m->V / 3, (2 * m->V) / 3, m->V - 1, m->cfg.mask_token_id };
     double diff = 0;
@@ -242,16 +258,28 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
         m->embed = target->embed;       // z-lab: the target's embedding and LM head
         if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
     } else {
-        // DeepSpec bundles frozen copies; use them for exact parity, but say so if they differ from the target's.
+        // DeepSpec bundles frozen copies of the target's embedding and LM head. Where a copy is absent or
+        // bit-identical to the target's, the drafter shares the target's matrix (no second copy in memory or
+        // in the cache); a copy that differs is used as is (exact parity with the reference), with a warning.
         bs_mat emb_host, head_host;
-        if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err) || m->be->weight(m->be, &m->embed, &emb_host, err)) goto fail;
-        int has_head = bs_checkpoint_find(m->ck, "lm_head.weight") || bs_checkpoint_find(m->ck, "model.lm_head.weight");
-        if (!has_head && b->tie_embeddings) {
-            head_host = emb_host;
-            if (vocab_mat(m, &head_host, &m->embed, &m->lm_head, 0, err)) goto fail;
-        } else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err) || vocab_mat(m, &head_host, NULL, &m->lm_head, 0, err)) goto fail;
-        double de = sample_rows_diff(m, &emb_host, &target->embed_host);
-        double dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
+        int has_emb = has_tensor(m, "embed_tokens.weight"), has_head = has_tensor(m, "lm_head.weight");
+        double de = 0, dh = 0;
+        if (!has_emb) emb_host = target->embed_host;
+        else if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err)) goto fail;
+        if (!has_emb || same_mat(&emb_host, &target->embed_host)) m->embed = target->embed;
+        else {
+            de = sample_rows_diff(m, &emb_host, &target->embed_host);
+            if (m->be->weight(m->be, &m->embed, &emb_host, err)) goto fail;
+        }
+        if (!has_head && b->tie_embeddings) head_host = emb_host;
+        else if (!has_head) head_host = target->lm_head_host;
+        else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err)) goto fail;
+        if (same_mat(&head_host, &target->lm_head_host)) {
+            if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
+        } else {
+            dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
+            if (vocab_mat(m, &head_host, !has_head ? &m->embed : NULL, &m->lm_head, 0, err)) goto fail;
+        }
         if (de > 0 || dh > 0)
             fprintf(stderr, "blockspec: warning: drafter %s: its bundled %s differ%s from the target's (max |diff| %.3g on sampled rows); "
                     "using the drafter's copies\n", dir, de > 0 && dh > 0 ? "embed_tokens and lm_head" : de > 0 ? "embed_tokens" : "lm_head",
