@@ -6,7 +6,10 @@
 # Usage (repository root): models/recipe/train_drafters_device.sh RUNDIR
 # Settings (environment): DRAFTERS (dspark dflash zlab), LAYERS (1), BLOCK (7; z-lab's block is BLOCK+1, the same
 # number of drafts), LABELS (data | target: the target's own greedy next tokens), STEPS (5000), MINUTES (2.0,
-# a safety cap per drafter), LR (1e-3).
+# a safety cap per drafter), LR (1e-3), DISTILL_SECONDS (0: train on the corpus alone; else first let the target
+# write greedy continuations of corpus prompts for that long, `blockspec distill-corpus`, returned as gen.bsc.xz,
+# or reuse RUNDIR/gen.bsc.xz from an earlier call) and SOURCE_FRACTION (0.35: the share of the corpus's documents
+# trained on beside the generated text).
 set -u
 OUT=${OUT:-/tmp/bs_out}; mkdir -p "$OUT"
 R=${1:-.dev/d1}; BIN=${BIN:-build-cuda}; W=/tmp/bsd; mkdir -p $W/target $W/logs
@@ -17,8 +20,20 @@ xz -dc $R/target.tar.xz | tar xf - -C $W/target
 for f in code prose dialogue; do xz -dc $R/$f.txt.xz > $W/$f.txt & done; wait
 $BIN/blockspec tokenize --corpus $W/train.bsc -m $W/target --doc-sep '<|endoftext|>\n' --heldout-frac 0.01 --seed 1 \
     $W/code.txt $W/prose.txt $W/dialogue.txt 2>&1 | tee $W/logs/run.log
+DATA=$W/train.bsc
+if [ "${DISTILL_SECONDS:-0}" != 0 ]; then
+  if [ -f $R/gen.bsc.xz ]; then xz -dc $R/gen.bsc.xz > $W/gen.bsc
+  else
+    $BIN/blockspec distill-corpus -m $W/target --data $W/train.bsc --out $W/gen.bsc --workers $(( $(nproc) - 2 )) --cuda-workers 2 \
+        --docs 1000000 --time-limit $DISTILL_SECONDS --prompt-len 64 --new 192 --seed 1 2>&1 | tail -3 | tee -a $W/logs/run.log
+    xz -T0 -6 -c $W/gen.bsc > $OUT/gen.bsc.xz
+  fi
+  $BIN/blockspec distill-corpus -m $W/target --data $W/train.bsc --docs 0 --include $W/gen.bsc --append-source \
+      --source-fraction ${SOURCE_FRACTION:-0.35} --out $W/mix.bsc 2>&1 | tee -a $W/logs/run.log
+  DATA=$W/mix.bsc
+fi
 echo "ready in $(( $(date +%s) - t0 )) s" | tee -a $W/logs/run.log
-COMMON="-m $W/target --device cuda --data $W/train.bsc --heldout $W/train.bsc.heldout --batch 8 --seq-len 1024 --anchors 256
+COMMON="-m $W/target --device cuda --data $DATA --heldout $W/train.bsc.heldout --batch 8 --seq-len 1024 --anchors 256
         --taps 1,3,5,6 --layers ${LAYERS:-1} --labels ${LABELS:-data} --lr ${LR:-1e-3} --warmup-ratio 0.04 --eval-every 1000 --eval-seqs 16 --seed 1 --no-plot"
 train() {   # name, extra arguments
   local name=$1; shift
