@@ -30,7 +30,7 @@ static void usage(void) {
         "  --prompt-len N     prompt tokens, taken at a random place in a random document (64)\n"
         "  --new N            greedy tokens per prompt; a continuation also ends at an end-of-text token (192)\n"
         "  --docs N           documents per worker (1000; 0: generate nothing, only merge --include and the source)\n"
-        "  --include FILE     a corpus (e.g. an earlier run's output) whose documents go first\n"
+        "  --include F1,F2    corpora (e.g. earlier runs' outputs) whose documents go first\n"
         "  --time-limit S     stop each worker after S seconds (0: none)\n"
         "  --workers N        CPU worker processes, one thread each (1)\n"
         "  --cuda-workers N   worker processes on the GPU (0)\n"
@@ -170,18 +170,20 @@ reap:;
     if (failed) { fprintf(stderr, "blockspec distill-corpus: a worker failed (above); %s not written\n", a.out); goto out; }
     bs_corpus_writer *cw = NULL;
     if (bs_corpus_writer_open(&cw, a.out, src->vocab_size, src->tokenizer_hash, src->mask != NULL, &err)) goto fail;
-    for (int w = -1; w < nw; w++) {
-        if (w < 0 && !a.include) continue;
-        const char *path = w < 0 ? a.include : parts[w];
+    // the included corpora, then the workers' parts
+    char *inc = a.include ? strdup(a.include) : NULL, *save = NULL;
+    if (a.include && !inc) { bs_fail(&err, "out of memory"); bs_corpus_writer_abort(cw); goto fail; }
+    const char *path = inc ? strtok_r(inc, ",", &save) : NULL;
+    for (int w = 0; path || w < nw; ) {
+        if (!path) path = parts[w++];
         bs_corpus *pc = NULL;
-        if (bs_corpus_open(&pc, path, &err)) { bs_corpus_writer_abort(cw); goto fail; }
-        if (bs_corpus_check_tokenizer(pc, src->tokenizer_hash, src->vocab_size, a.data, &err)) {
-            bs_corpus_close(pc); bs_corpus_writer_abort(cw); goto fail;
-        }
-        int arc = append_corpus(cw, pc, 1, NULL, &err);
+        int arc = bs_corpus_open(&pc, path, &err) || bs_corpus_check_tokenizer(pc, src->tokenizer_hash, src->vocab_size, a.data, &err) ||
+                  append_corpus(cw, pc, 1, NULL, &err);
         bs_corpus_close(pc);
-        if (arc) { bs_corpus_writer_abort(cw); goto fail; }
+        if (arc) { free(inc); bs_corpus_writer_abort(cw); goto fail; }
+        path = inc && w == 0 ? strtok_r(NULL, ",", &save) : NULL;
     }
+    free(inc);
     int64_t gen_docs = bs_corpus_writer_docs(cw), gen_tokens = bs_corpus_writer_tokens(cw);
     bs_rng sr;
     bs_rng_seed(&sr, (uint64_t)a.seed ^ 0x5eed5eedULL);

@@ -8,7 +8,7 @@
 # number of drafts), LABELS (data | target: the target's own greedy next tokens), STEPS (5000), MINUTES (2.0,
 # a safety cap per drafter), LR (1e-3), DISTILL_SECONDS (0: train on the corpus alone; else first let the target
 # write greedy continuations of corpus prompts for that long, `blockspec distill-corpus`, returned as gen.bsc.xz,
-# or reuse RUNDIR/gen.bsc.xz from an earlier call) and SOURCE_FRACTION (0.35: the share of the corpus's documents
+# appended to RUNDIR/gen.bsc.xz from an earlier call when there is one; with DISTILL_SECONDS 0 that file alone; DISTILL_SEED) and SOURCE_FRACTION (0.35: the share of the corpus's documents
 # trained on beside the generated text).
 set -u
 OUT=${OUT:-/tmp/bs_out}; mkdir -p "$OUT"
@@ -21,12 +21,14 @@ for f in code prose dialogue; do xz -dc $R/$f.txt.xz > $W/$f.txt & done; wait
 $BIN/blockspec tokenize --corpus $W/train.bsc -m $W/target --doc-sep '<|endoftext|>\n' --heldout-frac 0.01 --seed 1 \
     $W/code.txt $W/prose.txt $W/dialogue.txt 2>&1 | tee $W/logs/run.log
 DATA=$W/train.bsc
-if [ "${DISTILL_SECONDS:-0}" != 0 ]; then
-  if [ -f $R/gen.bsc.xz ]; then xz -dc $R/gen.bsc.xz > $W/gen.bsc
-  else
+if [ "${DISTILL_SECONDS:-0}" != 0 ] || [ -f $R/gen.bsc.xz ]; then
+  INC=""
+  [ -f $R/gen.bsc.xz ] && xz -dc $R/gen.bsc.xz > $W/gen_prev.bsc && INC="--include $W/gen_prev.bsc"   # an earlier call's text
+  if [ "${DISTILL_SECONDS:-0}" != 0 ]; then
     $BIN/blockspec distill-corpus -m $W/target --data $W/train.bsc --out $W/gen.bsc --workers $(( $(nproc) - 2 )) --cuda-workers 2 \
-        --docs 1000000 --time-limit $DISTILL_SECONDS --prompt-len 64 --new 192 --seed 1 2>&1 | tail -3 | tee -a $W/logs/run.log
+        --docs 1000000 --time-limit $DISTILL_SECONDS --prompt-len 64 --new 192 --seed ${DISTILL_SEED:-1} $INC 2>&1 | tail -3 | tee -a $W/logs/run.log
     xz -T0 -6 -c $W/gen.bsc > $OUT/gen.bsc.xz
+  else mv $W/gen_prev.bsc $W/gen.bsc
   fi
   $BIN/blockspec distill-corpus -m $W/target --data $W/train.bsc --docs 0 --include $W/gen.bsc --append-source \
       --source-fraction ${SOURCE_FRACTION:-0.35} --out $W/mix.bsc 2>&1 | tee -a $W/logs/run.log
