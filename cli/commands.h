@@ -11,3 +11,4 @@ int cmd_tokenize_corpus(int argc, char **argv);   // tokenize --corpus (cli/cmd_
 int cmd_train_target(int argc, char **argv);
 int cmd_train_drafter(int argc, char **argv);
 int cmd_loss(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);

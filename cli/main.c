@@ -15,6 +15,7 @@ static const struct { const char *name, *help; int (*run)(int argc, char **argv)
     { "train-drafter",   "train a DSpark / DFlash drafter against a frozen target (docs/training.md)", cmd_train_drafter },
     { "draft-vocab",     "pick a draft vocabulary (the drafter's proposable tokens) from sample text", cmd_draft_vocab },
     { "loss",            "evaluate one drafter training step (loss terms, logits, gradients) for a fixed batch", cmd_loss },
+    { "calibrate",       "fit a DSpark drafter's confidences to held-out survival (docs/calibration.md)", cmd_calibrate },
 };
 
 static void usage(void) {
