@@ -32,6 +32,10 @@ static void usage(void) {
         "  --anchors N          rounds per sequence, at anchors drawn at random (default 16)\n"
         "  --max-seqs N         sequences used at most, drawn at random from all data (default 256)\n"
         "  --seq-len N          tokens per sequence: documents are cut into windows of N (default 512)\n"
+        "  --generate N         prefixes from the target's own greedy text, as at decode time: each window's\n"
+        "                       first --prompt-len tokens are continued greedily for N tokens, and the anchors\n"
+        "                       are drawn in the continuation (default 0: the held-out text itself)\n"
+        "  --prompt-len P       with --generate: prompt tokens per sequence (default 64)\n"
         "  --draft-max K        draft positions to verify and fit (default: the drafter's block; the rest keep T = 1)\n"
         "  --seed S             anchor and sequence draws (default 0)\n"
         "  --bins N             equal-width bins of the ECE and the reliability tables (default 10)\n"
@@ -42,13 +46,13 @@ static void usage(void) {
 typedef struct cal_args {
     const char *model, *drafter, *out, *device, *data[MAX_DATA];
     int n_data;
-    long anchors, max_seqs, seq_len, draft_max, seed, bins, min_samples;
+    long anchors, max_seqs, seq_len, draft_max, seed, bins, min_samples, generate, prompt_len;
 } cal_args;
 
 static int parse(int argc, char **argv, cal_args *a) {
     const char *v;
     memset(a, 0, sizeof *a);
-    a->device = "cpu"; a->anchors = 16; a->max_seqs = 256; a->seq_len = 512; a->bins = 10; a->min_samples = 30;
+    a->device = "cpu"; a->anchors = 16; a->max_seqs = 256; a->seq_len = 512; a->bins = 10; a->min_samples = 30; a->prompt_len = 64;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (!strcmp(o, "-m")) { if (!(a->model = cli_value(argc, argv, &i))) return 2; }
@@ -63,6 +67,8 @@ static int parse(int argc, char **argv, cal_args *a) {
         else if (!strcmp(o, "--anchors")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1 << 20, &a->anchors)) return 2; }
         else if (!strcmp(o, "--max-seqs")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1 << 24, &a->max_seqs)) return 2; }
         else if (!strcmp(o, "--seq-len")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 2, 1 << 20, &a->seq_len)) return 2; }
+        else if (!strcmp(o, "--generate")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1 << 20, &a->generate)) return 2; }
+        else if (!strcmp(o, "--prompt-len")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1 << 20, &a->prompt_len)) return 2; }
         else if (!strcmp(o, "--draft-max")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, BS_MAX_DRAFT, &a->draft_max)) return 2; }
         else if (!strcmp(o, "--seed")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1L << 62, &a->seed)) return 2; }
         else if (!strcmp(o, "--bins")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1000, &a->bins)) return 2; }
@@ -137,6 +143,20 @@ static int list_windows(const source *src, int n_src, int L, window **out, int *
     return 0;
 }
 
+// seq <- prompt[0..P) and the target's greedy continuation (up to n tokens, stopping after an end-of-sequence
+// token); mask 1 on the continuation only. *n_gen = the tokens generated.
+static int continue_greedy(bs_engine *e, const int32_t *prompt, int P, int n, int32_t *seq, uint8_t *mask, int *n_gen, bs_err *err) {
+    bs_session s;
+    if (bs_session_init(&s, e, P + n, NULL, err)) return -1;
+    int rc = bs_generate_plain(&s, prompt, P, n, 1, seq + P, n_gen, NULL, NULL, err);
+    bs_session_free(&s);
+    if (rc) return -1;
+    memcpy(seq, prompt, sizeof(int32_t) * P);
+    memset(mask, 0, P);
+    memset(mask + P, 1, *n_gen);
+    return 0;
+}
+
 static void print_tables(const bs_sts_data *sd, const double *T, const bs_sts_pos *pos, int bins) {
     int N = sd->n_rounds;
     double *a = malloc(sizeof(double) * (N ? N : 1));
@@ -176,7 +196,11 @@ static cJSON *result_json(const cal_args *a, int gamma, int K, int n_seqs, const
     cJSON *d = cJSON_AddArrayToObject(j, "data");
     for (int i = 0; i < a->n_data; i++) cJSON_AddItemToArray(d, cJSON_CreateString(a->data[i]));
     cJSON_AddStringToObject(j, "verification", "greedy (a draft survives when it equals the target's argmax after the accepted prefix)");
-    cJSON_AddStringToObject(j, "prefix", "teacher forced: the held-out text before each anchor");
+    if (a->generate) {
+        cJSON_AddStringToObject(j, "prefix", "generated: each sequence's prompt continued greedily by the target; anchors in the continuation");
+        cJSON_AddNumberToObject(j, "prompt_len", (double)a->prompt_len);
+        cJSON_AddNumberToObject(j, "generated_tokens", (double)a->generate);
+    } else cJSON_AddStringToObject(j, "prefix", "teacher forced: the held-out text before each anchor");
     cJSON_AddNumberToObject(j, "seed", (double)a->seed);
     cJSON_AddNumberToObject(j, "anchors_per_sequence", (double)a->anchors);
     cJSON_AddNumberToObject(j, "seq_len", (double)a->seq_len);
@@ -221,6 +245,8 @@ int cmd_calibrate(int argc, char **argv) {
     window *win = NULL;
     int n_win = 0;
     bs_calib_rounds rounds = {0};
+    int32_t *gen = NULL;
+    uint8_t *gmask = NULL;
     double T[BS_MAX_DRAFT];
     bs_sts_pos pos[BS_MAX_DRAFT];
     cJSON *j = NULL;
@@ -240,7 +266,14 @@ int cmd_calibrate(int argc, char **argv) {
         }
         int room = e->cfg.max_position - bs_drafter_gamma(&dc) - 1;
         if (room < 2) { bs_fail(&err, "%s: max_position_embeddings %d leaves no room for a round", a.model, e->cfg.max_position); goto out; }
-        if (L > room) L = room;
+        if (a.generate) {   // sequences are a prompt and its continuation
+            if (a.prompt_len + a.generate > room) {
+                bs_fail(&err, "--prompt-len %ld + --generate %ld exceed the %d positions a round has room for (max_position_embeddings %d)",
+                        a.prompt_len, a.generate, room, e->cfg.max_position);
+                goto out;
+            }
+            L = (int)(a.prompt_len + a.generate);
+        } else if (L > room) L = room;
     }
     // The raw head is what is fitted: a calibration.json already there is not applied.
     bs_drafter_opts dop = { .lossy_weights = 0, .no_calibration = 1 };
@@ -248,7 +281,7 @@ int cmd_calibrate(int argc, char **argv) {
     int gamma = d->max_drafts, K = a.draft_max ? (int)a.draft_max : gamma;
     if (K > gamma) { fprintf(stderr, "blockspec calibrate: --draft-max %d is above the drafter's %d drafts per round; using %d\n", K, gamma, gamma); K = gamma; }
     for (int i = 0; i < a.n_data; i++) if (open_source(&src[i], a.data[i], e, &err)) goto out;
-    if (list_windows(src, a.n_data, L, &win, &n_win, &err)) goto out;
+    if (list_windows(src, a.n_data, a.generate ? (int)a.prompt_len : L, &win, &n_win, &err)) goto out;
     if (!n_win) { bs_fail(&err, "the held-out data holds no sequence of 2 tokens or more"); goto out; }
 
     // A seeded draw of the sequences, then of the anchors within each.
@@ -259,15 +292,26 @@ int cmd_calibrate(int argc, char **argv) {
         int k = i + (int)(bs_rng_u64(&rng) % (uint64_t)(n_win - i));
         window t = win[i]; win[i] = win[k]; win[k] = t;
     }
-    fprintf(stderr, "calibrate: %d sequences of up to %d tokens (of %d), %ld anchors each, %d draft positions, greedy verification\n", n_seqs, L, n_win,
-            a.anchors, K);
+    if (a.generate)
+        fprintf(stderr, "calibrate: %d prompts of up to %ld tokens (of %d) continued greedily for %ld tokens, %ld anchors each, %d draft positions\n",
+                n_seqs, a.prompt_len, n_win, a.generate, a.anchors, K);
+    else
+        fprintf(stderr, "calibrate: %d sequences of up to %d tokens (of %d), %ld anchors each, %d draft positions, greedy verification\n", n_seqs, L,
+                n_win, a.anchors, K);
+    if (a.generate && (!(gen = malloc(sizeof(int32_t) * L)) || !(gmask = calloc(L, 1)))) { bs_fail(&err, "out of memory"); goto out; }
     int step = n_seqs / 10 > 0 ? n_seqs / 10 : 1;
     for (int i = 0; i < n_seqs; i++) {
         const window *w = &win[i];
         const source *s = &src[w->src];
         const int32_t *ids = (s->c ? s->c->ids : s->ids) + w->start;
         const uint8_t *mask = s->c && s->c->mask ? s->c->mask + w->start : NULL;
-        if (bs_calib_record_seq(e, d, ids, mask, w->len, (int)a.anchors, K, &rng, &rounds, &err) < 0) goto out;
+        int len = w->len;
+        if (a.generate) {   // the target's greedy continuation of the window: the text decoding would see
+            int n_gen = 0;
+            if (continue_greedy(e, ids, len, (int)a.generate, gen, gmask, &n_gen, &err)) goto out;
+            ids = gen; mask = gmask; len += n_gen;
+        }
+        if (bs_calib_record_seq(e, d, ids, mask, len, (int)a.anchors, K, &rng, &rounds, &err) < 0) goto out;
         if ((i + 1) % step == 0 || i + 1 == n_seqs) fprintf(stderr, "calibrate: %d/%d sequences, %d rounds\n", i + 1, n_seqs, rounds.n);
     }
     if (!rounds.n) { bs_fail(&err, "no anchor positions in the held-out data (every token masked out, or end-of-sequence tokens only)"); goto out; }
@@ -305,7 +349,7 @@ out:
     if (rc) fprintf(stderr, "blockspec calibrate: %s\n", err.msg);
     cJSON_Delete(j);
     bs_calib_rounds_free(&rounds);
-    free(win);
+    free(win); free(gen); free(gmask);
     for (int i = 0; i < MAX_DATA; i++) { if (src[i].c) bs_corpus_close(src[i].c); free(src[i].ids); }
     if (d) d->free(d);
     bs_engine_close(e);

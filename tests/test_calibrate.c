@@ -399,6 +399,15 @@ TEST(calibrate_cli_end_to_end) {
     for (int k = 3; k < 7; k++) CHECK(cal.T[k] == 1.0f);
     CHECK(cJSON_GetObjectItem(j, "positions_fitted")->valuedouble == 3);
     cJSON_Delete(j);
+    // --generate: prompts continued by the target, the anchors in the continuation.
+    snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/held.bsc --generate 20 --prompt-len 6 --max-seqs 5 --anchors 4 --out %s/g.json",
+             bs_cli_path(), m, d, m, m);
+    CHECK(run_cmd(cmd, out, sizeof out) == 0, "`%s`: %s", cmd, out);
+    snprintf(path, sizeof path, "%s/g.json", m);
+    j = bs_json_load(path, &err);
+    CHECK(j, "%s", err.msg);
+    CHECK(cJSON_GetObjectItem(j, "rounds")->valuedouble == 20 && strstr(cJSON_GetObjectItem(j, "prefix")->valuestring, "generated"));
+    cJSON_Delete(j);
     // Losslessness: greedy output with the calibrated (and the raw) confidence cut is plain decoding's.
     const char *gen = "%s generate -m %s %s --prompt-ids 11,22,33,44,55 -n 40 --print-ids --ignore-eos %s 2>/dev/null";
     snprintf(cmd, sizeof cmd, gen, bs_cli_path(), m, "-d none", "");
