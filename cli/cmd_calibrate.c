@@ -4,6 +4,7 @@
 // (spec/sts.h), prints ECE and reliability tables before and after, and writes calibration.json beside the
 // drafter, which the drafter then applies at load (io/calibration.h).
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,8 @@ static void usage(void) {
         "                       first --prompt-len tokens are continued greedily for N tokens, and the anchors\n"
         "                       are drawn in the continuation (default 0: the held-out text itself)\n"
         "  --prompt-len P       with --generate: prompt tokens per sequence (default 64)\n"
+        "  --bias               fit a bias per position too: c_k = sigmoid(z_k / T_k + b_k) (Platt scaling; a\n"
+        "                       temperature alone cannot move a confidence across 0.5)\n"
         "  --draft-max K        draft positions to verify and fit (default: the drafter's block; the rest keep T = 1)\n"
         "  --seed S             anchor and sequence draws (default 0)\n"
         "  --bins N             equal-width bins of the ECE and the reliability tables (default 10)\n"
@@ -47,6 +50,7 @@ typedef struct cal_args {
     const char *model, *drafter, *out, *device, *data[MAX_DATA];
     int n_data;
     long anchors, max_seqs, seq_len, draft_max, seed, bins, min_samples, generate, prompt_len;
+    int bias;
 } cal_args;
 
 static int parse(int argc, char **argv, cal_args *a) {
@@ -73,6 +77,7 @@ static int parse(int argc, char **argv, cal_args *a) {
         else if (!strcmp(o, "--seed")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1L << 62, &a->seed)) return 2; }
         else if (!strcmp(o, "--bins")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1000, &a->bins)) return 2; }
         else if (!strcmp(o, "--min-samples")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1 << 24, &a->min_samples)) return 2; }
+        else if (!strcmp(o, "--bias")) a->bias = 1;
         else if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); exit(0); }
         else { fprintf(stderr, "blockspec calibrate: unknown option %s\n", o); usage(); return 2; }
     }
@@ -157,7 +162,7 @@ static int continue_greedy(bs_engine *e, const int32_t *prompt, int P, int n, in
     return 0;
 }
 
-static void print_tables(const bs_sts_data *sd, const double *T, const bs_sts_pos *pos, int bins) {
+static void print_tables(const bs_sts_data *sd, const double *T, const double *B, const bs_sts_pos *pos, int bins) {
     int N = sd->n_rounds;
     double *a = malloc(sizeof(double) * (N ? N : 1));
     uint8_t *lab = malloc(N ? N : 1);
@@ -165,9 +170,9 @@ static void print_tables(const bs_sts_data *sd, const double *T, const bs_sts_po
     if (!a || !lab || !b0 || !b1) { free(a); free(lab); free(b0); free(b1); return; }
     for (int k = 0; k < sd->K; k++) {
         if (!pos[k].n) continue;
-        int m = bs_sts_cumulative(sd, NULL, k, a, lab);
+        int m = bs_sts_cumulative(sd, NULL, NULL, k, a, lab);
         bs_sts_ece(a, lab, m, bins, b0);
-        m = bs_sts_cumulative(sd, T, k, a, lab);
+        m = bs_sts_cumulative(sd, T, B, k, a, lab);
         bs_sts_ece(a, lab, m, bins, b1);
         printf("\nposition %d: reliability of the cumulative survival a_%d (predicted vs observed)\n", k + 1, k + 1);
         printf("  bin          |      raw: n     pred      obs |      STS: n     pred      obs\n");
@@ -182,15 +187,21 @@ static void print_tables(const bs_sts_data *sd, const double *T, const bs_sts_po
     free(a); free(lab); free(b0); free(b1);
 }
 
-static cJSON *result_json(const cal_args *a, int gamma, int K, int n_seqs, const bs_sts_data *sd, const double *T, const bs_sts_pos *pos,
-                          double ece0, double ece1) {
+static cJSON *result_json(const cal_args *a, int gamma, int K, int n_seqs, const bs_sts_data *sd, const double *T, const double *B,
+                          const bs_sts_pos *pos, double ece0, double ece1) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "format", "blockspec-calibration");
     cJSON_AddNumberToObject(j, "version", BS_CALIBRATION_VERSION);
-    cJSON_AddStringToObject(j, "method", "sequential temperature scaling: c_k = sigmoid(z_k / T_k), T_k fitted in order k = 1..K "
-                                         "to the prefix survival (mean BCE of prod_{i<=k} c_i)");
+    cJSON_AddStringToObject(j, "method", a->bias ? "sequential temperature scaling with a bias: c_k = sigmoid(z_k / T_k + b_k), (T_k, b_k) "
+                                                   "fitted in order k = 1..K to the prefix survival (mean BCE of prod_{i<=k} c_i)"
+                                                 : "sequential temperature scaling: c_k = sigmoid(z_k / T_k), T_k fitted in order k = 1..K "
+                                                   "to the prefix survival (mean BCE of prod_{i<=k} c_i)");
     cJSON *t = cJSON_AddArrayToObject(j, "temperatures");
     for (int k = 0; k < gamma; k++) cJSON_AddItemToArray(t, cJSON_CreateNumber(k < K ? (double)(float)T[k] : 1.0));
+    if (a->bias) {
+        cJSON *b = cJSON_AddArrayToObject(j, "biases");
+        for (int k = 0; k < gamma; k++) cJSON_AddItemToArray(b, cJSON_CreateNumber(k < K ? (double)(float)B[k] : 0.0));
+    }
     cJSON_AddStringToObject(j, "target", a->model);
     cJSON_AddStringToObject(j, "drafter", a->drafter);
     cJSON *d = cJSON_AddArrayToObject(j, "data");
@@ -216,6 +227,7 @@ static cJSON *result_json(const cal_args *a, int gamma, int K, int n_seqs, const
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "position", k + 1);
         cJSON_AddNumberToObject(o, "temperature", (double)(float)T[k]);
+        if (a->bias) cJSON_AddNumberToObject(o, "bias", (double)(float)B[k]);
         cJSON_AddStringToObject(o, "status", bs_sts_status_name(p->status));
         if (p->at_bound) cJSON_AddBoolToObject(o, "at_search_bound", 1);
         cJSON_AddNumberToObject(o, "n", p->n);
@@ -247,7 +259,7 @@ int cmd_calibrate(int argc, char **argv) {
     bs_calib_rounds rounds = {0};
     int32_t *gen = NULL;
     uint8_t *gmask = NULL;
-    double T[BS_MAX_DRAFT];
+    double T[BS_MAX_DRAFT], B[BS_MAX_DRAFT];
     bs_sts_pos pos[BS_MAX_DRAFT];
     cJSON *j = NULL;
     char out_path[4096];
@@ -317,17 +329,22 @@ int cmd_calibrate(int argc, char **argv) {
     if (!rounds.n) { bs_fail(&err, "no anchor positions in the held-out data (every token masked out, or end-of-sequence tokens only)"); goto out; }
 
     bs_sts_data sd = { rounds.n, K, rounds.z, rounds.y, rounds.n_valid };
-    if (bs_sts_fit(&sd, (int)a.min_samples, (int)a.bins, T, pos, &err)) goto out;
+    bs_sts_opts so = { (int)a.min_samples, (int)a.bins, a.bias };
+    if (bs_sts_fit(&sd, &so, T, B, pos, &err)) goto out;
 
-    printf("Sequential Temperature Scaling of %s (target %s): %d rounds on %d held-out sequences\n", a.drafter, a.model, rounds.n, n_seqs);
-    printf("a_k = prod_{i<=k} c_i against survival through k; ECE over %ld equal-width bins\n\n", a.bins);
-    printf("  pos        n  survival  mean c_k  mean a_k raw  mean a_k STS         T  ECE raw  ECE STS  status\n");
+    printf("Sequential Temperature Scaling%s of %s (target %s): %d rounds on %d held-out sequences\n", a.bias ? " with a bias" : "", a.drafter,
+           a.model, rounds.n, n_seqs);
+    printf("c_k = sigmoid(z_k / T_k%s); a_k = prod_{i<=k} c_i against survival through k; ECE over %ld equal-width bins\n\n", a.bias ? " + b_k" : "",
+           a.bins);
+    printf("  pos        n  survival  mean c_k  mean a_k raw  mean a_k STS         T%s  ECE raw  ECE STS  status\n", a.bias ? "         b" : "");
     double ece0 = 0, ece1 = 0;
     int counted = 0;
     for (int k = 0; k < K; k++) {
         const bs_sts_pos *p = &pos[k];
-        printf("  %3d %8d  %8.4f  %8.4f  %12.4f  %12.4f  %8.4g  %6.2f%%  %6.2f%%  %s%s\n", k + 1, p->n, p->survival, p->mean_conf, p->mean_before,
-               p->mean_after, p->T, 100 * p->ece_before, 100 * p->ece_after, bs_sts_status_name(p->status), p->at_bound ? " (at the search bound)" : "");
+        printf("  %3d %8d  %8.4f  %8.4f  %12.4f  %12.4f  %8.4g", k + 1, p->n, p->survival, p->mean_conf, p->mean_before, p->mean_after, p->T);
+        if (a.bias) printf("  %8.4g", p->b);
+        printf("  %6.2f%%  %6.2f%%  %s%s\n", 100 * p->ece_before, 100 * p->ece_after, bs_sts_status_name(p->status),
+               p->at_bound ? " (at the search bound)" : "");
         if (p->n) { ece0 += p->ece_before; ece1 += p->ece_after; counted++; }
     }
     if (counted) { ece0 /= counted; ece1 /= counted; }
@@ -339,9 +356,17 @@ int cmd_calibrate(int argc, char **argv) {
         fprintf(stderr, "blockspec calibrate: warning: position %d: %s (%d rounds, %d survived): temperature left at 1\n", k + 1,
                 bs_sts_status_name(p->status), p->n, p->survived);
     }
-    print_tables(&sd, T, pos, (int)a.bins);
+    // A temperature cannot move a confidence across 0.5: where the fitted mean stays far from the survival,
+    // a bias is what is missing.
+    for (int k = 0; k < K && !a.bias; k++)
+        if (pos[k].status == BS_STS_FITTED && fabs(pos[k].mean_after - pos[k].survival) > 0.02) {
+            fprintf(stderr, "blockspec calibrate: note: position %d: mean predicted survival %.3f vs observed %.3f after scaling; --bias fits an offset too\n",
+                    k + 1, pos[k].mean_after, pos[k].survival);
+            break;
+        }
+    print_tables(&sd, T, a.bias ? B : NULL, pos, (int)a.bins);
 
-    j = result_json(&a, gamma, K, n_seqs, &sd, T, pos, ece0, ece1);
+    j = result_json(&a, gamma, K, n_seqs, &sd, T, B, pos, ece0, ece1);
     if (!j || bs_calibration_write(j, out_path, &err)) goto out;
     printf("\nwrote %s\n", out_path);
     rc = 0;

@@ -42,7 +42,8 @@ TEST(calibrate_sts_recovers_known_temperatures) {
     double T[K];
     bs_sts_pos pos[K];
     bs_err err;
-    CHECK(bs_sts_fit(&d, 30, 10, T, pos, &err) == 0, "%s", err.msg);
+    bs_sts_opts so = { 30, 10, 0 };
+    CHECK(bs_sts_fit(&d, &so, T, NULL, pos, &err) == 0, "%s", err.msg);
     for (int k = 0; k < K; k++) {
         printf("  position %d: T %.3f (true %.3f), n %d, survival %.3f, ECE %.2f%% -> %.2f%%\n", k + 1, T[k], T_true[k], pos[k].n,
                pos[k].survival, 100 * pos[k].ece_before, 100 * pos[k].ece_after);
@@ -58,10 +59,47 @@ TEST(calibrate_sts_recovers_known_temperatures) {
     // bs_sts_cumulative gives the products the fit scored.
     double *a = malloc(sizeof(double) * N);
     uint8_t *lab = malloc(N);
-    int m = bs_sts_cumulative(&d, T, 4, a, lab);
+    int m = bs_sts_cumulative(&d, T, NULL, 4, a, lab);
     CHECK(m == N - N / 10);
     CHECK_NEAR(bs_sts_ece(a, lab, m, 10, NULL), pos[4].ece_after, 1e-12);
     free(a); free(lab); free(z); free(y); free(nv);
+}
+
+// The same with a bias per position (c = sigmoid(z / T + b)): --bias recovers both; temperature scaling alone
+// cannot match a head whose logits sit on the wrong side of 0 (its ECE stays high), the bias fit can.
+TEST(calibrate_sts_bias_recovers_known_offsets) {
+    enum { N = 20000, K = 3 };
+    const double T_true[K] = { 0.7, 1.5, 1.0 }, b_true[K] = { -1.5, 0.8, 2.0 };
+    float *z = malloc(sizeof(float) * N * K);
+    uint8_t *y = malloc(N * K);
+    bs_rng rng; bs_rng_seed(&rng, 7);
+    for (int r = 0; r < N; r++) {
+        int alive = 1;
+        for (int k = 0; k < K; k++) {
+            double u1 = bs_rng_uniform(&rng) + 1e-12, u2 = bs_rng_uniform(&rng);
+            z[r * K + k] = (float)(1.0 + 1.5 * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
+            alive = alive && bs_rng_uniform(&rng) < sigm(z[r * K + k] / T_true[k] + b_true[k]);
+            y[r * K + k] = (uint8_t)alive;
+        }
+    }
+    bs_sts_data d = { N, K, z, y, NULL };
+    double T[K], B[K], T0[K];
+    bs_sts_pos pos[K], pos0[K];
+    bs_err err;
+    bs_sts_opts so = { 30, 10, 1 };
+    CHECK(bs_sts_fit(&d, &so, T, B, pos, &err) == 0, "%s", err.msg);
+    so.fit_bias = 0;
+    CHECK(bs_sts_fit(&d, &so, T0, NULL, pos0, &err) == 0, "%s", err.msg);
+    for (int k = 0; k < K; k++) {
+        printf("  position %d: T %.3f b %.3f (true %.3f, %.3f): ECE %.2f%% -> %.2f%% (temperature only: %.2f%%)\n", k + 1, T[k], B[k], T_true[k],
+               b_true[k], 100 * pos[k].ece_before, 100 * pos[k].ece_after, 100 * pos0[k].ece_after);
+        CHECK(pos[k].status == BS_STS_FITTED && !pos[k].at_bound, "position %d: %s", k + 1, bs_sts_status_name(pos[k].status));
+        CHECK(fabs(log(T[k] / T_true[k])) < 0.1 && fabs(B[k] - b_true[k]) < 0.2, "position %d: T %.4f b %.4f", k + 1, T[k], B[k]);
+        CHECK(pos[k].ece_after < 0.015 && pos[k].nll_after <= pos0[k].nll_after + 1e-9, "position %d", k + 1);
+        CHECK(fabs(pos[k].mean_after - pos[k].survival) < 0.01, "position %d: mean %.4f vs survival %.4f", k + 1, pos[k].mean_after, pos[k].survival);
+    }
+    CHECK(pos0[0].ece_after > 0.03, "temperature scaling alone should not fit position 1 (ECE %.4f)", pos0[0].ece_after);
+    free(z); free(y);
 }
 
 // Degenerate data: a clear status per position, T = 1, finite figures, never a NaN.
@@ -82,10 +120,11 @@ TEST(calibrate_sts_degenerate) {
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         memset(y, cases[c].fill, sizeof y);
         bs_sts_data d = { cases[c].n_rounds, K, z, y, NULL };
-        CHECK(bs_sts_fit(&d, cases[c].min_samples, 10, T, pos, &err) == 0, "%s: %s", cases[c].what, err.msg);
+        bs_sts_opts so = { cases[c].min_samples, 10, (int)(c % 2) };   // with and without a bias
+        CHECK(bs_sts_fit(&d, &so, T, NULL, pos, &err) == 0, "%s: %s", cases[c].what, err.msg);
         for (int k = 0; k < K; k++) {
             CHECK(pos[k].status == cases[c].want, "%s, position %d: %s", cases[c].what, k + 1, bs_sts_status_name(pos[k].status));
-            CHECK(T[k] == 1.0, "%s: T %g", cases[c].what, T[k]);
+            CHECK(T[k] == 1.0 && pos[k].b == 0, "%s: T %g, b %g", cases[c].what, T[k], pos[k].b);
             CHECK(isfinite(pos[k].ece_before) && isfinite(pos[k].ece_after) && isfinite(pos[k].nll_before) && isfinite(pos[k].nll_after),
                   "%s: a non-finite figure", cases[c].what);
         }
@@ -94,17 +133,25 @@ TEST(calibrate_sts_degenerate) {
     for (int i = 0; i < N * K; i++) { z[i] = 0; y[i] = (i / K) % 3 == 0; }
     for (int r = 0; r < N; r++) for (int k = 1; k < K; k++) y[r * K + k] = y[r * K + k] && y[r * K + k - 1];
     bs_sts_data d = { N, K, z, y, NULL };
-    CHECK(bs_sts_fit(&d, 30, 10, T, pos, &err) == 0, "%s", err.msg);
+    bs_sts_opts so = { 30, 10, 0 };
+    CHECK(bs_sts_fit(&d, &so, T, NULL, pos, &err) == 0, "%s", err.msg);
     CHECK(pos[0].status == BS_STS_FLAT && T[0] == 1.0, "%s", bs_sts_status_name(pos[0].status));
+    // ... but a bias still fits their mean (1/3 of the rounds survive position 1), at T = 1.
+    double B[K];
+    so.fit_bias = 1;
+    CHECK(bs_sts_fit(&d, &so, T, B, pos, &err) == 0, "%s", err.msg);
+    CHECK(pos[0].status == BS_STS_FITTED && T[0] == 1.0 && fabs(sigm(B[0]) - pos[0].survival) < 1e-4, "%s, T %g, b %g",
+          bs_sts_status_name(pos[0].status), T[0], B[0]);
+    so.fit_bias = 0;
     // Survivors at position 1 only: position 1 fits, the later ones say why not.
     for (int i = 0; i < N * K; i++) z[i] = (float)((i % 5) - 2);
     for (int r = 0; r < N; r++) { y[r * K] = r % 2; y[r * K + 1] = y[r * K + 2] = 0; }
-    CHECK(bs_sts_fit(&d, 30, 10, T, pos, &err) == 0, "%s", err.msg);
+    CHECK(bs_sts_fit(&d, &so, T, NULL, pos, &err) == 0, "%s", err.msg);
     CHECK(pos[0].status == BS_STS_FITTED && pos[1].status == BS_STS_NO_SURVIVORS && pos[2].status == BS_STS_NO_SURVIVORS);
     CHECK(isfinite(T[0]) && T[0] > 0);
     // Bad arguments are errors, not crashes.
     bs_sts_data bad = { 5, 0, z, y, NULL };
-    CHECK(bs_sts_fit(&bad, 30, 10, T, pos, &err) == -1 && strstr(err.msg, "STS"), "%s", err.msg);
+    CHECK(bs_sts_fit(&bad, &so, T, NULL, pos, &err) == -1 && strstr(err.msg, "STS"), "%s", err.msg);
     CHECK(bs_sts_ece(NULL, NULL, 0, 10, NULL) == 0);
 }
 
@@ -263,8 +310,8 @@ TEST(calibrate_loader_applies_temperatures) {
         bs_drafter_opts o = { .lossy_weights = 0, .no_calibration = !cal };
         bs_drafter *d = tu_drafter_with_context(e, dir, &o, prompt, 6, &err);
         CHECK(d, "%s", err.msg);
-        const float *Tl = bs_dflash_calibration(d);
-        CHECK(cal ? Tl && !memcmp(Tl, Tc, sizeof Tc) : !Tl, "the loaded temperatures");
+        const float *bl, *Tl = bs_dflash_calibration(d, &bl);
+        CHECK(cal ? Tl && !memcmp(Tl, Tc, sizeof Tc) && bl[0] == 0 && bl[6] == 0 : !Tl && !bl, "the loaded temperatures");
         bs_dflash_inspect ins = { .conf_logits = z[cal] };
         bs_draft dr, dp;
         CHECK(bs_dflash_forward_block(d, 77, 7, NULL, NULL, &dr, &ins, &err) == 0 && dr.n == 7 && dr.has_conf, "%s", err.msg);
@@ -280,6 +327,19 @@ TEST(calibrate_loader_applies_temperatures) {
     }
     CHECK(!memcmp(z[0], z[1], sizeof(float) * 7), "inspection reports the head's raw logits either way");
     CHECK(memcmp(conf[0], conf[1], sizeof(float) * 7) != 0, "the calibration changed no confidence");
+    // With "biases": c_k = sigmoid(z_k / T_k + b_k).
+    const float bc[7] = { -1.0f, 0.5f, 0.0f, 2.0f, -0.25f, 1.0f, -3.0f };
+    dir = dspark_with("dspark", "{\"version\": 1, \"temperatures\": [0.5, 2, 1, 3, 0.25, 1.5, 4], \"biases\": [-1, 0.5, 0, 2, -0.25, 1, -3]}");
+    CHECK(dir);
+    bs_drafter *d = tu_drafter_with_context(e, dir, NULL, prompt, 6, &err);
+    CHECK(d, "%s", err.msg);
+    bs_draft dr;
+    CHECK(d->propose(d, 77, 7, &(bs_sampling){ .top_p = 1 }, NULL, &dr, &err) == 0 && dr.n == 7 && dr.has_conf, "%s", err.msg);
+    for (int k = 0; k < 7; k++) {
+        float x = z[0][k] / Tc[k] + bc[k], want = 1.0f / (1.0f + expf(-x));
+        CHECK(dr.conf[k] == want, "position %d: confidence %.9g, expected %.9g", k + 1, dr.conf[k], want);
+    }
+    d->free(d);
     bs_engine_close(e);
 }
 
@@ -302,6 +362,11 @@ TEST(calibrate_bad_files) {
         { "{\"version\": 1, \"temperatures\": [1, 1, 1, null, 1, 1, 1]}", "\"temperatures\"[3] must be a positive number" },
         { "{\"version\": 1, \"temperatures\": [1, 1, 1, 1, 1e-9, 1, 1]}", "\"temperatures\"[4] must be a positive number" },
         { "{\"version\": 1, \"temperatures\": [1, 1, 1, 1, 1, 1, [1]]}", "\"temperatures\"[6]" },
+        { "{\"version\": 1, \"temperatures\": [1, 1, 1, 1, 1, 1, 1], \"biases\": 0}", "field \"biases\" must be a list" },
+        { "{\"version\": 1, \"temperatures\": [1, 1, 1, 1, 1, 1, 1], \"biases\": [0, 0]}", "field \"biases\" lists 2 biases" },
+        { "{\"version\": 1, \"temperatures\": [1, 1, 1, 1, 1, 1, 1], \"biases\": [0, 0, 0, 0, 0, 0, 1e999]}", "field \"biases\"[6] must be a number" },
+        { "{\"version\": 1, \"temperatures\": [1, 1, 1, 1, 1, 1, 1], \"biases\": [0, 0, \"x\", 0, 0, 0, 0]}", "field \"biases\"[2] must be a number" },
+        { "{\"version\": 1, \"temperatures\": [1, 1, 1, 1, 1, 1, 1], \"biases\": [0, 0, 0, 0, 0, 0, 5000]}", "field \"biases\"[6] must be a number" },
         { "{\"version\": 1, \"temperatures\": [1, 1, 1, 1, 1, 1, 1]", "invalid JSON" },
         { "{\"version\": 1, \"temperatures\": [1, 1, 1, 1, 1, 1, 1]} {}", "unexpected data after the JSON value" },
         { "[1, 1, 1, 1, 1, 1, 1]", "expected a JSON object" },
@@ -398,6 +463,14 @@ TEST(calibrate_cli_end_to_end) {
     CHECK(bs_calibration_parse(&cal, j, 7, path, &err) == 0, "%s", err.msg);
     for (int k = 3; k < 7; k++) CHECK(cal.T[k] == 1.0f);
     CHECK(cJSON_GetObjectItem(j, "positions_fitted")->valuedouble == 3);
+    cJSON_Delete(j);
+    // --bias: a bias per position as well, written as "biases".
+    snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/held.bsc --max-seqs 20 --anchors 6 --bias --out %s/b.json", bs_cli_path(), m, d, m, m);
+    CHECK(run_cmd(cmd, out, sizeof out) == 0 && strstr(out, "with a bias"), "`%s`: %s", cmd, out);
+    snprintf(path, sizeof path, "%s/b.json", m);
+    j = bs_json_load(path, &err);
+    CHECK(j, "%s", err.msg);
+    CHECK(bs_calibration_parse(&cal, j, 7, path, &err) == 0 && cJSON_GetArraySize(cJSON_GetObjectItem(j, "biases")) == 7, "%s", err.msg);
     cJSON_Delete(j);
     // --generate: prompts continued by the target, the anchors in the continuation.
     snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/held.bsc --generate 20 --prompt-len 6 --max-seqs 5 --anchors 4 --out %s/g.json",

@@ -30,7 +30,21 @@ int bs_calibration_parse(bs_calibration *c, const cJSON *root, int n_expected, c
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= BS_CALIBRATION_T_MIN && v->valuedouble <= BS_CALIBRATION_T_MAX))
             return bs_fail(err, "%s: field \"temperatures\"[%d] must be a positive number in [%g, %g]", file, i, BS_CALIBRATION_T_MIN,
                            BS_CALIBRATION_T_MAX);
-        c->T[i++] = (float)v->valuedouble;
+        c->T[i] = (float)v->valuedouble;
+        c->b[i++] = 0;
+    }
+    const cJSON *bs = cJSON_GetObjectItemCaseSensitive(root, "biases");
+    if (bs && !cJSON_IsNull(bs)) {
+        if (!cJSON_IsArray(bs)) return bs_fail(err, "%s: field \"biases\" must be a list of numbers", file);
+        if (cJSON_GetArraySize(bs) != n)
+            return bs_fail(err, "%s: field \"biases\" lists %d biases; \"temperatures\" lists %d (one each per draft position)", file,
+                           cJSON_GetArraySize(bs), n);
+        i = 0;
+        cJSON_ArrayForEach(v, bs) {
+            if (!cJSON_IsNumber(v) || !(v->valuedouble >= -BS_CALIBRATION_B_MAX && v->valuedouble <= BS_CALIBRATION_B_MAX))
+                return bs_fail(err, "%s: field \"biases\"[%d] must be a number in [%g, %g]", file, i, -BS_CALIBRATION_B_MAX, BS_CALIBRATION_B_MAX);
+            c->b[i++] = (float)v->valuedouble;
+        }
     }
     c->n = n;
     return 0;

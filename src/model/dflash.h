@@ -37,8 +37,8 @@ extern int bs_dflash_step_walk;
 // The parsed config of a drafter opened with bs_dflash_open.
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d);
 // The confidence temperatures T_1..T_gamma applied from the folder's calibration.json (docs/calibration.md),
-// or NULL when the drafter uses its raw confidences.
-const float *bs_dflash_calibration(const bs_drafter *d);
+// or NULL when the drafter uses its raw confidences; *bias (bias may be NULL) gets the biases b_1..b_gamma.
+const float *bs_dflash_calibration(const bs_drafter *d, const float **bias);
 // Rows of its LM head (and Markov W2): the draft vocabulary's size, or the vocabulary's without one.
 int bs_dflash_vocab_rows(const bs_drafter *d);
 

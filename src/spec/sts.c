@@ -4,7 +4,7 @@
 #include <string.h>
 #include "spec/sts.h"
 
-#define GRID 121                 // log-spaced temperatures over [T_MIN, T_MAX]: 1.08x apart
+#define GRID 121                 // log-spaced temperatures over [T_MIN, T_MAX]: 1.08x apart (25 x 41 biases with a bias)
 #define A_CLAMP 1e-12            // predictions kept inside (0, 1) for the log loss
 
 const char *bs_sts_status_name(bs_sts_status s) {
@@ -43,68 +43,100 @@ double bs_sts_ece(const double *a, const uint8_t *y, int n, int bins, bs_sts_bin
     return ece;
 }
 
-int bs_sts_cumulative(const bs_sts_data *d, const double *T, int k, double *a, uint8_t *lab) {
+int bs_sts_cumulative(const bs_sts_data *d, const double *T, const double *B, int k, double *a, uint8_t *lab) {
     int m = 0;
     for (int r = 0; r < d->n_rounds; r++) {
         if (!valid(d, r, k)) continue;
         double p = 1;
-        for (int i = 0; i <= k; i++) p *= sigmoid(d->z[(size_t)r * d->K + i] / (T ? T[i] : 1.0));
+        for (int i = 0; i <= k; i++) p *= sigmoid(d->z[(size_t)r * d->K + i] / (T ? T[i] : 1.0) + (B ? B[i] : 0.0));
         a[m] = p; lab[m++] = d->y[(size_t)r * d->K + k];
     }
     return m;
 }
 
-// Mean BCE of P_i sigmoid(z_i / T) against y_i over n samples.
-static double nll(const double *P, const float *z, const uint8_t *y, int n, double T) {
-    double s = 0;
-    for (int i = 0; i < n; i++) {
-        double a = P[i] * sigmoid(z[i] / T);
+// The rounds at one position: prefixes P (products of the earlier positions' calibrated confidences),
+// raw logits z and labels y.
+typedef struct fit_set { const double *P; const float *z; const uint8_t *y; int n; } fit_set;
+
+// Mean BCE of P_i sigmoid(z_i / T + b) against y_i, T = exp(u).
+static double nll(const fit_set *f, double u, double b) {
+    double s = 0, iT = exp(-u);
+    for (int i = 0; i < f->n; i++) {
+        double a = f->P[i] * sigmoid(f->z[i] * iT + b);
         if (a < A_CLAMP) a = A_CLAMP;
         if (a > 1 - A_CLAMP) a = 1 - A_CLAMP;
-        s -= y[i] ? log(a) : log1p(-a);
+        s -= f->y[i] ? log(a) : log1p(-a);
     }
-    return n ? s / n : 0;
+    return f->n ? s / f->n : 0;
 }
 
-// The temperature minimising nll over [T_MIN, T_MAX]: the best of a log grid, then golden-section search on
-// log T between its neighbours (the loss need not be convex in T, so the grid picks the basin first).
-static double search_T(const double *P, const float *z, const uint8_t *y, int n, int *at_bound, int *flat) {
-    const double lo = log(BS_STS_T_MIN), hi = log(BS_STS_T_MAX), step = (hi - lo) / (GRID - 1);
-    int best = 0;
-    double bl = INFINITY, wl = -INFINITY;
-    for (int g = 0; g < GRID; g++) {
-        double l = nll(P, z, y, n, exp(lo + g * step));
-        if (l < bl) { bl = l; best = g; }
-        if (l > wl) wl = l;
-    }
-    *flat = !(wl - bl > 1e-12);
-    *at_bound = best == 0 || best == GRID - 1;
-    if (*flat || *at_bound) return exp(lo + best * step);
+// Golden-section search along one coordinate over [lo, hi] (which: 0 = u, 1 = c), the other fixed. The bias is
+// searched as c = b + mean(z) / T: centring the logits decouples the two coordinates (with b itself, T and b
+// trade off along a narrow valley whenever the logits' mean is far from 0, and one-coordinate steps crawl).
+static double nll_c(const fit_set *f, double u, double c, double zbar) { return nll(f, u, c - zbar * exp(-u)); }
+static double golden(const fit_set *f, int which, double lo, double hi, double other, double zbar) {
     const double gr = (sqrt(5.0) - 1) / 2;
-    double a = lo + (best - 1) * step, b = lo + (best + 1) * step;
-    double c = b - gr * (b - a), e = a + gr * (b - a);
-    double fc = nll(P, z, y, n, exp(c)), fe = nll(P, z, y, n, exp(e));
+    double a = lo, b = hi, c = b - gr * (b - a), e = a + gr * (b - a);
+#define F(x) (which ? nll_c(f, other, (x), zbar) : nll_c(f, (x), other, zbar))
+    double fc = F(c), fe = F(e);
     while (b - a > 1e-7) {
-        if (fc <= fe) { b = e; e = c; fe = fc; c = b - gr * (b - a); fc = nll(P, z, y, n, exp(c)); }
-        else { a = c; c = e; fc = fe; e = a + gr * (b - a); fe = nll(P, z, y, n, exp(e)); }
+        if (fc <= fe) { b = e; e = c; fe = fc; c = b - gr * (b - a); fc = F(c); }
+        else { a = c; c = e; fc = fe; e = a + gr * (b - a); fe = F(e); }
     }
-    return exp((a + b) / 2);
+#undef F
+    return (a + b) / 2;
 }
 
-int bs_sts_fit(const bs_sts_data *d, int min_samples, int bins, double *T, bs_sts_pos *pos, bs_err *err) {
+static double clampd(double x, double lo, double hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+// Minimises nll: T over [T_MIN, T_MAX] (log scale) and, with fit_bias, b over [B_MIN, B_MAX] (else b = 0).
+// A grid picks the basin (the loss need not be convex), then golden-section searches refine it, one coordinate
+// at a time, within two grid steps of the current point. *flat: the loss does not depend on T (logits all 0;
+// with fit_bias only b is then fitted, at T = 1). *at_bound: the optimum is an end of a range.
+static void search(const fit_set *f, int fit_bias, double *T, double *B, int *at_bound, int *flat) {
+    const double ulo = log(BS_STS_T_MIN), uhi = log(BS_STS_T_MAX);
+    const int nu = fit_bias ? 25 : GRID, nb = fit_bias ? 41 : 1;
+    const double su = (uhi - ulo) / (nu - 1), sb = nb > 1 ? (BS_STS_B_MAX - BS_STS_B_MIN) / (nb - 1) : 0;
+    int zero = 1;
+    double zbar = 0;
+    for (int i = 0; i < f->n; i++) { zero = zero && f->z[i] == 0; zbar += f->z[i]; }
+    zbar = fit_bias && f->n ? zbar / f->n : 0;   // without a bias c = b = 0 throughout
+    *flat = zero; *at_bound = 0;
+    double u = 0, b = 0;
+    if (zero && !fit_bias) { *T = 1; *B = 0; return; }
+    double best = INFINITY;
+    for (int i = 0; i < (zero ? 1 : nu); i++)
+        for (int j = 0; j < nb; j++) {
+            double ui = zero ? 0 : ulo + i * su, bj = nb > 1 ? BS_STS_B_MIN + j * sb : 0, l = nll(f, ui, bj);
+            if (l < best) { best = l; u = ui; b = bj; }
+        }
+    double c = b + zbar * exp(-u);
+    for (int it = 0; it < (fit_bias ? 60 : 1); it++) {
+        double u0 = u, c0 = c;
+        if (!zero) u = golden(f, 0, clampd(u - 2 * su, ulo, uhi), clampd(u + 2 * su, ulo, uhi), c, zbar);
+        if (fit_bias) c = golden(f, 1, c - 2 * sb, c + 2 * sb, u, zbar);
+        if (fabs(u - u0) < 1e-6 && fabs(c - c0) < 1e-6) break;
+    }
+    b = c - zbar * exp(-u);
+    *at_bound = !zero && (u - ulo < 1e-6 || uhi - u < 1e-6);
+    if (fit_bias && (b < BS_STS_B_MIN || b > BS_STS_B_MAX)) { b = clampd(b, BS_STS_B_MIN, BS_STS_B_MAX); *at_bound = 1; }
+    *T = exp(u); *B = b;
+}
+
+int bs_sts_fit(const bs_sts_data *d, const bs_sts_opts *o, double *T, double *B, bs_sts_pos *pos, bs_err *err) {
     if (d->K < 1 || d->n_rounds < 0 || (d->n_rounds && (!d->z || !d->y)))
         return bs_fail(err, "calibration: bad STS input (%d rounds, %d positions)", d->n_rounds, d->K);
     int N = d->n_rounds;
     double *P = malloc(sizeof(double) * (N ? N : 1)), *P1 = malloc(sizeof(double) * (N ? N : 1));
-    double *a = malloc(sizeof(double) * (N ? N : 1));
+    double *Pk = malloc(sizeof(double) * (N ? N : 1)), *a = malloc(sizeof(double) * (N ? N : 1));
     float *zk = malloc(sizeof(float) * (N ? N : 1));
     uint8_t *yk = malloc(N ? N : 1);
     int *idx = malloc(sizeof(int) * (N ? N : 1));
-    if (!P || !P1 || !a || !zk || !yk || !idx) {
-        free(P); free(P1); free(a); free(zk); free(yk); free(idx);
+    if (!P || !P1 || !Pk || !a || !zk || !yk || !idx) {
+        free(P); free(P1); free(Pk); free(a); free(zk); free(yk); free(idx);
         return bs_fail(err, "calibration: out of memory for %d rounds", N);
     }
-    // P[r]: prod_{i<k} sigmoid(z_i / T_i) with the fitted temperatures; P1[r]: the same with every T = 1.
+    // P[r]: prod_{i<k} of the calibrated confidences so far; P1[r]: the same raw (every T = 1, b = 0).
     for (int r = 0; r < N; r++) P[r] = P1[r] = 1;
     for (int k = 0; k < d->K; k++) {
         bs_sts_pos *p = &pos[k];
@@ -114,41 +146,38 @@ int bs_sts_fit(const bs_sts_data *d, int min_samples, int bins, double *T, bs_st
         for (int r = 0; r < N; r++) {
             if (!valid(d, r, k)) continue;
             idx[m] = r; zk[m] = d->z[(size_t)r * d->K + k]; yk[m] = d->y[(size_t)r * d->K + k];
+            Pk[m] = P[r];
             p->survived += yk[m]; conf += sigmoid(zk[m]);
             m++;
         }
         p->n = m;
         p->mean_conf = m ? conf / m : 0;
         p->survival = m ? (double)p->survived / m : 0;
-        // The prefixes of the rounds at this position, gathered, then the fit.
-        double *Pk = a;
-        for (int i = 0; i < m; i++) Pk[i] = P[idx[i]];
-        double Tk = 1;
+        fit_set f = { Pk, zk, yk, m };
+        double Tk = 1, bk = 0;
         int flat = 0;
         if (m == 0) p->status = BS_STS_NO_DATA;
-        else if (m < min_samples) p->status = BS_STS_TOO_FEW;
+        else if (m < o->min_samples) p->status = BS_STS_TOO_FEW;
         else if (p->survived == 0) p->status = BS_STS_NO_SURVIVORS;
         else if (p->survived == m) p->status = BS_STS_ALL_SURVIVED;
         else {
-            Tk = search_T(Pk, zk, yk, m, &p->at_bound, &flat);
-            if (flat) { p->status = BS_STS_FLAT; Tk = 1; p->at_bound = 0; }
+            search(&f, o->fit_bias, &Tk, &bk, &p->at_bound, &flat);
+            if (flat && !o->fit_bias) p->status = BS_STS_FLAT;
         }
         T[k] = p->T = Tk;
-        // Figures before (all T = 1) and after, on the same rounds.
-        p->nll_after = nll(Pk, zk, yk, m, Tk);
+        if (B) B[k] = bk;
+        p->b = bk;
+        // Figures after and before (raw: T = 1, b = 0), on the same rounds.
+        p->nll_after = nll(&f, log(Tk), bk);
+        for (int i = 0; i < m; i++) { a[i] = Pk[i] * sigmoid(zk[i] / Tk + bk); p->mean_after += a[i]; }
+        p->ece_after = bs_sts_ece(a, yk, m, o->bins, NULL);
         for (int i = 0; i < m; i++) Pk[i] = P1[idx[i]];
-        p->nll_before = nll(Pk, zk, yk, m, 1.0);
-        for (int i = 0; i < m; i++) { a[i] = P1[idx[i]] * sigmoid(zk[i]); p->mean_before += a[i]; }
-        p->ece_before = bs_sts_ece(a, yk, m, bins, NULL);
-        for (int i = 0; i < m; i++) { a[i] = P[idx[i]] * sigmoid(zk[i] / Tk); p->mean_after += a[i]; }
-        p->ece_after = bs_sts_ece(a, yk, m, bins, NULL);
+        p->nll_before = nll(&f, 0, 0);
+        for (int i = 0; i < m; i++) { a[i] = Pk[i] * sigmoid(zk[i]); p->mean_before += a[i]; }
+        p->ece_before = bs_sts_ece(a, yk, m, o->bins, NULL);
         if (m) { p->mean_before /= m; p->mean_after /= m; }
-        for (int r = 0; r < N; r++) {
-            if (!valid(d, r, k)) continue;
-            double zr = d->z[(size_t)r * d->K + k];
-            P[r] *= sigmoid(zr / Tk); P1[r] *= sigmoid(zr);
-        }
+        for (int i = 0; i < m; i++) { P[idx[i]] *= sigmoid(zk[i] / Tk + bk); P1[idx[i]] *= sigmoid(zk[i]); }
     }
-    free(P); free(P1); free(a); free(zk); free(yk); free(idx);
+    free(P); free(P1); free(Pk); free(a); free(zk); free(yk); free(idx);
     return 0;
 }

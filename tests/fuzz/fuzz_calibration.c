@@ -1,6 +1,6 @@
 // libFuzzer harness for calibration.json (io/calibration.h), parsed as the drafter loader reads it for a
 // drafter of 1..8 draft positions (the first byte picks the count). Accepted input must give exactly that many
-// temperatures, each finite and inside [T_MIN, T_MAX]; every message names the file.
+// temperatures, each finite and inside [T_MIN, T_MAX], and biases inside [-B_MAX, B_MAX]; every message names the file.
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,7 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (bs_calibration_parse(&c, root, n_expected, "fuzz.json", &err) == 0) {
         if (c.n != n_expected) abort();
         for (int i = 0; i < c.n; i++)
-            if (!isfinite(c.T[i]) || !(c.T[i] > 0) || c.T[i] < (float)BS_CALIBRATION_T_MIN || c.T[i] > (float)BS_CALIBRATION_T_MAX) abort();
+            if (!isfinite(c.T[i]) || !(c.T[i] > 0) || c.T[i] < (float)BS_CALIBRATION_T_MIN || c.T[i] > (float)BS_CALIBRATION_T_MAX ||
+                !isfinite(c.b[i]) || fabsf(c.b[i]) > (float)BS_CALIBRATION_B_MAX) abort();
     } else if (!strstr(err.msg, "fuzz.json")) abort();
     cJSON_Delete(root);
     return 0;
