@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include "io/calibration.h"
 #include "io/draft_vocab.h"
 #include "model/dflash.h"
 
@@ -23,6 +25,9 @@ typedef struct dflash {
     bs_qwen3_layer *layers;
     bs_mat w1, w2, gate_w, joint_w, conf_w;
     float *gate_b, *joint_b, conf_b;  // host copies of the small biases
+    // calibration.json (Sequential Temperature Scaling, docs/calibration.md): c_k = sigmoid(z_k / conf_T[k] + conf_bias[k])
+    int calibrated;
+    float conf_T[BS_MAX_DRAFT], conf_bias[BS_MAX_DRAFT];
     // per-layer context cache [max_ctx + B][kd]; rows >= n_ctx are transient block rows
     float **kc, **vc;
     // backend workspace
@@ -53,6 +58,11 @@ typedef struct dflash {
 static const bs_drafter_config *cfg_of(const bs_drafter *d) { return &((const dflash *)d->impl)->cfg; }
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d) { return cfg_of(d); }
 int bs_dflash_vocab_rows(const bs_drafter *d) { const dflash *m = d->impl; return m->vd ? m->vd : m->V; }
+const float *bs_dflash_calibration(const bs_drafter *d, const float **bias) {
+    const dflash *m = d->impl;
+    if (bias) *bias = m->calibrated ? m->conf_bias : NULL;
+    return m->calibrated ? m->conf_T : NULL;
+}
 
 // ---- loading ----------------------------------------------------------------------------------------------
 
@@ -204,6 +214,26 @@ static int check_target(dflash *m, bs_err *err) {
     return 0;
 }
 
+// calibration.json beside the weights (io/calibration.h): its temperatures scale the confidence logits
+// from now on, so every confidence the engine uses (the --confidence-threshold cut) is the calibrated one.
+// A file beside a drafter without a confidence head is refused rather than ignored: it was made for another.
+static int load_calibration(dflash *m, const bs_drafter_opts *o, bs_err *err) {
+    if (o && o->no_calibration) return 0;
+    if (m->cfg.arch == BS_DRAFTER_DEEPSPEC && m->cfg.conf_head) {
+        bs_calibration cal;
+        int rc = bs_calibration_load_dir(&cal, m->dir, m->gamma, err);
+        if (rc < 0) return -1;
+        if (rc == 1) { memcpy(m->conf_T, cal.T, sizeof(float) * cal.n); memcpy(m->conf_bias, cal.b, sizeof(float) * cal.n); m->calibrated = 1; }
+        return 0;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", m->dir, BS_CALIBRATION_FILE);
+    if (access(path, F_OK) == 0)
+        return bs_fail(err, "%s: this drafter (%s) has no confidence head to calibrate; remove the file or pass --no-calibration", path,
+                       m->cfg.arch_name);
+    return 0;
+}
+
 static void dflash_free(bs_drafter *d);
 static int dflash_add_context(bs_drafter *d, const float *feat, int n, bs_err *err);
 static int dflash_rollback(bs_drafter *d, int n_ctx, bs_err *err);
@@ -306,6 +336,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
             free(bias);
         }
     }
+    if (load_calibration(m, o, err)) goto fail;
 
     // context cache and workspace
     size_t cap = (size_t)max_ctx + m->B, B = m->B, H = m->H, V = m->V, r = m->r;
@@ -481,11 +512,12 @@ static void conf_head_logits(dflash *m, int n) {
     m->be->matmul(m->be, m->conf_out, m->cfg.conf_with_markov ? m->he : m->h, n, &m->conf_w, 0);
 }
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-// cl[k] (downloaded conf_out) += the head's bias; out->conf[k] = sigmoid(cl[k]).
+// cl[k] (downloaded conf_out) += the head's bias; out->conf[k] = sigmoid(cl[k]), or sigmoid(cl[k] / T_k + b_k) with a
+// calibration (cl keeps the head's raw logit: inspection reports the model's tensor).
 static void set_confidences(const dflash *m, bs_draft *out, float *cl, int n) {
     for (int k = 0; k < n; k++) {
         cl[k] += m->conf_b;
-        out->conf[k] = sigmoidf_(cl[k]);
+        out->conf[k] = sigmoidf_(m->calibrated ? cl[k] / m->conf_T[k] + m->conf_bias[k] : cl[k]);
     }
     out->has_conf = 1;
 }
