@@ -76,8 +76,7 @@ int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, co
     if (d) {
         bs_spec_stats st = {0};
         bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos };
-        if (d->rollback(d, 0, &e) ||
-            bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
+        if (bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
         if (stats) *stats = (blockspec_stats){ st.n_prompt, st.n_generated, st.rounds, bs_spec_tau(&st), st.t_prefill, st.t_total - st.t_prefill,
                                                bs_finish_name(st.finish) };
         bs_spec_stats_free(&st);

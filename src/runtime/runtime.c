@@ -1,0 +1,75 @@
+// The runtime's bookkeeping: buffers, joining and leaving. The step itself is src/runtime/step.c.
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/runtime.h"
+
+int bs_runtime_init(bs_runtime *rt, const bs_engine *e, bs_drafter *d, bs_err *err) {
+    memset(rt, 0, sizeof *rt);
+    rt->eng = e; rt->drafter = d;
+    bs_backend *be = e->be;
+    if (bs_qwen3_ws_init(&rt->ws, &e->cfg, be, err)) return -1;
+    if (!(rt->dev_scratch = be->alloc(be, sizeof(int32_t) * (2 * BS_MAX_DRAFT + 2), err)) ||
+        !(rt->residual = bs_malloc(sizeof(float) * e->cfg.vocab_size, err))) {
+        bs_runtime_free(rt);
+        return -1;
+    }
+    return 0;
+}
+
+static void free_rows(bs_runtime *rt) {
+    bs_backend *be = rt->eng->be;
+    if (rt->logits) be->free(be, rt->logits);
+    if (rt->feat) be->free(be, rt->feat);
+    rt->logits = rt->feat = NULL;
+    rt->cap_rows = 0;
+}
+
+void bs_runtime_free(bs_runtime *rt) {
+    if (!rt->eng) return;
+    free_rows(rt);
+    if (rt->dev_scratch) rt->eng->be->free(rt->eng->be, rt->dev_scratch);
+    bs_qwen3_ws_free(&rt->ws);
+    free(rt->residual); free(rt->seqs); free(rt->rows);
+    memset(rt, 0, sizeof *rt);
+}
+
+// Room for `rows` batch rows of logits and features (contents are not kept: they live within a step).
+int bs_runtime_reserve_rows(bs_runtime *rt, int rows, bs_err *err) {
+    if (rows <= rt->cap_rows) return 0;
+    bs_backend *be = rt->eng->be;
+    int cap = rt->cap_rows ? rt->cap_rows : 16;
+    while (cap < rows) cap *= 2;
+    free_rows(rt);
+    size_t V = rt->eng->cfg.vocab_size;
+    if (!(rt->logits = be->alloc(be, sizeof(float) * cap * V, err))) return bs_wrap(err, "logits for a batch of %d rows", cap);
+    if (rt->drafter) {
+        size_t F = (size_t)rt->drafter->n_taps * rt->eng->cfg.hidden_size;
+        int frows = cap > BS_PREFILL_CHUNK ? cap : BS_PREFILL_CHUNK;
+        if (!(rt->feat = be->alloc(be, sizeof(float) * frows * F, err))) { free_rows(rt); return bs_wrap(err, "drafter features for %d rows", frows); }
+    }
+    rt->cap_rows = cap;
+    return 0;
+}
+
+int bs_runtime_add(bs_runtime *rt, bs_seq *s, bs_err *err) {
+    if (s->eng != rt->eng || (s->drafter && s->drafter != rt->drafter))
+        return bs_fail(err, "a sequence joined a runtime with another engine or drafter than it was made for");
+    for (int i = 0; i < rt->n_seqs; i++) if (rt->seqs[i] == s) return bs_fail(err, "the sequence is already in the runtime");
+    if (rt->n_seqs == rt->cap_seqs) {
+        int cap = rt->cap_seqs ? 2 * rt->cap_seqs : 8;
+        bs_seq **ns = realloc(rt->seqs, sizeof *ns * cap);
+        if (ns) rt->seqs = ns;
+        bs_seq_rows *nr = ns ? realloc(rt->rows, sizeof *nr * cap) : NULL;
+        if (nr) rt->rows = nr;
+        if (!ns || !nr) return bs_fail(err, "out of memory");
+        rt->cap_seqs = cap;
+    }
+    rt->seqs[rt->n_seqs++] = s;
+    return 0;
+}
+
+void bs_runtime_remove(bs_runtime *rt, bs_seq *s) {
+    int j = 0;
+    for (int i = 0; i < rt->n_seqs; i++) if (rt->seqs[i] != s) rt->seqs[j++] = rt->seqs[i];
+    rt->n_seqs = j;
+}
