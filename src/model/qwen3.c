@@ -168,9 +168,9 @@ static void forward_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch, c
     const bs_qwen3_config *c = &m->cfg;
     bs_backend *be = m->be;
     int H = c->hidden_size, hd = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads, n = ch->n_rows, row0 = ch->row0;
-    bs_span spans[BS_QWEN3_CHUNK_ROWS];
+    bs_row_span spans[BS_QWEN3_CHUNK_ROWS];
     for (int i = 0, r = 0; i < ch->n_pieces; r += ch->p[i].n, i++)
-        spans[i] = (bs_span){ .row0 = r, .n = ch->p[i].n, .pos0 = ch->p[i].kv->n_past };
+        spans[i] = (bs_row_span){ .row0 = r, .n = ch->p[i].n, .pos0 = ch->p[i].kv->n_past };
     embed_chunk(m, ws, ch);
     emit_taps(m, out, 0, ws->x, row0, n);
     for (int l = 0; l < c->n_layers; l++) {

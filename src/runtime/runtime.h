@@ -45,7 +45,7 @@ int bs_runtime_reserve_rows(bs_runtime *rt, int rows, bs_err *err);
 
 // A lone sequence's verify forward and verdict, with the drafts possibly still in backend memory
 // (propose_on_device): the forward reads them there and one download per round brings the drafts and
-// the verdict back. ws: the forward's scratch. Greedy fills ids[0..n] and targ[0..n] (the target's
+// the verdict back. ws: the forward's scratch (NULL: the cache's own). Greedy fills ids[0..n] and targ[0..n] (the target's
 // picks); sampled fills ids[0..n] and returns the accepted count (or -1), *next the emitted token.
 int bs_verify_greedy(const bs_qwen3 *tm, bs_qwen3_ws *ws, bs_kv_cache *kv, int32_t anchor, const bs_draft *dr, int n,
                      const bs_fwd_out *vo, int32_t *scratch, int32_t *ids, int32_t *targ, bs_err *err);

@@ -22,6 +22,7 @@ static int take_drafts(const int32_t *got, int n, int V, int32_t *ids, bs_err *e
 
 static int forward_host_ids(const bs_qwen3 *tm, bs_qwen3_ws *ws, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *vo,
                             bs_err *err) {
+    if (!ws) return bs_qwen3_forward(tm, kv, ids, n, vo, err);
     bs_seq_rows one = { kv, ids, n };
     return bs_qwen3_forward_batch(tm, ws, &one, 1, vo, err);
 }
