@@ -21,6 +21,9 @@ static int seq_setup(bs_seq *s, const bs_engine *e, bs_drafter *d, const int32_t
     s->confidence_threshold = p->confidence_threshold;
     s->cb = p->cb; s->cb_ctx = p->cb_ctx;
     s->fill = p->n_new < 0;
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->cfg.vocab_size)
+            return bs_fail(err, "token id %d at index %d is outside the vocabulary [0, %d)", prompt[i], i, e->cfg.vocab_size);
     if ((s->n_new = bs_request_tokens(s->kv, n_prompt, p->n_new, err)) < 0) return -1;
     if (!(s->prompt = bs_malloc(sizeof(int32_t) * n_prompt, err))) return -1;
     memcpy(s->prompt, prompt, sizeof(int32_t) * n_prompt);
