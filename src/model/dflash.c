@@ -40,6 +40,8 @@ typedef struct dflash {
     int32_t *vids_dev;               // backend copy (scatter_cols' column map)
     float *logits_d;
     void *rows_host[2];              // the gathered host rows of the LM head and W2 (the CPU backend's weights view them)
+    // several sequences' blocks in one pass (propose_batch): BATCH_ROWS rows each, allocated on first use
+    float *bx, *bxn, *bq, *batt, *bgate, *bup, *bh, *bkx, *bvx, *bpred, *blogits;
 } dflash;
 
 // One sequence's state (bs_drafter_ctx.impl): its context cache and what a proposal hands back.
@@ -197,6 +199,8 @@ static int dflash_add_context(bs_drafter *d, bs_drafter_ctx *dc, const float *fe
 static int dflash_ctx_init(bs_drafter *d, bs_drafter_ctx *dc, int max_ctx, bs_err *err);
 static void dflash_ctx_free(bs_drafter *d, bs_drafter_ctx *dc);
 static int dflash_rollback(bs_drafter *d, bs_drafter_ctx *dc, int n_ctx, bs_err *err);
+static int dflash_propose_batch(bs_drafter *d, int n, bs_drafter_ctx *const *c, const int32_t *anchors, const int *max_n,
+                                const bs_sampling *const *s, bs_rng *const *rng, bs_draft *out, bs_err *err);
 static int dflash_propose(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err);
 static int dflash_propose_on_device(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
                                     bs_err *err);
@@ -314,6 +318,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     d->rollback = dflash_rollback;
     d->propose = dflash_propose;
     d->propose_on_device = dflash_propose_on_device;
+    d->propose_batch = dflash_propose_batch;
     d->free = dflash_free;
     *out = d;
     return 0;
@@ -326,7 +331,8 @@ static void dflash_free(bs_drafter *d) {
     if (!d) return;
     dflash *m = d->impl;
     bs_backend *be = m->be;
-    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx,
+    float *bufs[] = { m->bx, m->bxn, m->bq, m->batt, m->bgate, m->bup, m->bh, m->bkx, m->bvx, m->bpred, m->blogits,
+                      m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx,
                       m->logits_d, (float *)m->vids_dev };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     free(m->vids); free(m->rows_host[0]); free(m->rows_host[1]);
@@ -610,31 +616,14 @@ static void markov_step(dflash *m, int k, int32_t prev) {
     }
 }
 
-// defer: picks and draws made on the device stay there (out->dev_tokens; propose_on_device).
-static int forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
-                         const bs_dflash_inspect *ins, int defer, bs_err *err) {
-    dflash *m = d->impl;
+// After a block pass (m->h, m->logits hold the block's rows): the drafts d_1..d_n, greedy or drawn (q
+// rows into the context's qdist), the Markov walk and the confidences; or, with `defer`, the picks left on
+// the device.
+static int take_picks(dflash *m, dflash_ctx *x, int32_t anchor, int n, int on_device, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                      const bs_dflash_inspect *ins, int defer) {
     bs_backend *be = m->be;
     const bs_drafter_config *c = &m->cfg;
     int B = m->B, H = m->H, V = m->V, r = m->r;
-    memset(out, 0, sizeof *out);
-    if (anchor < 0 || anchor >= V) return bs_fail(err, "drafter: anchor token %d is outside the vocabulary [0, %d)", anchor, V);
-    dflash_ctx *x = dc->impl;
-    if (!x) return bs_fail(err, "drafter: the sequence context was not initialised (ctx_init)");
-    if (dc->n_ctx > dc->max_ctx)   // the cache has B spare rows for the block after max_ctx context rows
-        return bs_fail(err, "drafter: anchor position %d is past its context capacity %d", dc->n_ctx, dc->max_ctx);
-    if (!bs_sampling_greedy(s) && !rng) return bs_fail(err, "drafter: sampling needs an RNG");
-    int n = max_n < m->gamma ? max_n : m->gamma;
-    if (n <= 0 && !ins) return 0;
-    if (n < 0) n = 0;
-    int32_t ids[BS_MAX_DRAFT + 1];
-    ids[0] = anchor;
-    for (int i = 1; i < B; i++) ids[i] = c->mask_token_id;
-    const int on_device = device_picks_ok(m, s, ins);
-    draft_pass_recorded(m, x, dc->n_ctx, ids, n, on_device);
-    if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
-    if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
-    if (n == 0) return 0;
     if (on_device && defer) { out->n = n; out->dev_tokens = x->picks; return 0; }
     if (on_device) {
         int32_t got[2 * (BS_MAX_DRAFT + 1)];
@@ -711,6 +700,40 @@ static int forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int 
     return 0;
 }
 
+// What every proposal checks first.
+static int check_propose(const dflash *m, const bs_drafter_ctx *dc, int32_t anchor, const bs_sampling *s, const bs_rng *rng, bs_err *err) {
+    if (anchor < 0 || anchor >= m->V) return bs_fail(err, "drafter: anchor token %d is outside the vocabulary [0, %d)", anchor, m->V);
+    if (!dc->impl) return bs_fail(err, "drafter: the sequence context was not initialised (ctx_init)");
+    if (dc->n_ctx > dc->max_ctx)   // the cache has B spare rows for the block after max_ctx context rows
+        return bs_fail(err, "drafter: anchor position %d is past its context capacity %d", dc->n_ctx, dc->max_ctx);
+    if (!bs_sampling_greedy(s) && !rng) return bs_fail(err, "drafter: sampling needs an RNG");
+    return 0;
+}
+
+// defer: picks and draws made on the device stay there (out->dev_tokens; propose_on_device).
+static int forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                         const bs_dflash_inspect *ins, int defer, bs_err *err) {
+    dflash *m = d->impl;
+    bs_backend *be = m->be;
+    const bs_drafter_config *c = &m->cfg;
+    int B = m->B, H = m->H;
+    memset(out, 0, sizeof *out);
+    if (check_propose(m, dc, anchor, s, rng, err)) return -1;
+    dflash_ctx *x = dc->impl;
+    int n = max_n < m->gamma ? max_n : m->gamma;
+    if (n <= 0 && !ins) return 0;
+    if (n < 0) n = 0;
+    int32_t ids[BS_MAX_DRAFT + 1];
+    ids[0] = anchor;
+    for (int i = 1; i < B; i++) ids[i] = c->mask_token_id;
+    const int on_device = device_picks_ok(m, s, ins);
+    draft_pass_recorded(m, x, dc->n_ctx, ids, n, on_device);
+    if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
+    if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
+    if (n == 0) return 0;
+    return take_picks(m, x, anchor, n, on_device, s, rng, out, ins, defer);
+}
+
 int bs_dflash_forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
                             bs_draft *out, const bs_dflash_inspect *ins, bs_err *err) {
     return forward_block(d, dc, anchor, max_n, s, rng, out, ins, 0, err);
@@ -721,4 +744,119 @@ static int dflash_propose_on_device(bs_drafter *d, bs_drafter_ctx *dc, int32_t a
 }
 static int dflash_propose(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
     return forward_block(d, dc, anchor, max_n, s, rng, out, NULL, 0, err);
+}
+
+// ---- several sequences' blocks in one pass -----------------------------------------------------------------
+// The blocks of up to BATCH_ROWS / B sequences go through the backbone and the LM head together, so the
+// weights are read once for all of them; each block attends to its own context cache at its own
+// positions. Then each sequence picks its drafts from its own rows exactly as propose does (take_picks):
+// the kernels are row-invariant, so every sequence drafts what it would draft alone.
+#define BATCH_ROWS 64
+
+static int batch_alloc(dflash *m, bs_err *err) {
+    if (m->blogits) return 0;   // the last one allocated
+    size_t R = BATCH_ROWS, H = m->H;
+    ALLOC_BE(m->bx, R * H * 4); ALLOC_BE(m->bxn, R * H * 4); ALLOC_BE(m->bh, R * H * 4); ALLOC_BE(m->bpred, R * H * 4);
+    ALLOC_BE(m->bq, R * m->qd * 4); ALLOC_BE(m->batt, R * m->qd * 4);
+    ALLOC_BE(m->bkx, R * m->kd * 4); ALLOC_BE(m->bvx, R * m->kd * 4);
+    ALLOC_BE(m->bgate, R * m->I * 4); ALLOC_BE(m->bup, R * m->I * 4);
+    ALLOC_BE(m->blogits, R * (size_t)m->V * 4);
+    return 0;
+fail:
+    return bs_wrap(err, "drafter batch scratch");
+}
+
+// The backbone over nb blocks (ids [nb][B]); block j sits at positions n_ctx[j] .. of context xs[j].
+static void backbone_blocks(dflash *m, int nb, dflash_ctx *const *xs, const int *n_ctx, const int32_t *ids) {
+    const bs_qwen3_config *c = &m->cfg.base;
+    bs_backend *be = m->be;
+    int B = m->B, H = m->H, R = nb * B, hd = c->head_dim;
+    size_t qw = (size_t)m->qd * B, kw = (size_t)m->kd * B;
+    be->embed(be, m->bx, &m->embed, ids, R);
+    for (int l = 0; l < c->n_layers; l++) {
+        bs_qwen3_layer *L = &m->layers[l];
+        be->rmsnorm(be, m->bxn, m->bx, R, H, &L->attn_norm, c->rms_eps);
+        float *qkv[3] = { m->bq, m->bkx, m->bvx };
+        const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
+        bs_matmul_multi(be, 3, qkv, m->bxn, R, ws, 0);
+        int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
+        for (int j = 0; j < nb; j++) {
+            bs_qk_norm_rope_store(be, m->bq + j * qw, m->bkx + j * kw, m->bvx + j * kw, B, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm,
+                                  c->rms_eps, n_ctx[j], m->rope_theta, xs[j]->kc[l], xs[j]->vc[l]);
+            be->attention(be, m->batt + j * qw, m->bq + j * qw, xs[j]->kc[l], xs[j]->vc[l], B, c->n_heads, c->n_kv_heads, hd, n_ctx[j] + B,
+                          n_ctx[j], 0, win);
+        }
+        be->matmul(be, m->bx, m->batt, R, &L->wo, 1);
+        be->rmsnorm(be, m->bxn, m->bx, R, H, &L->mlp_norm, c->rms_eps);
+        float *gu[2] = { m->bgate, m->bup };
+        const bs_mat *wgu[2] = { &L->w_gate, &L->w_up };
+        bs_matmul_multi(be, 2, gu, m->bxn, R, wgu, 0);
+        bs_swiglu_matmul(be, m->bx, m->bgate, m->bup, R, &L->w_down, 1);
+    }
+    be->rmsnorm(be, m->bh, m->bx, R, H, &m->norm, c->rms_eps);
+}
+
+// One pass over sequences [0, nb) of the arrays (every one with n[j] >= 1 drafts to make).
+static void propose_pass(dflash *m, int nb, dflash_ctx *const *xs, const int *n_ctx, const int32_t *anchors, const int *n,
+                         const bs_sampling *const *s, bs_rng *const *rng, bs_draft *out) {
+    bs_backend *be = m->be;
+    int B = m->B, H = m->H, V = m->V, first = m->cfg.arch == BS_DRAFTER_ZLAB;   // z-lab predicts from rows 1..n
+    int32_t ids[BATCH_ROWS];
+    for (int j = 0; j < nb; j++) {
+        ids[j * B] = anchors[j];
+        for (int i = 1; i < B; i++) ids[j * B + i] = m->cfg.mask_token_id;
+    }
+    backbone_blocks(m, nb, xs, n_ctx, ids);
+    // The LM head once over every block's prediction rows, packed.
+    int p = 0, at[BATCH_ROWS];
+    for (int j = 0; j < nb; j++) {
+        at[j] = p;
+        be->copy_rows(be, m->bpred + (size_t)p * H, H, m->bh + ((size_t)j * B + first) * H, H, n[j], H);
+        p += n[j];
+    }
+    be->matmul(be, m->blogits, m->bpred, p, &m->lm_head, 0);
+    for (int j = 0; j < nb; j++) {
+        // The block's rows where propose's picks read them, then the same picks.
+        be->copy(be, m->h, m->bh + (size_t)j * B * H, sizeof(float) * B * H);
+        be->copy(be, m->logits, m->blogits + (size_t)at[j] * V, sizeof(float) * n[j] * V);
+        int on_device = device_picks_ok(m, s[j], NULL);
+        memset(&out[j], 0, sizeof out[j]);
+        if (on_device) device_picks(m, xs[j], anchors[j], n[j]);
+        take_picks(m, xs[j], anchors[j], n[j], on_device, s[j], rng[j], &out[j], NULL, 0);
+    }
+}
+
+static int dflash_propose_batch(bs_drafter *d, int n, bs_drafter_ctx *const *c, const int32_t *anchors, const int *max_n,
+                                const bs_sampling *const *s, bs_rng *const *rng, bs_draft *out, bs_err *err) {
+    dflash *m = d->impl;
+    // A draft vocabulary spreads its logits per pass: those sequences draft one by one.
+    if (m->vd || m->B > BATCH_ROWS) {
+        for (int i = 0; i < n; i++) if (dflash_propose(d, c[i], anchors[i], max_n[i], s[i], rng[i], &out[i], err)) return -1;
+        return 0;
+    }
+    if (batch_alloc(m, err)) return -1;
+    const int per_pass = BATCH_ROWS / m->B;
+    dflash_ctx *xs[BATCH_ROWS];
+    int n_ctx[BATCH_ROWS], nd[BATCH_ROWS], idx[BATCH_ROWS];
+    int32_t an[BATCH_ROWS];
+    const bs_sampling *sp[BATCH_ROWS];
+    bs_rng *rp[BATCH_ROWS];
+    int k = 0;
+    for (int i = 0; i <= n; i++) {
+        if (i < n) {
+            memset(&out[i], 0, sizeof out[i]);
+            if (check_propose(m, c[i], anchors[i], s[i], rng[i], err)) return -1;
+            int want = max_n[i] < m->gamma ? max_n[i] : m->gamma;
+            if (want <= 0) continue;
+            xs[k] = c[i]->impl; n_ctx[k] = c[i]->n_ctx; nd[k] = want; an[k] = anchors[i]; sp[k] = s[i]; rp[k] = rng[i]; idx[k] = i;
+            k++;
+        }
+        if (k == per_pass || (i == n && k > 0)) {
+            bs_draft tmp[BATCH_ROWS];
+            propose_pass(m, k, xs, n_ctx, an, nd, sp, rp, tmp);
+            for (int j = 0; j < k; j++) out[idx[j]] = tmp[j];
+            k = 0;
+        }
+    }
+    return 0;
 }

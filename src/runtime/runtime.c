@@ -30,6 +30,8 @@ void bs_runtime_free(bs_runtime *rt) {
     if (rt->dev_scratch) rt->eng->be->free(rt->eng->be, rt->dev_scratch);
     bs_qwen3_ws_free(&rt->ws);
     free(rt->residual); free(rt->seqs); free(rt->rows);
+    free(rt->draft_seqs); free(rt->draft_ctx); free(rt->draft_anchor); free(rt->draft_max); free(rt->draft_smp); free(rt->draft_rng);
+    free(rt->draft_out);
     memset(rt, 0, sizeof *rt);
 }
 
@@ -51,17 +53,25 @@ int bs_runtime_reserve_rows(bs_runtime *rt, int rows, bs_err *err) {
     return 0;
 }
 
+static int grow(void **p, size_t elem, int cap) {
+    void *np = realloc(*p, elem * cap);
+    if (np) *p = np;
+    return np != NULL;
+}
+
 int bs_runtime_add(bs_runtime *rt, bs_seq *s, bs_err *err) {
     if (s->eng != rt->eng || (s->drafter && s->drafter != rt->drafter))
         return bs_fail(err, "a sequence joined a runtime with another engine or drafter than it was made for");
     for (int i = 0; i < rt->n_seqs; i++) if (rt->seqs[i] == s) return bs_fail(err, "the sequence is already in the runtime");
     if (rt->n_seqs == rt->cap_seqs) {
         int cap = rt->cap_seqs ? 2 * rt->cap_seqs : 8;
-        bs_seq **ns = realloc(rt->seqs, sizeof *ns * cap);
-        if (ns) rt->seqs = ns;
-        bs_seq_rows *nr = ns ? realloc(rt->rows, sizeof *nr * cap) : NULL;
-        if (nr) rt->rows = nr;
-        if (!ns || !nr) return bs_fail(err, "out of memory");
+        // Each array grows on its own; one that fails leaves the others larger, which is harmless.
+        int ok = grow((void **)&rt->seqs, sizeof *rt->seqs, cap) && grow((void **)&rt->rows, sizeof *rt->rows, cap) &&
+                 grow((void **)&rt->draft_seqs, sizeof *rt->draft_seqs, cap) && grow((void **)&rt->draft_ctx, sizeof *rt->draft_ctx, cap) &&
+                 grow((void **)&rt->draft_anchor, sizeof *rt->draft_anchor, cap) && grow((void **)&rt->draft_max, sizeof *rt->draft_max, cap) &&
+                 grow((void **)&rt->draft_smp, sizeof *rt->draft_smp, cap) && grow((void **)&rt->draft_rng, sizeof *rt->draft_rng, cap) &&
+                 grow((void **)&rt->draft_out, sizeof *rt->draft_out, cap);
+        if (!ok) return bs_fail(err, "out of memory");
         rt->cap_seqs = cap;
     }
     rt->seqs[rt->n_seqs++] = s;

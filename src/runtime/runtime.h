@@ -2,7 +2,8 @@
 // together. One step advances every active sequence by one round:
 //   1. the sequences that just joined prefill their prompts (their drafter context grows with the taps)
 //      and emit their first token;
-//   2. every speculative sequence drafts its k_r tokens (one drafter call per sequence, its own context);
+//   2. every speculative sequence drafts its k_r tokens, each from its own context, in one drafter pass
+//      over all their blocks (propose_batch; else one call per sequence);
 //   3. ONE target forward over all their verify rows, ragged: sequence r contributes [anchor, d_1..d_k_r]
 //      at its own positions against its own KV cache (bs_qwen3_forward_batch);
 //   4. per sequence: acceptance (src/spec/verify.c), KV rollback, drafter context growth, emission.
@@ -27,6 +28,14 @@ typedef struct bs_runtime {
     int32_t *dev_scratch;        // [2 * BS_MAX_DRAFT + 2]: a lone sequence's verify (one download per round)
     float *residual;             // host [V]: the host acceptance's residual row
     bs_seq_rows *rows;           // host [cap_seqs]: the batch descriptor of step 3
+    // host [cap_seqs]: the drafter call of step 2 (propose_batch's arguments)
+    bs_seq **draft_seqs;
+    bs_drafter_ctx **draft_ctx;
+    int32_t *draft_anchor;
+    int *draft_max;
+    const bs_sampling **draft_smp;
+    bs_rng **draft_rng;
+    bs_draft *draft_out;
 } bs_runtime;
 
 int bs_runtime_init(bs_runtime *rt, const bs_engine *e, bs_drafter *d, bs_err *err);

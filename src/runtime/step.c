@@ -51,34 +51,74 @@ static int prefill(bs_runtime *rt, bs_seq *s, bs_err *err) {
 
 // This round's drafts: none for plain sequences; else up to bs_seq_round_drafts, cut at the confidence
 // threshold. Alone (and without a cut) they may stay in backend memory for the verify to read; in a
-// batch they come to the host (ids[1..n]) for the one forward.
-static int draft(bs_seq *s, int alone, bs_err *err) {
+// batch they come to the host (ids[1..n]) for the one forward, and a drafter with propose_batch drafts
+// for every sequence in one pass.
+static int plan_drafts(bs_seq *s, bs_err *err) {
     memset(&s->draft, 0, sizeof s->draft);
     s->n_draft = 0;
     s->ids[0] = s->anchor;
-    bs_drafter *d = s->drafter;
-    if (!d) return 0;
+    if (!s->drafter) return 0;
     int max_n = bs_seq_round_drafts(s);
     // bs_request_tokens guarantees the anchor's row while tokens are still owed; running out here would be
     // a bug, and is an error rather than a silently shorter output.
     if (max_n < 0)
         return bs_fail(err, "internal error: the context (%d) is full after %d of %d tokens", s->kv->max_ctx, s->n_out, s->n_new);
-    if (max_n == 0) return 0;
-    double t0 = bs_now();
-    float thr = s->confidence_threshold;
-    int rc = alone && !(thr > 0) && d->propose_on_device
-           ? d->propose_on_device(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err)
-           : d->propose(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err);
-    if (rc) return -1;
+    return max_n;
+}
+
+static void take_drafts(bs_seq *s, int max_n, int alone) {
     int n = s->draft.n < max_n ? s->draft.n : max_n;
-    if (thr > 0 && s->draft.has_conf) { int k = 0; while (k < n && s->draft.conf[k] >= thr) k++; n = k; }
+    if (s->confidence_threshold > 0 && s->draft.has_conf) { int k = 0; while (k < n && s->draft.conf[k] >= s->confidence_threshold) k++; n = k; }
     s->n_draft = n;
     if (!alone && n > 0) {
         bs_backend *be = s->eng->be;
         if (s->draft.dev_tokens) be->download(be, s->ids + 1, s->draft.dev_tokens, sizeof(int32_t) * n);
         else memcpy(s->ids + 1, s->draft.tokens, sizeof(int32_t) * n);
     }
+}
+
+static int draft_alone(bs_seq *s, bs_err *err) {
+    int max_n = plan_drafts(s, err);
+    if (max_n <= 0) return max_n;
+    double t0 = bs_now();
+    bs_drafter *d = s->drafter;
+    int rc = !(s->confidence_threshold > 0) && d->propose_on_device
+           ? d->propose_on_device(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err)
+           : d->propose(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err);
+    if (rc) return -1;
+    take_drafts(s, max_n, 1);
     s->st.t_draft += bs_now() - t0;
+    return 0;
+}
+
+// Every decoding sequence's drafts, in one drafter pass where the drafter has propose_batch.
+static int draft_batch(bs_runtime *rt, bs_err *err) {
+    int n = 0;
+    for (int i = 0; i < rt->n_seqs; i++) {
+        bs_seq *s = rt->seqs[i];
+        if (s->phase != BS_SEQ_DECODE) continue;
+        int max_n = plan_drafts(s, err);
+        if (max_n < 0) return -1;
+        if (max_n == 0) continue;
+        rt->draft_seqs[n] = s; rt->draft_ctx[n] = &s->dctx; rt->draft_anchor[n] = s->anchor; rt->draft_max[n] = max_n;
+        rt->draft_smp[n] = &s->sampling; rt->draft_rng[n] = s->rng;
+        n++;
+    }
+    if (n == 0) return 0;
+    double t0 = bs_now();
+    bs_drafter *d = rt->drafter;
+    if (d->propose_batch) {
+        if (d->propose_batch(d, n, rt->draft_ctx, rt->draft_anchor, rt->draft_max, rt->draft_smp, rt->draft_rng, rt->draft_out, err)) return -1;
+        for (int i = 0; i < n; i++) rt->draft_seqs[i]->draft = rt->draft_out[i];
+    } else {
+        for (int i = 0; i < n; i++) {
+            bs_seq *s = rt->draft_seqs[i];
+            if (d->propose(d, &s->dctx, s->anchor, rt->draft_max[i], &s->sampling, s->rng, &s->draft, err)) return -1;
+        }
+    }
+    // The shared pass counts in full for every sequence in it.
+    double t = bs_now() - t0;
+    for (int i = 0; i < n; i++) { take_drafts(rt->draft_seqs[i], rt->draft_max[i], 0); rt->draft_seqs[i]->st.t_draft += t; }
     return 0;
 }
 
@@ -187,12 +227,10 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     int n_decoding = 0;
     for (int i = 0; i < rt->n_seqs; i++) n_decoding += rt->seqs[i]->phase == BS_SEQ_DECODE;
     if (n_decoding > 0) {
-        for (int i = 0; i < rt->n_seqs; i++)
-            if (rt->seqs[i]->phase == BS_SEQ_DECODE && draft(rt->seqs[i], n_decoding == 1, err)) return -1;
         if (n_decoding == 1) {
             for (int i = 0; i < rt->n_seqs; i++)
-                if (rt->seqs[i]->phase == BS_SEQ_DECODE && verify_alone(rt, rt->seqs[i], err)) return -1;
-        } else if (verify_batch(rt, err)) return -1;
+                if (rt->seqs[i]->phase == BS_SEQ_DECODE && (draft_alone(rt->seqs[i], err) || verify_alone(rt, rt->seqs[i], err))) return -1;
+        } else if (draft_batch(rt, err) || verify_batch(rt, err)) return -1;
     }
     drop_finished(rt);
     return rt->n_seqs;

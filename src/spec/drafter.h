@@ -58,6 +58,12 @@ struct bs_drafter {
     // filled. A drafter that draws on the host fills tokens[] as propose does.
     int  (*propose_on_device)(bs_drafter *d, bs_drafter_ctx *c, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
                               bs_err *err);
+    // Optional (NULL: propose per sequence): drafts for n sequences at once, sequence i from anchor
+    // anchors[i] in context c[i] with up to max_n[i] drafts, its own sampling s[i] and RNG rng[i]; out[i] is
+    // exactly what propose would give it (tokens on the host, q in its context). One pass over the
+    // drafter's weights serves every sequence's block.
+    int  (*propose_batch)(bs_drafter *d, int n, bs_drafter_ctx *const *c, const int32_t *anchors, const int *max_n,
+                          const bs_sampling *const *s, bs_rng *const *rng, bs_draft *out, bs_err *err);
     void (*free)(bs_drafter *d);
 };
 
