@@ -64,10 +64,10 @@ static void make_requests(request *r, int n, int V, int has_drafter, uint64_t se
     }
 }
 
-static void check_batch_invariance(int *failed_, const char *target, const char *drafter, int n, uint64_t seed) {
+static void check_batch_invariance(int *failed_, const char *device, const char *target, const char *drafter, int n, uint64_t seed) {
     bs_engine *e; bs_err err = {0};
     bs_drafter *d = NULL;
-    CHECK(bs_engine_open(&e, target, "cpu", &err) == 0, "%s", err.msg);
+    CHECK(bs_engine_open(&e, target, device, &err) == 0, "%s", err.msg);
     if (drafter) CHECK(bs_drafter_open(&d, drafter, e, 0, &err) == 0, "%s", err.msg);
     request *r = calloc(n, sizeof *r);
     int32_t (*alone)[128] = calloc(n, sizeof *alone), (*batch)[128] = calloc(n, sizeof *batch);
@@ -107,20 +107,20 @@ TEST(runtime_batch_invariance_fixture_dspark) {
     char t[1024], d[1024];
     snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
     snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
-    check_batch_invariance(failed_, t, d, 12, 1);
+    check_batch_invariance(failed_, "cpu", t, d, 12, 1);
 }
 
 TEST(runtime_batch_invariance_fixture_dflash) {
     char t[1024], d[1024];
     snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
     snprintf(d, sizeof d, "%s/dflash", bs_fixtures_dir());
-    check_batch_invariance(failed_, t, d, 12, 2);
+    check_batch_invariance(failed_, "cpu", t, d, 12, 2);
 }
 
 TEST(runtime_batch_invariance_random_target_plain) {
     const char *dir = tu_make_target(300, 48, 3, 6, 2, 8, 96, 1, 3, 42);
     CHECK(dir, "could not write a random target");
-    check_batch_invariance(failed_, dir, NULL, 10, 3);
+    check_batch_invariance(failed_, "cpu", dir, NULL, 10, 3);
 }
 
 // The built-in model: drafts are really accepted, so rollback happens across many sequences at once; 24
@@ -128,7 +128,28 @@ TEST(runtime_batch_invariance_random_target_plain) {
 TEST(runtime_batch_invariance_builtin_model) {
     struct stat st;
     if (stat("models/blockspec-30m", &st) || stat("models/blockspec-30m-dflash", &st)) SKIP("no built-in model in models/");
-    check_batch_invariance(failed_, "models/blockspec-30m", "models/blockspec-30m-dflash", 24, 4);
+    check_batch_invariance(failed_, "cpu", "models/blockspec-30m", "models/blockspec-30m-dflash", 24, 4);
+}
+
+// The same promise on the GPU (SKIPPED with the reason where no CUDA backend is usable): fixture DSpark and
+// DFlash drafters, a plain random target, the built-in model.
+TEST(runtime_batch_invariance_cuda) {
+    NEED_CUDA_DEVICE();
+    char t[1024], d[1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
+    check_batch_invariance(failed_, "cuda", t, d, 12, 1);
+    if (*failed_) return;
+    snprintf(d, sizeof d, "%s/dflash", bs_fixtures_dir());
+    check_batch_invariance(failed_, "cuda", t, d, 12, 2);
+    if (*failed_) return;
+    const char *dir = tu_make_target(300, 48, 3, 6, 2, 8, 96, 1, 3, 42);
+    CHECK(dir, "could not write a random target");
+    check_batch_invariance(failed_, "cuda", dir, NULL, 10, 3);
+    if (*failed_) return;
+    struct stat st;
+    if (!stat("models/blockspec-30m", &st) && !stat("models/blockspec-30m-dflash", &st))
+        check_batch_invariance(failed_, "cuda", "models/blockspec-30m", "models/blockspec-30m-dflash", 32, 4);
 }
 
 // Misuse: a sequence joins twice, or joins a runtime of another drafter; a cancelled sequence leaves.
