@@ -6,7 +6,8 @@ takes N documents, uses the first PROMPT_CHARS characters of each as the prompt,
 plainly (-d none) and speculatively (the built-in drafter, each --draft-max asked for), alternating, greedy,
 -n TOKENS. Checks the output ids are identical, and prints decode tokens/s (tokens after the first per second
 after the prefill, as --json reports them), tau, acceptance per position and the speedup, per domain.
-BS_DRAFTER=DIR measures another drafter of the built-in target instead of the shipped one.
+BS_DRAFTER=DIR measures another drafter of the built-in target instead of the shipped one; BS_DEVICE=cuda runs
+both on a GPU.
 Usage: bench/builtin_speedup.py HELDOUT_DIR [N=6] [TOKENS=128] [DRAFT_MAX=1,2,3,4] [ROUNDS=2]"""
 import json, os, subprocess, sys
 
@@ -28,6 +29,8 @@ def prompts(path, n, chars=240):
 
 def run(prompt, tokens, drafter, draft_max):
     cmd = [BIN, "generate", "-p", prompt, "-n", str(tokens), "--json", "--ignore-eos"]
+    if os.environ.get("BS_DEVICE"):
+        cmd += ["--device", os.environ["BS_DEVICE"]]
     cmd += ["-d", "none"] if drafter is None else ["--draft-max", str(draft_max)]
     if drafter is not None and os.environ.get("BS_DRAFTER"):      # another drafter than the built-in one
         cmd += ["-d", os.environ["BS_DRAFTER"]]

@@ -35,7 +35,9 @@ static void usage(void) {
         "  --top-k K, --top-p P     filters applied after temperature (transformers' order)\n"
         "  --seed S                 RNG seed (default 0)\n"
         "  --draft-max N            verify at most N drafts per round (default: the block on a GPU, 4 on a CPU)\n"
-        "  --confidence-threshold C verify only leading drafts whose confidence is >= C (DSpark)\n"
+        "  --confidence-threshold C verify only leading drafts whose confidence is >= C (DSpark; calibrated by the\n"
+        "                           drafter folder's calibration.json when it has one, docs/calibration.md)\n"
+        "  --no-calibration         use the confidence head's raw values even where a calibration.json exists\n"
         "  --ignore-eos             do not stop at end-of-sequence tokens\n"
         "  -c N                     context length (default: the model's max_position_embeddings)\n"
         "  --device D               cpu (default), cpu-ref, cuda[:N]\n"
@@ -57,7 +59,7 @@ typedef struct gen_args {
     long n_new, ctx, draft_max;
     double conf_thr;
     bs_sampling sampling;
-    int print_ids, stats, json, ignore_eos, drafter_fp8;
+    int print_ids, stats, json, ignore_eos, drafter_fp8, no_calibration;
 } gen_args;
 
 static int parse(int argc, char **argv, gen_args *a) {
@@ -87,6 +89,7 @@ static int parse(int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "--chat")) a->chat = 1;
         else if (!strcmp(o, "--no-think")) a->no_think = 1;
         else if (!strcmp(o, "--drafter-fp8")) a->drafter_fp8 = 1;
+        else if (!strcmp(o, "--no-calibration")) a->no_calibration = 1;
         else if (!strcmp(o, "--draft-vocab")) { if (!(a->draft_vocab = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--print-ids")) a->print_ids = 1;
         else if (!strcmp(o, "--stats")) a->stats = 1;
@@ -248,7 +251,7 @@ int cmd_generate(int argc, char **argv) {
     if (a.ctx > s.kv.max_ctx)   // the session reports the context it got: say when -c was capped
         fprintf(stderr, "blockspec: warning: -c %ld is above the model's max_position_embeddings (%d); using a context of %d\n",
                 a.ctx, e->cfg.max_position, s.kv.max_ctx);
-    bs_drafter_opts dop = { .lossy_weights = a.drafter_fp8 ? 1 : -1, .draft_vocab = a.draft_vocab };
+    bs_drafter_opts dop = { .lossy_weights = a.drafter_fp8 ? 1 : -1, .draft_vocab = a.draft_vocab, .no_calibration = a.no_calibration };
     if (a.draft_vocab && !a.drafter) { bs_fail(&err, "--draft-vocab needs a drafter (-d DIR)"); goto out; }
     if (a.drafter && bs_drafter_open_opts(&d, a.drafter, e, s.kv.max_ctx, &dop, &err)) goto out;
     if (a.drafter) { char w[512]; if (bs_weights_check_path(a.drafter, w, sizeof w, &err) > 0) fprintf(stderr, "blockspec: warning: %s\n", w); }

@@ -41,7 +41,9 @@ static void usage_drafter(void) {
         "  Trains a block drafter against the frozen TARGET, online.\n"
         "  --layers N (5)  --block B (7)  --markov-rank R (dspark 256, else 0)  --markov-head vanilla|gated|rnn\n"
         "  --no-confidence  --taps 1,9,17  --anchors N (512)  --gamma X (4)  --ce X --l1 X --conf X (dspark 0.1/0.9/1.0,\n"
-        "  else 1/0/0)  --mask-id N  --init DIR (start from a drafter checkpoint)\n");
+        "  else 1/0/0)  --mask-id N  --init DIR (start from a drafter checkpoint)\n"
+        "  --labels data|target (data): learn the data's next tokens, or the target's own greedy next tokens on the\n"
+        "  data (distillation: what greedy verification accepts)\n");
     usage_common();
 }
 
@@ -124,6 +126,10 @@ static int run(int drafter, int argc, char **argv) {
         else if (drafter && !strcmp(a, "--arch")) dopt.arch = v;
         else if (drafter && !strcmp(a, "--markov-head")) dopt.markov_head_type = v;
         else if (drafter && !strcmp(a, "--init")) dopt.init_dir = v;
+        else if (drafter && !strcmp(a, "--labels")) {
+            if (strcmp(v, "data") && strcmp(v, "target")) { fprintf(stderr, "blockspec train-drafter: --labels is data or target, got '%s'\n", v); goto out; }
+            dopt.target_labels = !strcmp(v, "target");
+        }
         else if (drafter && !strcmp(a, "--taps")) { free(taps); if ((dopt.n_taps = cli_parse_ids(a, v, &taps)) < 0) goto out; dopt.taps = taps; }
         INT("--layers", 1, 256, dopt.layers)
         INT("--block", 2, 64, dopt.block_size)

@@ -11,3 +11,5 @@ int cmd_tokenize_corpus(int argc, char **argv);   // tokenize --corpus (cli/cmd_
 int cmd_train_target(int argc, char **argv);
 int cmd_train_drafter(int argc, char **argv);
 int cmd_loss(int argc, char **argv);
+int cmd_distill_corpus(int argc, char **argv);   // the target's greedy text as a corpus (cli/cmd_distill_corpus.c)
+int cmd_calibrate(int argc, char **argv);

@@ -13,8 +13,10 @@ static const struct { const char *name, *help; int (*run)(int argc, char **argv)
     { "tokenizer-train", "train a byte-level BPE tokenizer.json", cmd_tokenizer_train },
     { "train-target",    "train a Qwen3 target on a tokenised corpus (docs/training.md)", cmd_train_target },
     { "train-drafter",   "train a DSpark / DFlash drafter against a frozen target (docs/training.md)", cmd_train_drafter },
+    { "distill-corpus",  "the target's own greedy continuations of corpus prompts, as a corpus for drafter training", cmd_distill_corpus },
     { "draft-vocab",     "pick a draft vocabulary (the drafter's proposable tokens) from sample text", cmd_draft_vocab },
     { "loss",            "evaluate one drafter training step (loss terms, logits, gradients) for a fixed batch", cmd_loss },
+    { "calibrate",       "fit a DSpark drafter's confidences to held-out survival (docs/calibration.md)", cmd_calibrate },
 };
 
 static void usage(void) {

@@ -62,6 +62,8 @@ typedef struct blockspec_open_options {
                                 // smaller LM head. Output unchanged; acceptance may move.
     int drafter_fp8;            // 1: lossy drafter matrices where the device supports it (CUDA: 8-bit weights;
                                 // CPU with AVX512-BF16: bf16 dot products); output unchanged
+    int no_calibration;         // 1: a DSpark drafter's calibration.json (`blockspec calibrate`) is not applied:
+                                // the confidence cut uses the raw head. Output unchanged either way
 } blockspec_open_options;
 int  blockspec_open_ex(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device,
                        const blockspec_open_options *o, char *err, size_t err_len);

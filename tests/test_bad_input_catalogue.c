@@ -27,6 +27,8 @@ typedef struct { const char *name, *setup, *st, *cmd; int exit; const char *need
 #define TARGET "mkdir m && cp %F/target/config.json m/ && "
 #define GOOD_CK "cp -r %F/target m && "
 #define GEN "%B generate -m m --prompt-ids 1,2,3 -n 2"
+#define DSPARK "mkdir d && cp %F/dspark/config.json %F/dspark/model.safetensors d/ && "
+#define DGEN "%B generate -m %F/target -d d --prompt-ids 1,2,3 -n 2 --confidence-threshold 0.5"
 #define TOKJ(body) "printf '%s' '" body "' > tok.json"
 
 static const bad_case CASES[] = {
@@ -106,6 +108,14 @@ static const bad_case CASES[] = {
     { "draft vocabulary with trailing data", "printf '[1, 2] 7' > v.json", NULL,
       "%B generate -m %F/target -d %F/dspark --prompt-ids 1,2 --draft-vocab v.json", 1, "v.json", "" },
     { "draft vocabulary is a FIFO", "mkfifo v.json", NULL, "%B generate -m %F/target -d %F/dspark --prompt-ids 1,2 --draft-vocab v.json", 1, "v.json", "not a regular file" },
+    // --- calibration.json beside a DSpark drafter (docs/calibration.md) ---
+    { "calibration.json with 6 temperatures for 7 drafts", DSPARK "printf '{\"version\": 1, \"temperatures\": [1, 1, 1, 1, 1, 1]}' > d/calibration.json", NULL,
+      DGEN, 1, "d/calibration.json", "field \"temperatures\" lists 6 temperatures" },
+    { "calibration.json with a temperature of 0", DSPARK "printf '{\"version\": 1, \"temperatures\": [1, 1, 0, 1, 1, 1, 1]}' > d/calibration.json", NULL,
+      DGEN, 1, "d/calibration.json", "field \"temperatures\"[2] must be a positive number" },
+    { "calibration.json temperature 1e999 (infinity)", DSPARK "printf '{\"version\": 1, \"temperatures\": [1e999, 1, 1, 1, 1, 1, 1]}' > d/calibration.json", NULL,
+      DGEN, 1, "d/calibration.json", "field \"temperatures\"[0]" },
+    { "calibration.json is a FIFO", DSPARK "mkfifo d/calibration.json", NULL, DGEN, 1, "d/calibration.json", "not a regular file (a FIFO)" },
     { "tokenizer-train corpus is a FIFO", "mkfifo c.txt", NULL, "%B tokenizer-train --vocab 300 --out t.json c.txt", 1, "c.txt", "not a regular file (a FIFO)" },
     { "tokenizer-train corpus missing", "true", NULL, "%B tokenizer-train --vocab 300 --out t.json nonexistent.txt", 1, "nonexistent.txt", "" },
 };

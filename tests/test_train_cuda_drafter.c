@@ -42,7 +42,7 @@ static int make_target(const char *dir, int tied, char *tdir, size_t cap, bs_err
     return rc;
 }
 
-typedef struct { const char *kind; int taps[2]; int tied; } kcase;
+typedef struct { const char *kind; int taps[2]; int tied, target_labels; } kcase;
 
 static int drafter_cfg(bs_drafter_config *dc, bs_drafter_loss_opts *o, const kcase *k, bs_err *err) {
     bs_qwen3_config tc;
@@ -52,6 +52,7 @@ static int drafter_cfg(bs_drafter_config *dc, bs_drafter_loss_opts *o, const kca
     dc->target_layer_ids[0] = k->taps[0]; dc->target_layer_ids[1] = k->taps[1];
     bs_drafter_loss_defaults(o, dc);
     o->num_anchors = NA;
+    o->target_labels = k->target_labels;
     if (!strcmp(k->kind, "dspark")) { o->ce_alpha = 0.3f; o->l1_alpha = 0.9f; o->conf_alpha = 1.0f; }
     return 0;
 }
@@ -138,6 +139,9 @@ static void vs_cpu(int *failed_, const kcase *k) {
 TEST(train_cuda_drafter_vs_cpu_dspark) { kcase k = { "dspark", { 0, 2 }, 0 }; vs_cpu(failed_, &k); }
 TEST(train_cuda_drafter_vs_cpu_dflash) { kcase k = { "dflash", { -1, 1 }, 1 }; vs_cpu(failed_, &k); }
 TEST(train_cuda_drafter_vs_cpu_zlab) { kcase k = { "zlab-dflash", { 1, 2 }, 0 }; vs_cpu(failed_, &k); }
+// Distillation labels (the target's argmax) chosen on the device: the same terms and gradients as the CPU's.
+TEST(train_cuda_drafter_vs_cpu_dspark_target_labels) { kcase k = { "dspark", { 0, 2 }, 0, 1 }; vs_cpu(failed_, &k); }
+TEST(train_cuda_drafter_vs_cpu_dflash_target_labels) { kcase k = { "dflash", { -1, 1 }, 1, 1 }; vs_cpu(failed_, &k); }
 
 // 20 AdamW steps on a fixed batch (bf16 GEMMs, anchors drawn): the loss falls; then the export decodes in
 // the engine with greedy speculative == plain, for DSpark and z-lab.

@@ -1,6 +1,7 @@
 // Drafter training (src/train/train_drafter.c): `blockspec loss` against DeepSpec's reference step, finite
 // differences of the whole objective for every drafter kind and Markov head, a tiny training run on the
 // CPU, and the exported drafter in the engine's speculative decoding.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine/engine.h"
@@ -102,6 +103,61 @@ TEST(train_drafter_fd_dspark_rnn) { fd_case c = { "dspark", BS_MARKOV_RNN, 1, 1,
 TEST(train_drafter_fd_dspark_no_conf) { fd_case c = { "dspark", BS_MARKOV_VANILLA, 0, 0, 0 }; drafter_fd(failed_, &c); }
 TEST(train_drafter_fd_dflash) { fd_case c = { "dflash", 0, 0, 0, 0 }; drafter_fd(failed_, &c); }
 TEST(train_drafter_fd_zlab) { fd_case c = { "zlab-dflash", 0, 0, 0, 1 }; drafter_fd(failed_, &c); }
+
+// --labels target: every supervised row's label is the target's argmax at the position before it (taken from
+// the target task's own logits here), the data's token otherwise; on random data the two differ, so the
+// check is not vacuous. Markov and z-lab layouts (rows shifted by one) both.
+static void target_labels_case(int *failed_, const char *kind) {
+    bs_qwen3_config tc;
+    tiny_target_cfg(&tc, 40, 0);
+    bs_err err = {0};
+    bs_train_task *tgt, *dr[2];
+    CHECK(bs_train_target_new(&tgt, &tc, 21, &err) == 0, "%s", err.msg);
+    tt_scale_weights(tgt, 20.0f);
+    bs_drafter_config dc;
+    CHECK(bs_train_drafter_config(&dc, &tc, kind, 1, 4, 39, 6, BS_MARKOV_VANILLA, &err) == 0, "%s", err.msg);
+    dc.target_layer_ids[0] = 0; dc.target_layer_ids[1] = 2;
+    enum { S = 16, A = 4 };
+    int32_t ids[S] = { 3, 7, 1, 9, 30, 2, 2, 17, 8, 25, 36, 11, 4, 4, 19, 0 };
+    const int32_t anchors[A] = { 0, 5, 9, 13 }, keep[A] = { 1, 1, 1, 1 };
+    bs_train_seq seq = { ids, NULL, S };
+    float *logits = malloc(sizeof(float) * S * 40);
+    CHECK(logits && bs_train_target_forward(tgt, ids, S, NULL, 0, NULL, NULL, logits, &err) == 0, "%s", err.msg);
+    int32_t tid[2][A * 4], evm[2][A * 4];
+    int P = 0;
+    for (int k = 0; k < 2; k++) {
+        bs_drafter_loss_opts o;
+        bs_drafter_loss_defaults(&o, &dc);
+        o.num_anchors = A;
+        o.target_labels = k;
+        CHECK(bs_train_drafter_new(&dr[k], tgt, &dc, &o, 5, &err) == 0, "%s", err.msg);
+        P = bs_train_drafter_rows(dr[k]);
+        bs_drafter_inspect ins = { 0 };
+        ins.target_ids = tid[k]; ins.eval_mask = evm[k];
+        bs_loss_terms t;
+        CHECK(bs_train_drafter_step(dr[k], &seq, anchors, keep, A, 0, 1.0f, &t, &ins, &err) == 0, "%s", err.msg);
+        CHECK(isfinite(t.loss) && t.n_tokens > 0, "%s: no supervised rows", kind);
+    }
+    int differ = 0, rows = 0;
+    for (int b = 0; b < A; b++)
+        for (int r = 0; r < P; r++) {
+            int row = b * P + r, li = anchors[b] + 1 + r;   // the token this row predicts
+            if (!evm[1][row]) continue;
+            const float *z = logits + (size_t)(li - 1) * 40;
+            int best = 0;
+            for (int v = 1; v < 40; v++) if (z[v] > z[best]) best = v;
+            CHECK(tid[1][row] == best, "%s row %d: label %d, the target's argmax at %d is %d", kind, row, tid[1][row], li - 1, best);
+            CHECK(tid[0][row] == ids[li], "%s row %d: data label %d, expected ids[%d] = %d", kind, row, tid[0][row], li, ids[li]);
+            differ += best != ids[li];
+            rows++;
+        }
+    CHECK(rows >= 8 && differ >= 4, "%s: %d supervised rows, %d where the target's argmax differs from the data: vacuous", kind, rows, differ);
+    free(logits);
+    dr[0]->free(dr[0]); dr[1]->free(dr[1]);
+    tgt->free(tgt);
+}
+TEST(train_drafter_target_labels_dspark) { target_labels_case(failed_, "dspark"); }
+TEST(train_drafter_target_labels_zlab) { target_labels_case(failed_, "zlab-dflash"); }
 
 TEST(train_drafter_anchor_sampling) {
     int32_t ids[12] = { 0 };

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Cuts one safetensors file into shards of at most MAX_MIB each (whole tensors) plus the
 model.safetensors.index.json that transformers and blockspec read, so every file in the repository
-stays under 16 MiB.  Usage: shard_safetensors.py IN.safetensors OUTDIR [MAX_MIB=15]"""
+stays under 16 MiB.  --drop NAMES leaves those tensors out (the built-in drafters drop DeepSpec's bundled
+copies of the target's embed_tokens / lm_head: blockspec then shares the target's, bit for bit the same).
+Usage: shard_safetensors.py IN.safetensors OUTDIR [MAX_MIB=15] [--drop NAME,NAME]"""
 import json, os, struct, sys
 
 
@@ -31,9 +33,19 @@ def write(path, tensors, meta):
 
 
 def main():
-    src, out = sys.argv[1], sys.argv[2]
-    limit = int(float(sys.argv[3]) if len(sys.argv) > 3 else 15) * 1024 * 1024
+    args, drop = sys.argv[1:], set()
+    if "--drop" in args:
+        i = args.index("--drop")
+        drop = set(args[i + 1].split(","))
+        del args[i:i + 2]
+    src, out = args[0], args[1]
+    limit = int(float(args[2]) if len(args) > 2 else 15) * 1024 * 1024
     header, data, meta = read(src)
+    missing = drop - set(header)
+    if missing:
+        sys.exit("%s has no tensor %s to drop" % (src, ", ".join(sorted(missing))))
+    for name in drop:
+        del header[name]
     shards, cur, size = [], [], 0
     for name in sorted(header, key=lambda k: header[k]["data_offsets"][0]):
         a, b = header[name]["data_offsets"]

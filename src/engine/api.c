@@ -31,7 +31,8 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
     if (!bs) return fail(err, err_len, "out of memory");
     if (bs_engine_open(&bs->eng, target_dir, device ? device : "cpu", &e)) { free(bs); return fail(err, err_len, e.msg); }
     // Context rows up to the model's limit: host buffers fill lazily, so only what is used costs memory.
-    bs_drafter_opts dop = { .lossy_weights = o && o->drafter_fp8 ? 1 : -1, .draft_vocab = o ? o->draft_vocab : NULL };
+    bs_drafter_opts dop = { .lossy_weights = o && o->drafter_fp8 ? 1 : -1, .draft_vocab = o ? o->draft_vocab : NULL,
+                           .no_calibration = o && o->no_calibration };
     if (o && o->draft_vocab && !drafter_dir) { blockspec_close(bs); return fail(err, err_len, "a draft vocabulary needs a drafter"); }
     if (drafter_dir && bs_drafter_open_opts(&bs->drafter, drafter_dir, bs->eng, bs->eng->cfg.max_position, &dop, &e)) {
         blockspec_close(bs);

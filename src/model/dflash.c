@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include "io/calibration.h"
 #include "io/draft_vocab.h"
 #include "model/dflash.h"
 
@@ -23,6 +25,9 @@ typedef struct dflash {
     bs_qwen3_layer *layers;
     bs_mat w1, w2, gate_w, joint_w, conf_w;
     float *gate_b, *joint_b, conf_b;  // host copies of the small biases
+    // calibration.json (Sequential Temperature Scaling, docs/calibration.md): c_k = sigmoid(z_k / conf_T[k] + conf_bias[k])
+    int calibrated;
+    float conf_T[BS_MAX_DRAFT], conf_bias[BS_MAX_DRAFT];
     // backend workspace (scratch of one call: the drafter serves one call at a time)
     float *ctx;                      // [CTX_CHUNK][H]
     float *x, *xn, *q, *att, *gate, *up, *h;   // block rows
@@ -59,6 +64,11 @@ typedef struct dflash_ctx {
 static const bs_drafter_config *cfg_of(const bs_drafter *d) { return &((const dflash *)d->impl)->cfg; }
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d) { return cfg_of(d); }
 int bs_dflash_vocab_rows(const bs_drafter *d) { const dflash *m = d->impl; return m->vd ? m->vd : m->V; }
+const float *bs_dflash_calibration(const bs_drafter *d, const float **bias) {
+    const dflash *m = d->impl;
+    if (bias) *bias = m->calibrated ? m->conf_bias : NULL;
+    return m->calibrated ? m->conf_T : NULL;
+}
 
 // ---- loading ----------------------------------------------------------------------------------------------
 
@@ -167,6 +177,22 @@ static int load_layer(dflash *m, int i, bs_err *err) {
 }
 
 // Largest |difference| over a few rows of two [V][H] host tables (checkpoint views).
+static int has_tensor(dflash *m, const char *name) {
+    char alt[300];
+    snprintf(alt, sizeof alt, "model.%s", name);
+    return bs_checkpoint_find(m->ck, name) || bs_checkpoint_find(m->ck, alt);
+}
+
+// Bit-identical matrices (same shape and values; dtypes may differ when every value converts exactly).
+static int same_mat(const bs_mat *a, const bs_mat *b) {
+    if (a->rows != b->rows || a->cols != b->cols) return 0;
+    size_t n = (size_t)a->rows * a->cols;
+    if (a->dtype == b->dtype) return a->data == b->data || !memcmp(a->data, b->data, n * bs_dtype_size(a->dtype));
+    for (size_t i = 0; i < n; i++)
+        if (bs_load_elem(a->data, a->dtype, i) != bs_load_elem(b->data, b->dtype, i)) return 0;
+    return 1;
+}
+
 static double sample_rows_diff(dflash *m, const bs_mat *a, const bs_mat *b) {
     int32_t ids[5] = { 0, m->V / 3, (2 * m->V) / 3, m->V - 1, m->cfg.mask_token_id };
     double diff = 0;
@@ -191,6 +217,26 @@ static int check_target(dflash *m, bs_err *err) {
             return bs_fail(err, "drafter %s: target_layer_ids[%d] = %d but the target has only %d layers", m->dir, i, c->target_layer_ids[i], t->n_layers);
     if (c->num_target_layers && c->num_target_layers != t->n_layers)
         fprintf(stderr, "blockspec: warning: drafter %s was trained for a %d-layer target; this target has %d layers\n", m->dir, c->num_target_layers, t->n_layers);
+    return 0;
+}
+
+// calibration.json beside the weights (io/calibration.h): its temperatures scale the confidence logits
+// from now on, so every confidence the engine uses (the --confidence-threshold cut) is the calibrated one.
+// A file beside a drafter without a confidence head is refused rather than ignored: it was made for another.
+static int load_calibration(dflash *m, const bs_drafter_opts *o, bs_err *err) {
+    if (o && o->no_calibration) return 0;
+    if (m->cfg.arch == BS_DRAFTER_DEEPSPEC && m->cfg.conf_head) {
+        bs_calibration cal;
+        int rc = bs_calibration_load_dir(&cal, m->dir, m->gamma, err);
+        if (rc < 0) return -1;
+        if (rc == 1) { memcpy(m->conf_T, cal.T, sizeof(float) * cal.n); memcpy(m->conf_bias, cal.b, sizeof(float) * cal.n); m->calibrated = 1; }
+        return 0;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", m->dir, BS_CALIBRATION_FILE);
+    if (access(path, F_OK) == 0)
+        return bs_fail(err, "%s: this drafter (%s) has no confidence head to calibrate; remove the file or pass --no-calibration", path,
+                       m->cfg.arch_name);
     return 0;
 }
 
@@ -252,16 +298,28 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
         m->embed = target->embed;       // z-lab: the target's embedding and LM head
         if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
     } else {
-        // DeepSpec bundles frozen copies; use them for exact parity, but say so if they differ from the target's.
+        // DeepSpec bundles frozen copies of the target's embedding and LM head. Where a copy is absent or
+        // bit-identical to the target's, the drafter shares the target's matrix (no second copy in memory or
+        // in the cache); a copy that differs is used as is (exact parity with the reference), with a warning.
         bs_mat emb_host, head_host;
-        if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err) || m->be->weight(m->be, &m->embed, &emb_host, err)) goto fail;
-        int has_head = bs_checkpoint_find(m->ck, "lm_head.weight") || bs_checkpoint_find(m->ck, "model.lm_head.weight");
-        if (!has_head && b->tie_embeddings) {
-            head_host = emb_host;
-            if (vocab_mat(m, &head_host, &m->embed, &m->lm_head, 0, err)) goto fail;
-        } else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err) || vocab_mat(m, &head_host, NULL, &m->lm_head, 0, err)) goto fail;
-        double de = sample_rows_diff(m, &emb_host, &target->embed_host);
-        double dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
+        int has_emb = has_tensor(m, "embed_tokens.weight"), has_head = has_tensor(m, "lm_head.weight");
+        double de = 0, dh = 0;
+        if (!has_emb) emb_host = target->embed_host;
+        else if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err)) goto fail;
+        if (!has_emb || same_mat(&emb_host, &target->embed_host)) m->embed = target->embed;
+        else {
+            de = sample_rows_diff(m, &emb_host, &target->embed_host);
+            if (m->be->weight(m->be, &m->embed, &emb_host, err)) goto fail;
+        }
+        if (!has_head && b->tie_embeddings) head_host = emb_host;
+        else if (!has_head) head_host = target->lm_head_host;
+        else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err)) goto fail;
+        if (same_mat(&head_host, &target->lm_head_host)) {
+            if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
+        } else {
+            dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
+            if (vocab_mat(m, &head_host, !has_head ? &m->embed : NULL, &m->lm_head, 0, err)) goto fail;
+        }
         if (de > 0 || dh > 0)
             fprintf(stderr, "blockspec: warning: drafter %s: its bundled %s differ%s from the target's (max |diff| %.3g on sampled rows); "
                     "using the drafter's copies\n", dir, de > 0 && dh > 0 ? "embed_tokens and lm_head" : de > 0 ? "embed_tokens" : "lm_head",
@@ -288,6 +346,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
             free(bias);
         }
     }
+    if (load_calibration(m, o, err)) goto fail;
 
     // workspace
     size_t B = m->B, H = m->H, V = m->V, r = m->r;
@@ -492,11 +551,12 @@ static void conf_head_logits(dflash *m, dflash_ctx *x, int n) {
     m->be->matmul(m->be, x->conf_out, m->cfg.conf_with_markov ? m->he : m->h, n, &m->conf_w, 0);
 }
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-// cl[k] (downloaded conf_out) += the head's bias; out->conf[k] = sigmoid(cl[k]).
+// cl[k] (downloaded conf_out) += the head's bias; out->conf[k] = sigmoid(cl[k]), or sigmoid(cl[k] / T_k + b_k) with a
+// calibration (cl keeps the head's raw logit: inspection reports the model's tensor).
 static void set_confidences(const dflash *m, bs_draft *out, float *cl, int n) {
     for (int k = 0; k < n; k++) {
         cl[k] += m->conf_b;
-        out->conf[k] = sigmoidf_(cl[k]);
+        out->conf[k] = sigmoidf_(m->calibrated ? cl[k] / m->conf_T[k] + m->conf_bias[k] : cl[k]);
     }
     out->has_conf = 1;
 }

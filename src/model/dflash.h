@@ -37,6 +37,9 @@ extern int bs_dflash_step_walk;
 
 // The parsed config of a drafter opened with bs_dflash_open.
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d);
+// The confidence temperatures T_1..T_gamma applied from the folder's calibration.json (docs/calibration.md),
+// or NULL when the drafter uses its raw confidences; *bias (bias may be NULL) gets the biases b_1..b_gamma.
+const float *bs_dflash_calibration(const bs_drafter *d, const float **bias);
 // Rows of its LM head (and Markov W2): the draft vocabulary's size, or the vocabulary's without one.
 int bs_dflash_vocab_rows(const bs_drafter *d);
 
@@ -46,7 +49,8 @@ typedef struct bs_dflash_inspect {
     float *block_hidden;     // [B][H] backbone output after the final norm, all B rows
     float *logits;           // [n][V] LM head on the prediction rows (z-lab: rows 1..n; DeepSpec: U_k, rows 0..n-1)
     float *step_logits;      // [n][V] DeepSpec: Markov-corrected L_k along the walk (= logits without a Markov head)
-    float *conf_logits;      // [n]   DeepSpec with a confidence head: pre-sigmoid c_k
+    float *conf_logits;      // [n]   DeepSpec with a confidence head: pre-sigmoid c_k, the head's raw output
+                             //       (a calibration's temperatures apply only to bs_draft.conf)
 } bs_dflash_inspect;
 
 // One drafting forward: exactly what propose() does (propose is this with ins = NULL), optionally copying

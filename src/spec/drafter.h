@@ -87,6 +87,8 @@ typedef struct bs_drafter_opts {
     int lossy_weights;          // -1: bs_dflash_lossy_weights ($BS_DRAFTER_FP8); 0: exact; 1: 8-bit large matrices
     const char *draft_vocab;    // NULL: propose from the whole vocabulary; else a draft vocabulary file
                                 // (io/draft_vocab.h): the LM head reads only its rows
+    int no_calibration;         // 1: ignore a calibration.json beside a DSpark drafter (raw confidences;
+                                // docs/calibration.md); 0: apply it when present
 } bs_drafter_opts;
 int bs_drafter_open_opts(bs_drafter **out, const char *dir, struct bs_engine *e, int max_ctx, const bs_drafter_opts *o,
                          bs_err *err);

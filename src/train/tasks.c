@@ -76,7 +76,8 @@ int bs_train_drafter_task_new(bs_train_task **out, const bs_train_drafter_opts *
     bs_drafter_config c;
     if (bs_train_target_load(&target, o->target_dir, 0, err)) return bs_wrap(err, "the frozen target %s", o->target_dir);
     const bs_qwen3_config *tc = bs_train_target_config(target);
-    bs_drafter_loss_opts lo = { (float)o->gamma, (float)o->ce_alpha, (float)o->l1_alpha, (float)o->conf_alpha, o->num_anchors };
+    bs_drafter_loss_opts lo = { (float)o->gamma, (float)o->ce_alpha, (float)o->l1_alpha, (float)o->conf_alpha, o->num_anchors,
+                              o->target_labels };
     owned_target *ow = calloc(1, sizeof *ow);
     if (!ow) { target->free(target); return bs_fail(err, "out of memory"); }
     int rc;

@@ -26,6 +26,7 @@ typedef struct {
     int num_anchors;             // anchors sampled per sequence
     double gamma;                // position weight exp(-k / gamma)
     double ce_alpha, l1_alpha, conf_alpha;
+    int target_labels;           // 1: labels are the target's greedy next tokens (bs_drafter_loss_opts.target_labels)
     int mask_token_id;           // -1: from the target (its tokenizer's mask token)
     const char *init_dir;        // start from an existing drafter checkpoint, or NULL
     const char *device;          // "cpu" or "cuda" (NULL: cpu)

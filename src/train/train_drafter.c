@@ -174,6 +174,24 @@ static void row_task(void *ctx, int i, int n) {
     d->acc[row] = a < 0 ? 0 : a > 1 ? 1 : a;
 }
 
+// Distillation labels: each row's label becomes the target's argmax at the position before it (tpos), and
+// the Markov head's previous token follows (row 0 of a block keeps the anchor).
+static void target_labels(drafter *d, int np) {
+    int H = d->H, V = d->V, P = d->P;
+    for (int r0 = 0; r0 < np; r0 += LOGIT_ROWS) {
+        int rows = np - r0 < LOGIT_ROWS ? np - r0 : LOGIT_ROWS;
+        for (int i = 0; i < rows; i++) memcpy(d->tT + (size_t)i * H, d->T + (size_t)d->tpos[r0 + i] * H, sizeof(float) * H);
+        bs_op_linear_fwd(d->zt, d->tT, d->lm_head, NULL, rows, H, V, 0);
+        for (int i = 0; i < rows; i++) {
+            const float *z = d->zt + (size_t)i * V;
+            int best = 0;
+            for (int v = 1; v < V; v++) if (z[v] > z[best]) best = v;   // first maximum, as the engine's greedy pick
+            d->tid[r0 + i] = best;
+        }
+    }
+    for (int row = 0; row < np; row++) if (row % P) d->prev[row] = d->tid[row - 1];
+}
+
 int bs_train_drafter_step(bs_train_task *t, const bs_train_seq *seq, const int32_t *anchors, const int32_t *keep, int A,
                           int do_grad, float scale, bs_loss_terms *terms, const bs_drafter_inspect *ins, bs_err *err) {
     drafter *d = impl(t);
@@ -190,7 +208,7 @@ int bs_train_drafter_step(bs_train_task *t, const bs_train_seq *seq, const int32
     for (int b = 0; b < A; b++) d->keep[b] = keep[b] != 0;
     const float *lm = d->lm_head;
     int has_conf = d->conf_in > 0;
-    int l1_on = d->opt.l1_alpha > 0, need_t = l1_on || has_conf;
+    int l1_on = d->opt.l1_alpha > 0, need_t = l1_on || has_conf || d->opt.target_labels;
 
     // 1. the frozen target on the sequence
     if (bs_train_target_forward(d->target, seq->ids, S, d->taps, d->m, d->F, need_t ? d->T : NULL, NULL, err))
@@ -239,6 +257,7 @@ int bs_train_drafter_step(bs_train_task *t, const bs_train_seq *seq, const int32
             den += d->w[row];
         }
     }
+    if (d->opt.target_labels) target_labels(d, np);
     if (r > 0) {
         d->mop.n_rows = np;
         bs_op_embed_fwd(d->e, d->w1->w, d->prev, np, r);

@@ -16,6 +16,10 @@ typedef struct {
     float gamma;                 // loss_decay_gamma; <= 0: no decay
     float ce_alpha, l1_alpha, conf_alpha;
     int num_anchors;             // anchors drawn per sequence
+    // 1: the labels are the target's own greedy next tokens on the data (argmax of its logits at the position
+    // before each label, teacher forced) instead of the data's tokens. Greedy acceptance asks exactly this of a
+    // draft, and a small target's greedy text is far more predictable than the data (hard distillation).
+    int target_labels;
 } bs_drafter_loss_opts;
 
 // DSpark: gamma 4, (0.1, 0.9, 1.0); DeepSpec DFlash and z-lab: gamma 4, (1, 0, 0); 512 anchors.

@@ -229,7 +229,7 @@ int bs_train_drafter_cuda_new(bs_train_task **out, const char *target_dir, const
     u->B = cf->block_size; u->zl = cf->arch == BS_DRAFTER_ZLAB; u->P = bs_train_drafter_rows(u->cpu); u->r = cf->markov_rank;
     u->A = u->opt.num_anchors; u->S = max_batch_seqs; u->T = max_seq_len; u->V = cf->base.vocab_size;
     u->has_conf = param_index(&u->cpu->params, "confidence_head.proj.weight") >= 0;
-    u->need_t = u->opt.l1_alpha > 0 || u->has_conf;
+    u->need_t = u->opt.l1_alpha > 0 || u->has_conf || u->opt.target_labels;
     if (bs_train_target_cuda_new(&u->gpu_tgt, NULL, target_dir, 0, max_batch_seqs, max_seq_len, err)) {
         bs_wrap(err, "the frozen target %s on the GPU", target_dir);
         goto fail;
@@ -245,7 +245,7 @@ int bs_train_drafter_cuda_new(bs_train_task **out, const char *target_dir, const
         if (s.m < 1 || s.m > TD_MAX_TAPS) { bs_fail(err, "drafter (cuda): %d taps", s.m); goto fail; }
         for (int i = 0; i < s.m; i++) s.taps[i] = cf->target_layer_ids[i] + 1;
         s.ce_alpha = u->opt.ce_alpha; s.l1_alpha = u->opt.l1_alpha; s.conf_alpha = u->opt.conf_alpha;
-        s.need_t = u->need_t; s.l1_on = u->opt.l1_alpha > 0;
+        s.need_t = u->need_t; s.l1_on = u->opt.l1_alpha > 0; s.target_labels = u->opt.target_labels != 0;
         s.i_fc = param_index(ps, "fc.weight"); s.i_hn = param_index(ps, "hidden_norm.weight");
         s.i_layer0 = param_index(ps, "layers.0.input_layernorm.weight"); s.i_norm = param_index(ps, "norm.weight");
         s.i_embed = param_index(ps, "embed_tokens.weight"); s.i_lm = param_index(ps, "lm_head.weight");

@@ -39,6 +39,9 @@ chat)           node -e 'const c=require(process.argv[1]);process.stdout.write(c
                 printf '%s\001user: hi%s\002answer\001thinking%s\000system' "$sep" "$sep" "$sep" >> "$dir/qwen3"
                 put chatml "<|im_start|>{{ role }}<|im_end|>${sep}xhello" ;;
 cli_ids)        put a '1,2,3'; put b '151,23,7,42,99,5,17,256'; put c '2147483647'; put d '0.5' ;;
+calibration)    printf '\006{"version": 1, "temperatures": [1.5, 0.8, 1, 2.25, 0.5, 3, 1.1]}' > "$dir/seven"
+                printf '\000{"format": "blockspec-calibration", "version": 1, "temperatures": [0.9], "positions": [{"n": 3}]}' > "$dir/one"
+                printf '\001{"version": 1, "temperatures": [0.9, 2], "biases": [-1.5, 0.25]}' > "$dir/biases" ;;
 bpe_train)      head -c 4000 README.md > "$dir/readme"; printf 'aaa bbb aaa bbb \303\251\303\251 <|endoftext|> aaa' > "$dir/small" ;;
 *)              echo "seed.sh: no seeds for '$name' (add a case)" >&2; exit 1 ;;
 esac

@@ -236,6 +236,35 @@ __global__ void td_row_loss(float *z, const float *zt, const int32_t *tid, const
 }
 
 // conf[i] = hp[i] . cw[0:H] + e[i] . cw[H:H+re] + cb (one warp per row)
+// Distillation labels (bs_drafter_loss_opts.target_labels): row r's label <- argmax of its target logits (the
+// first maximum, as the engine's greedy pick). One block per row.
+__global__ void td_argmax_labels(const float *zt, int32_t *tid, int V) {
+    __shared__ float sv[256];
+    __shared__ int si[256];
+    long long r = blockIdx.x;
+    const float *z = zt + r * V;
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        if (z[j] > bv) { bv = z[j]; bi = j; }   // strided: the first maximum of this thread's share
+    sv[threadIdx.x] = bv; si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) {
+            float ov = sv[threadIdx.x + h];
+            int oi = si[threadIdx.x + h];
+            if (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < si[threadIdx.x])) { sv[threadIdx.x] = ov; si[threadIdx.x] = oi; }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) tid[r] = si[0] < V ? si[0] : 0;   // all-NaN logits: a valid id; the loss reports NaN anyway
+}
+// The Markov head's previous token follows the labels (row 0 of a block keeps the anchor).
+__global__ void td_prev_from_labels(int32_t *prev, const int32_t *tid, int P, long long n) {
+    long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < n && r % P) prev[r] = tid[r - 1];
+}
+
 __global__ void td_conf_fwd(float *conf, const float *hp, const float *e, const float *cw, const float *cb, int H, int re, long long n) {
     long long i = (long long)blockIdx.x * TC_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -424,6 +453,17 @@ static int forward(td_dev *d, const td_batch *b, int grad, bs_err *err) {
         LAUNCHED();
         hp = d->hp;
     }
+    if (s.need_t) {   // the target's logits for each prediction row (before the Markov head: target labels feed it)
+        tc_embed_fwd<<<(unsigned)np, 128, 0, d->st>>>(d->tT, tc_dev_hidden(d->tgt, s.t_final), d->tpos, H);
+        LAUNCHED();
+        if (lin_fwd(d, d->zt, d->tT, d->lm, np, s.V, H, 0.f, err)) return -1;
+    }
+    if (s.target_labels) {
+        td_argmax_labels<<<(unsigned)np, 256, 0, d->st>>>(d->zt, d->tid, s.V);
+        LAUNCHED();
+        td_prev_from_labels<<<tc_blocks(np, 256), 256, 0, d->st>>>(d->prev, d->tid, s.P, np);
+        LAUNCHED();
+    }
     if (s.r > 0) {
         tc_embed_fwd<<<(unsigned)np, 32, 0, d->st>>>(d->e, P_(d, s.i_w1), d->prev, s.r);
         LAUNCHED();
@@ -434,11 +474,6 @@ static int forward(td_dev *d, const td_batch *b, int grad, bs_err *err) {
     }
     if (lin_fwd(d, d->z, hp, d->lm, np, s.V, H, 0.f, err)) return -1;
     if (s.r > 0 && lin_fwd(d, d->z, d->e, P_(d, s.i_w2), np, s.V, s.r, 1.f, err)) return -1;
-    if (s.need_t) {
-        tc_embed_fwd<<<(unsigned)np, 128, 0, d->st>>>(d->tT, tc_dev_hidden(d->tgt, s.t_final), d->tpos, H);
-        LAUNCHED();
-        if (lin_fwd(d, d->zt, d->tT, d->lm, np, s.V, H, 0.f, err)) return -1;
-    }
     td_row_loss<<<(unsigned)np, 256, 0, d->st>>>(d->z, d->zt, d->tid, d->w, d->rs, s.ce_alpha, s.l1_alpha, s.need_t, s.l1_on, grad,
                                                  d->ce_row, d->l1_row, d->acc, s.V);
     LAUNCHED();

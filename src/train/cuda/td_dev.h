@@ -19,7 +19,8 @@ typedef struct {
     int B, P, zl, r, conf_in, m;          // block, prediction rows per block, z-lab?, Markov rank, conf head width (0: none), taps
     int taps[TD_MAX_TAPS];                // hidden_states indices of the target
     float ce_alpha, l1_alpha, conf_alpha;
-    int need_t, l1_on;                    // target logits needed (L1 or confidence); L1 gradient on
+    int need_t, l1_on;                    // target logits needed (L1, confidence or target labels); L1 gradient on
+    int target_labels;                    // labels = the target's argmax (bs_drafter_loss_opts.target_labels)
     // parameter indices in the host set (-1: absent); layer l tensor k (TC_IN_NORM..TC_WD order) = layer0 + 11 l + k
     int i_fc, i_hn, i_layer0, i_norm, i_embed, i_lm, i_w1, i_w2, i_cw, i_cb;
     int t_embed, t_lm;                    // the target's embedding / LM head parameter indices (z-lab uses them)
