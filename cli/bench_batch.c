@@ -1,6 +1,7 @@
 // blockspec bench --concurrency 1,2,4,8: many requests decoded together through the public runtime API,
-// plain and speculative. Per level: total tokens/s (every request's tokens over the wall time of the batch,
-// prefills included) and the mean per-request decode rate; the best of --reps runs.
+// plain and speculative. Per level C: the same 8 prompts (C of them at a time; more requests when C > 8),
+// total tokens/s (every request's tokens over the wall time, prefills included) and the mean per-request
+// decode rate; the best of --reps runs.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,29 +17,32 @@ static const char *const bench_prompts[8] = {
 
 typedef struct batch_figures { double total_tps, per_request_tps; long tokens; } batch_figures;
 
-// One batch of c requests to completion; fills f.
+// max(8, c) requests (prompt i % 8), at most c at a time: a finished one makes room for the next
+// (continuous batching), so every level decodes the same prompts and the figures compare.
 static int run_level(blockspec *bs, int32_t **ids, size_t *n_ids, int c, const blockspec_params *p, batch_figures *f, char *err, size_t len) {
-    blockspec_request **r = calloc(c, sizeof *r);
-    int rc = -1;
+    int n = c > 8 ? c : 8, next = 0, running = 0, rc = -1;
+    blockspec_request **r = calloc(n, sizeof *r);
     if (!r) { snprintf(err, len, "out of memory"); return -1; }
     double t0 = bs_now();
-    for (int i = 0; i < c; i++) if (blockspec_submit(bs, ids[i % 8], n_ids[i % 8], p, NULL, NULL, &r[i], err, len)) goto out;
-    int left;
-    while ((left = blockspec_step(bs, err, len)) > 0) {}
-    if (left < 0) goto out;
+    for (;;) {
+        for (; running < c && next < n; next++, running++)
+            if (blockspec_submit(bs, ids[next % 8], n_ids[next % 8], p, NULL, NULL, &r[next], err, len)) goto out;
+        if (running == 0) break;
+        if ((running = blockspec_step(bs, err, len)) < 0) goto out;
+    }
     double wall = bs_now() - t0, rate = 0;
     f->tokens = 0;
-    for (int i = 0; i < c; i++) {
+    for (int i = 0; i < n; i++) {
         blockspec_stats st;
         blockspec_request_stats(r[i], &st);
         f->tokens += st.n_generated;
         rate += st.n_generated > 1 && st.t_generate > 0 ? (st.n_generated - 1) / st.t_generate : 0;
     }
     f->total_tps = f->tokens / wall;
-    f->per_request_tps = rate / c;
+    f->per_request_tps = rate / n;
     rc = 0;
 out:
-    for (int i = 0; i < c; i++) blockspec_request_free(bs, r[i]);
+    for (int i = 0; i < n; i++) blockspec_request_free(bs, r[i]);
     free(r);
     return rc;
 }
