@@ -19,7 +19,7 @@ static void usage(void) {
     fprintf(stderr,
         "usage: blockspec generate [-m TARGET_DIR] (-p TEXT | --prompt-file F | --prompt-ids IDS) [options]\n"
         "  -m DIR                   the target (default: the built-in models/blockspec-30m, with its drafter\n"
-        "                           models/blockspec-30m-dflash and --draft-max 3 unless -d / --draft-max say otherwise)\n"
+        "                           models/blockspec-30m-dspark and --draft-max 4 unless -d / --draft-max say otherwise)\n"
         "  --chat                   wrap the prompt as a user message in the model's chat template\n"
         "  --system TEXT            system message (with --chat)\n"
         "  --no-think               Qwen3 chat: enable_thinking=false (an empty <think></think> block)\n"

@@ -266,7 +266,7 @@ TEST(cli_builtin_model_speculative_equals_plain) {
     cJSON *j = cJSON_Parse(a), *st = j ? cJSON_GetObjectItem(j, "stats") : NULL;
     CHECK(st, "--json printed no stats: %.200s", a);
     cJSON *tau = cJSON_GetObjectItem(st, "tau"), *tps = cJSON_GetObjectItem(st, "decode_tok_per_s");
-    CHECK(cJSON_IsNumber(tau) && tau->valuedouble > 1.2, "the built-in drafter accepted too little: tau %g", cJSON_IsNumber(tau) ? tau->valuedouble : -1);
+    CHECK(cJSON_IsNumber(tau) && tau->valuedouble > 2.5, "the built-in drafter accepted too little (measured 3.6): tau %g", cJSON_IsNumber(tau) ? tau->valuedouble : -1);
     CHECK(cJSON_IsNumber(tps) && tps->valuedouble > 0, "no decode_tok_per_s");
     cJSON_Delete(j);
 }
