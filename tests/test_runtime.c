@@ -16,12 +16,15 @@ typedef struct request {
     int cancel_step;     // > 0: cancelled before this step (the batch run only)
 } request;
 
-// Runs reqs through one runtime with the join / cancel schedule; out[i] (cap 128) gets request i's tokens.
-static int run_batch(bs_engine *e, bs_drafter *d, request *reqs, int n, int schedule, int32_t (*out)[128], int *n_out, bs_err *err) {
+// Runs reqs through one runtime with the join / cancel schedule and prefill_rows prompt rows per step
+// (0: the default); out[i] (cap 128) gets request i's tokens.
+static int run_batch(bs_engine *e, bs_drafter *d, request *reqs, int n, int schedule, int prefill_rows, int32_t (*out)[128], int *n_out,
+                     bs_err *err) {
     bs_runtime rt;
     bs_seq *seqs = calloc(n, sizeof *seqs);
     int rc = -1, live = 0;
     if (bs_runtime_init(&rt, e, d, err)) { free(seqs); return -1; }
+    if (prefill_rows) rt.prefill_rows = prefill_rows;
     for (int step = 0; step < 10000; step++) {
         for (int i = 0; i < n; i++) {
             if ((schedule ? reqs[i].join_step : 0) == step) {
@@ -64,7 +67,9 @@ static void make_requests(request *r, int n, int V, int has_drafter, uint64_t se
     }
 }
 
-static void check_batch_invariance(int *failed_, const char *device, const char *target, const char *drafter, int n, uint64_t seed) {
+// prefill_rows: the batch run's prompt rows per step (small: prompts prefill in many chunks beside decoding).
+static void check_batch_invariance(int *failed_, const char *device, const char *target, const char *drafter, int n, uint64_t seed,
+                                   int prefill_rows) {
     bs_engine *e; bs_err err = {0};
     bs_drafter *d = NULL;
     CHECK(bs_engine_open(&e, target, device, &err) == 0, "%s", err.msg);
@@ -73,8 +78,8 @@ static void check_batch_invariance(int *failed_, const char *device, const char 
     int32_t (*alone)[128] = calloc(n, sizeof *alone), (*batch)[128] = calloc(n, sizeof *batch);
     int *n_alone = calloc(n, sizeof(int)), *n_batch = calloc(n, sizeof(int));
     make_requests(r, n, e->cfg.vocab_size, d != NULL, seed);
-    for (int i = 0; i < n; i++) CHECK(run_batch(e, d, &r[i], 1, 0, &alone[i], &n_alone[i], &err) == 0, "request %d alone: %s", i, err.msg);
-    CHECK(run_batch(e, d, r, n, 1, batch, n_batch, &err) == 0, "batch: %s", err.msg);
+    for (int i = 0; i < n; i++) CHECK(run_batch(e, d, &r[i], 1, 0, 0, &alone[i], &n_alone[i], &err) == 0, "request %d alone: %s", i, err.msg);
+    CHECK(run_batch(e, d, r, n, 1, prefill_rows, batch, n_batch, &err) == 0, "batch: %s", err.msg);
     int accepted_somewhere = 0;
     for (int i = 0; i < n; i++) {
         if (r[i].cancel_step) {
@@ -95,7 +100,7 @@ static void check_batch_invariance(int *failed_, const char *device, const char 
         request plain = r[i];
         plain.p.use_drafter = 0;
         int32_t out[1][128]; int n_plain;
-        CHECK(run_batch(e, d, &plain, 1, 0, out, &n_plain, &err) == 0, "%s", err.msg);
+        CHECK(run_batch(e, d, &plain, 1, 0, 0, out, &n_plain, &err) == 0, "%s", err.msg);
         CHECK(n_plain == n_alone[i] && !memcmp(out[0], alone[i], sizeof(int32_t) * n_plain), "request %d: speculative greedy differs from plain", i);
     }
     free(r); free(alone); free(batch); free(n_alone); free(n_batch);
@@ -107,20 +112,20 @@ TEST(runtime_batch_invariance_fixture_dspark) {
     char t[1024], d[1024];
     snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
     snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
-    check_batch_invariance(failed_, "cpu", t, d, 12, 1);
+    check_batch_invariance(failed_, "cpu", t, d, 12, 1, 7);
 }
 
 TEST(runtime_batch_invariance_fixture_dflash) {
     char t[1024], d[1024];
     snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
     snprintf(d, sizeof d, "%s/dflash", bs_fixtures_dir());
-    check_batch_invariance(failed_, "cpu", t, d, 12, 2);
+    check_batch_invariance(failed_, "cpu", t, d, 12, 2, 0);
 }
 
 TEST(runtime_batch_invariance_random_target_plain) {
     const char *dir = tu_make_target(300, 48, 3, 6, 2, 8, 96, 1, 3, 42);
     CHECK(dir, "could not write a random target");
-    check_batch_invariance(failed_, "cpu", dir, NULL, 10, 3);
+    check_batch_invariance(failed_, "cpu", dir, NULL, 10, 3, 3);
 }
 
 // The built-in model: drafts are really accepted, so rollback happens across many sequences at once; 24
@@ -128,7 +133,7 @@ TEST(runtime_batch_invariance_random_target_plain) {
 TEST(runtime_batch_invariance_builtin_model) {
     struct stat st;
     if (stat("models/blockspec-30m", &st) || stat("models/blockspec-30m-dflash", &st)) SKIP("no built-in model in models/");
-    check_batch_invariance(failed_, "cpu", "models/blockspec-30m", "models/blockspec-30m-dflash", 24, 4);
+    check_batch_invariance(failed_, "cpu", "models/blockspec-30m", "models/blockspec-30m-dflash", 24, 4, 16);
 }
 
 // The same promise on the GPU (SKIPPED with the reason where no CUDA backend is usable): fixture DSpark and
@@ -138,18 +143,25 @@ TEST(runtime_batch_invariance_cuda) {
     char t[1024], d[1024];
     snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
     snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
-    check_batch_invariance(failed_, "cuda", t, d, 12, 1);
+    check_batch_invariance(failed_, "cuda", t, d, 12, 1, 7);
     if (*failed_) return;
     snprintf(d, sizeof d, "%s/dflash", bs_fixtures_dir());
-    check_batch_invariance(failed_, "cuda", t, d, 12, 2);
+    check_batch_invariance(failed_, "cuda", t, d, 12, 2, 0);
     if (*failed_) return;
     const char *dir = tu_make_target(300, 48, 3, 6, 2, 8, 96, 1, 3, 42);
     CHECK(dir, "could not write a random target");
-    check_batch_invariance(failed_, "cuda", dir, NULL, 10, 3);
+    check_batch_invariance(failed_, "cuda", dir, NULL, 10, 3, 3);
     if (*failed_) return;
     struct stat st;
     if (!stat("models/blockspec-30m", &st) && !stat("models/blockspec-30m-dflash", &st))
-        check_batch_invariance(failed_, "cuda", "models/blockspec-30m", "models/blockspec-30m-dflash", 32, 4);
+        check_batch_invariance(failed_, "cuda", "models/blockspec-30m", "models/blockspec-30m-dspark", 32, 4, 16);
+}
+
+// The built-in DSpark drafter (the default) likewise, its prompts prefilled 16 rows per step.
+TEST(runtime_batch_invariance_builtin_dspark) {
+    struct stat st;
+    if (stat("models/blockspec-30m", &st) || stat("models/blockspec-30m-dspark", &st)) SKIP("no built-in DSpark drafter in models/");
+    check_batch_invariance(failed_, "cpu", "models/blockspec-30m", "models/blockspec-30m-dspark", 16, 5, 16);
 }
 
 // Misuse: a sequence joins twice, or joins a runtime of another drafter; a cancelled sequence leaves.

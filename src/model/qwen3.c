@@ -132,7 +132,8 @@ typedef struct piece {
     const int32_t *ids;
     int n;              // rows in this chunk
     int ends_seq;       // the sequence's last row is this piece's last
-    int seq;            // index of the sequence in the batch (its logits row when only last rows are asked for)
+    int all_logits;     // a logits row per row (else only the sequence's last)
+    int lrow;           // logits row of the piece's first row (all_logits), else of the sequence's last row
 } piece;
 
 typedef struct chunk {
@@ -200,28 +201,38 @@ static void forward_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch, c
     }
     for (int i = 0; i < ch->n_pieces; i++) ch->p[i].kv->n_past += ch->p[i].n;
     // Final norm: needed for every row when logits of all rows or the last tap are asked for.
-    int need_all = out->logits_all, last_tap = 0;
+    int need_all = 0, last_tap = 0;
+    for (int i = 0; i < ch->n_pieces; i++) need_all |= ch->p[i].all_logits;
     for (int t = 0; t < out->n_taps; t++) last_tap |= out->taps[t] == c->n_layers;
     if (need_all || last_tap) {
         be->rmsnorm(be, ws->xn, ws->x, n, H, &m->norm, c->rms_eps);
         emit_taps(m, out, c->n_layers, ws->xn, row0, n);
-        if (out->logits && need_all) be->matmul(be, out->logits + (size_t)row0 * c->vocab_size, ws->xn, n, &m->lm_head, 0);
     }
-    if (!out->logits || need_all) return;
-    // Only each sequence's last row: where it ends in this chunk.
-    for (int i = 0; i < ch->n_pieces; i++) {
-        if (!ch->p[i].ends_seq) continue;
-        size_t r = (size_t)spans[i].row0 + spans[i].n - 1;
-        float *last = ws->xn + r * H;
-        if (!last_tap) be->rmsnorm(be, last, ws->x + r * H, 1, H, &m->norm, c->rms_eps);
-        be->matmul(be, out->logits + (size_t)ch->p[i].seq * c->vocab_size, last, 1, &m->lm_head, 0);
+    if (!out->logits) return;
+    size_t V = c->vocab_size;
+    for (int i = 0; i < ch->n_pieces;) {
+        const piece *p = &ch->p[i];
+        if (p->all_logits) {   // a run of pieces whose logits rows follow one another: one LM head call
+            int j = i + 1, rows = p->n;
+            while (j < ch->n_pieces && ch->p[j].all_logits && ch->p[j].lrow == p->lrow + rows) rows += ch->p[j++].n;
+            be->matmul(be, out->logits + (size_t)p->lrow * V, ws->xn + (size_t)spans[i].row0 * H, rows, &m->lm_head, 0);
+            i = j;
+            continue;
+        }
+        if (p->ends_seq) {     // only the sequence's last row
+            size_t r = (size_t)spans[i].row0 + spans[i].n - 1;
+            float *last = ws->xn + r * H;
+            if (!need_all && !last_tap) be->rmsnorm(be, last, ws->x + r * H, 1, H, &m->norm, c->rms_eps);
+            be->matmul(be, out->logits + (size_t)p->lrow * V, last, 1, &m->lm_head, 0);
+        }
+        i++;
     }
 }
 
 // A single-sequence chunk of rows [0, n).
-static chunk one_chunk(bs_kv_cache *kv, const int32_t *ids, int n, const int32_t *dev_ids) {
+static chunk one_chunk(bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, const int32_t *dev_ids) {
     chunk ch = { .n_pieces = 1, .n_rows = n, .dev_ids = dev_ids };
-    ch.p[0] = (piece){ kv, ids, n, 1, 0 };
+    ch.p[0] = (piece){ kv, ids, n, 1, out->logits_all, 0 };
     return ch;
 }
 
@@ -249,7 +260,7 @@ static int forward_recorded(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv,
     int pos0 = kv->n_past;
     if (!r->rec) {
         if (be->record_begin(be, pos0)) return 1;
-        chunk ch = one_chunk(kv, ids, n, dev_ids);
+        chunk ch = one_chunk(kv, ids, n, out, dev_ids);
         forward_chunk(m, ws, &ch, out);
         kv->n_past = pos0;
         if (!(r->rec = be->record_end(be, err))) return -1;
@@ -286,24 +297,29 @@ int bs_qwen3_forward_batch(const bs_qwen3 *m, bs_qwen3_ws *ws, const bs_seq_rows
         for (int j = 0; j < i; j++)
             if (seqs[j].kv == seqs[i].kv) return bs_fail(err, "sequences %d and %d of a batch share one KV cache", j, i);
     }
-    if (n_seqs == 1 && seqs[0].n <= BS_QWEN3_CHUNK_ROWS && m->be->record_begin) {
+    if (n_seqs == 1 && seqs[0].n <= BS_QWEN3_CHUNK_ROWS && m->be->record_begin && !(out->logits_all && seqs[0].last_logits_only)) {
         int rc = forward_recorded(m, ws, seqs[0].kv, seqs[0].ids, seqs[0].n, out, NULL, err);
         if (rc <= 0) return rc;   // 1: not recordable, run it plainly
     }
     // Cut the batch's rows into chunks; a sequence may continue from one chunk into the next.
     chunk ch = { 0 };
-    int row = 0;
-    for (int s = 0; s < n_seqs; s++)
+    int row = 0, lrow = 0;   // lrow: the sequence's first logits row
+    for (int s = 0; s < n_seqs; s++) {
+        int all = out->logits_all && !seqs[s].last_logits_only;
         for (int done = 0; done < seqs[s].n;) {
             int take = seqs[s].n - done, room = BS_QWEN3_CHUNK_ROWS - ch.n_rows;
             if (take > room) take = room;
-            ch.p[ch.n_pieces++] = (piece){ seqs[s].kv, seqs[s].ids + done, take, done + take == seqs[s].n, s };
+            // logits rows: the piece's first (all rows), or the sequence's one (its last row's)
+            int at = all ? lrow + done : out->logits_all ? lrow : s;
+            ch.p[ch.n_pieces++] = (piece){ seqs[s].kv, seqs[s].ids + done, take, done + take == seqs[s].n, all, at };
             ch.n_rows += take; done += take; row += take;
             if (ch.n_rows == BS_QWEN3_CHUNK_ROWS || (s + 1 == n_seqs && done == seqs[s].n)) {
                 forward_chunk(m, ws, &ch, out);
                 ch = (chunk){ .row0 = row };
             }
         }
+        lrow += all ? seqs[s].n : 1;
+    }
     return 0;
 }
 
@@ -331,7 +347,7 @@ int bs_qwen3_forward_dev(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv, in
         int rc = forward_recorded(m, ws, kv, &id0, n, out, dev_ids, err);
         if (rc <= 0) return rc;
     }
-    chunk ch = one_chunk(kv, &id0, n, dev_ids);
+    chunk ch = one_chunk(kv, &id0, n, out, dev_ids);
     forward_chunk(m, ws, &ch, out);
     return 0;
 }

@@ -83,12 +83,14 @@ typedef struct bs_seq_rows {
     bs_kv_cache *kv;
     const int32_t *ids;
     int n;
+    int last_logits_only;        // 1: one logits row (its last) even when the forward asks for every row's
+                                 // (a prompt chunk beside verify blocks)
 } bs_seq_rows;
 
 // One forward over the rows of several sequences (a ragged batch: each contributes its n rows, at its own
 // positions, against its own KV cache, which gains them). Rows are numbered in the order given. Outputs:
-// logits_all: a row of logits per batch row; else one per sequence (its last row), in order; taps: a row
-// per batch row. Each row's results equal the same row computed with its sequence alone (the kernels are
+// logits_all: a row of logits per batch row (one, its last, for a sequence with last_logits_only), packed
+// in order; else one per sequence (its last row), in order; taps: a row per batch row. Each row's results equal the same row computed with its sequence alone (the kernels are
 // row-invariant: tests/test_row_invariance.c, tests/test_runtime.c). ws: the caller's scratch.
 int bs_qwen3_forward_batch(const bs_qwen3 *m, bs_qwen3_ws *ws, const bs_seq_rows *seqs, int n_seqs, const bs_fwd_out *out,
                            bs_err *err);

@@ -6,6 +6,7 @@
 int bs_runtime_init(bs_runtime *rt, const bs_engine *e, bs_drafter *d, bs_err *err) {
     memset(rt, 0, sizeof *rt);
     rt->eng = e; rt->drafter = d;
+    rt->prefill_rows = BS_PREFILL_CHUNK;
     bs_backend *be = e->be;
     if (bs_qwen3_ws_init(&rt->ws, &e->cfg, be, err)) return -1;
     if (!(rt->dev_scratch = be->alloc(be, sizeof(int32_t) * (2 * BS_MAX_DRAFT + 2), err)) ||
@@ -21,7 +22,7 @@ static void free_rows(bs_runtime *rt) {
     if (rt->logits) be->free(be, rt->logits);
     if (rt->feat) be->free(be, rt->feat);
     rt->logits = rt->feat = NULL;
-    rt->cap_rows = 0;
+    rt->cap_logits = rt->cap_feat = 0;
 }
 
 void bs_runtime_free(bs_runtime *rt) {
@@ -35,21 +36,28 @@ void bs_runtime_free(bs_runtime *rt) {
     memset(rt, 0, sizeof *rt);
 }
 
-// Room for `rows` batch rows of logits and features (contents are not kept: they live within a step).
-int bs_runtime_reserve_rows(bs_runtime *rt, int rows, bs_err *err) {
-    if (rows <= rt->cap_rows) return 0;
-    bs_backend *be = rt->eng->be;
-    int cap = rt->cap_rows ? rt->cap_rows : 16;
+static int grow_to(int cap, int rows) {
+    if (!cap) cap = 16;
     while (cap < rows) cap *= 2;
+    return cap;
+}
+
+// Room for logit_rows rows of logits and batch_rows rows of drafter features (contents are not kept: they
+// live within a step).
+int bs_runtime_reserve_rows(bs_runtime *rt, int logit_rows, int batch_rows, bs_err *err) {
+    if (batch_rows < BS_PREFILL_CHUNK) batch_rows = BS_PREFILL_CHUNK;   // a lone prompt's chunk
+    if (logit_rows <= rt->cap_logits && (!rt->drafter || batch_rows <= rt->cap_feat)) return 0;
+    bs_backend *be = rt->eng->be;
+    int cl = logit_rows > rt->cap_logits ? grow_to(rt->cap_logits, logit_rows) : rt->cap_logits;
+    int cf = batch_rows > rt->cap_feat ? grow_to(rt->cap_feat, batch_rows) : rt->cap_feat;
     free_rows(rt);
     size_t V = rt->eng->cfg.vocab_size;
-    if (!(rt->logits = be->alloc(be, sizeof(float) * cap * V, err))) return bs_wrap(err, "logits for a batch of %d rows", cap);
+    if (!(rt->logits = be->alloc(be, sizeof(float) * cl * V, err))) return bs_wrap(err, "logits for a batch of %d rows", cl);
     if (rt->drafter) {
         size_t F = (size_t)rt->drafter->n_taps * rt->eng->cfg.hidden_size;
-        int frows = cap > BS_PREFILL_CHUNK ? cap : BS_PREFILL_CHUNK;
-        if (!(rt->feat = be->alloc(be, sizeof(float) * frows * F, err))) { free_rows(rt); return bs_wrap(err, "drafter features for %d rows", frows); }
+        if (!(rt->feat = be->alloc(be, sizeof(float) * cf * F, err))) { free_rows(rt); return bs_wrap(err, "drafter features for %d rows", cf); }
     }
-    rt->cap_rows = cap;
+    rt->cap_logits = cl; rt->cap_feat = cf;
     return 0;
 }
 

@@ -1,7 +1,8 @@
 // The runtime: many sequences (src/runtime/seq.h) sharing one loaded target and drafter, decoded
 // together. One step advances every active sequence by one round:
-//   1. the sequences that just joined prefill their prompts (their drafter context grows with the taps)
-//      and emit their first token;
+//   1. the sequences that joined prefill their prompts in chunks, at most prefill_rows rows per step over
+//      all of them, inside the same forward as the others' verify rows (their drafter context grows with
+//      the taps); a sequence whose prompt is done emits its first token;
 //   2. every speculative sequence drafts its k_r tokens, each from its own context, in one drafter pass
 //      over all their blocks (propose_batch; else one call per sequence);
 //   3. ONE target forward over all their verify rows, ragged: sequence r contributes [anchor, d_1..d_k_r]
@@ -21,10 +22,12 @@ typedef struct bs_runtime {
     bs_qwen3_ws ws;              // the target's forward scratch
     bs_seq **seqs;               // active sequences, in join order (not owned)
     int n_seqs, cap_seqs;
+    int prefill_rows;            // prompt rows per step over all prefilling sequences (BS_PREFILL_CHUNK; tests
+                                 // set it small to cut prompts into many chunks)
     // Batch buffers (backend memory), grown to the largest step seen.
-    float *logits;               // [cap_rows][V]
-    float *feat;                 // [max(cap_rows, prefill chunk)][n_taps * H] drafter context features
-    int cap_rows;
+    float *logits;               // [cap_logits][V]
+    float *feat;                 // [cap_feat][n_taps * H] drafter context features, a row per batch row
+    int cap_logits, cap_feat;
     int32_t *dev_scratch;        // [2 * BS_MAX_DRAFT + 2]: a lone sequence's verify (one download per round)
     float *residual;             // host [V]: the host acceptance's residual row
     bs_seq_rows *rows;           // host [cap_seqs]: the batch descriptor of step 3
@@ -49,8 +52,8 @@ void bs_runtime_remove(bs_runtime *rt, bs_seq *s);
 // active, or -1 (err): an error inside a step leaves the sequences in it unusable.
 int bs_runtime_step(bs_runtime *rt, bs_err *err);
 
-// Inside the runtime (step.c): room for `rows` batch rows in logits and feat.
-int bs_runtime_reserve_rows(bs_runtime *rt, int rows, bs_err *err);
+// Inside the runtime (step.c): room for logit_rows rows of logits and batch_rows rows of features.
+int bs_runtime_reserve_rows(bs_runtime *rt, int logit_rows, int batch_rows, bs_err *err);
 
 // A lone sequence's verify forward and verdict, with the drafts possibly still in backend memory
 // (propose_on_device): the forward reads them there and one download per round brings the drafts and

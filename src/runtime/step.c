@@ -1,5 +1,6 @@
-// One step of the runtime: prefill the newcomers, draft, one target forward over every verify row,
-// then each sequence's verdict, rollback and emission (runtime.h).
+// One step of the runtime: draft, one target forward over every verify row and the prompt chunks of the
+// sequences still prefilling, then each sequence's verdict, rollback and emission (runtime.h). A lone
+// sequence takes the single-request path (its whole prompt, then a one-sync verify).
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/runtime.h"
@@ -28,24 +29,30 @@ static int32_t token_from_row(bs_backend *be, bs_seq *s, float *row, int V) {
     return t;
 }
 
-// The prompt in chunks (each chunk's taps become drafter context at once), then the first token.
-static int prefill(bs_runtime *rt, bs_seq *s, bs_err *err) {
-    const bs_engine *e = rt->eng;
-    bs_drafter *d = s->drafter;
-    s->t_start = bs_now();
-    if (bs_runtime_reserve_rows(rt, 1, err)) return -1;
-    bs_fwd_out fo = { .logits = rt->logits };
-    if (d) { fo.taps = d->taps; fo.n_taps = d->n_taps; fo.tap_out = rt->feat; }
-    for (int r = 0; r < s->n_prompt; r += BS_PREFILL_CHUNK) {
-        bs_seq_rows chunk = { s->kv, s->prompt + r, s->n_prompt - r < BS_PREFILL_CHUNK ? s->n_prompt - r : BS_PREFILL_CHUNK };
-        if (bs_qwen3_forward_batch(&e->target, &rt->ws, &chunk, 1, &fo, err)) return -1;
-        if (d && d->add_context(d, &s->dctx, rt->feat, chunk.n, err)) return -1;
-    }
-    int32_t t = token_from_row(e->be, s, rt->logits, e->cfg.vocab_size);
+// The prompt is in the KV cache (and the drafter context): the first token, from the last row's logits.
+static void prompt_done(bs_seq *s, float *logits_row) {
+    int32_t t = token_from_row(s->eng->be, s, logits_row, s->eng->cfg.vocab_size);
     s->st.n_prompt = s->n_prompt;
     s->st.t_prefill = bs_now() - s->t_start;
     s->phase = BS_SEQ_DECODE;
     bs_seq_emit(s, t);
+}
+
+// A lone sequence's whole prompt in chunks (each chunk's taps become drafter context at once).
+static int prefill_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
+    const bs_engine *e = rt->eng;
+    bs_drafter *d = s->drafter;
+    if (!s->n_prefilled) s->t_start = bs_now();
+    if (bs_runtime_reserve_rows(rt, 1, BS_PREFILL_CHUNK, err)) return -1;
+    bs_fwd_out fo = { .logits = rt->logits };
+    if (d) { fo.taps = d->taps; fo.n_taps = d->n_taps; fo.tap_out = rt->feat; }
+    for (int r = s->n_prefilled; r < s->n_prompt; r += BS_PREFILL_CHUNK) {
+        bs_seq_rows chunk = { s->kv, s->prompt + r, s->n_prompt - r < BS_PREFILL_CHUNK ? s->n_prompt - r : BS_PREFILL_CHUNK };
+        if (bs_qwen3_forward_batch(&e->target, &rt->ws, &chunk, 1, &fo, err)) return -1;
+        if (d && d->add_context(d, &s->dctx, rt->feat, chunk.n, err)) return -1;
+    }
+    s->n_prefilled = s->n_prompt;
+    prompt_done(s, rt->logits);
     return 0;
 }
 
@@ -148,7 +155,7 @@ static int verify_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     int n = s->n_draft, a = 0;
     int32_t next;
     double t0 = bs_now();
-    if (bs_runtime_reserve_rows(rt, n + 1, err)) return -1;
+    if (bs_runtime_reserve_rows(rt, n + 1, n + 1, err)) return -1;
     if (!d) {
         bs_seq_rows one = { s->kv, &s->anchor, 1 };
         bs_fwd_out fo = { .logits = rt->logits };
@@ -172,22 +179,35 @@ static int verify_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     return finish_round(s, a, next, rt->feat, err);
 }
 
-// Several sequences: one ragged forward over all their rows, then each one's verdict from its rows.
-static int verify_batch(bs_runtime *rt, bs_err *err) {
+// Several sequences: one ragged forward over all their rows (verify blocks, and prompt chunks within this
+// step's prefill budget), then each one's verdict from its rows, or its prompt's progress.
+static int forward_batch(bs_runtime *rt, bs_err *err) {
     const bs_engine *e = rt->eng;
     bs_backend *be = e->be;
     const int V = e->cfg.vocab_size;
-    int n_rows = 0, n_batch = 0, any_drafter = 0;
+    int n_rows = 0, n_logits = 0, n_batch = 0, any_drafter = 0, budget = rt->prefill_rows;
+    double t0 = bs_now();
     for (int i = 0; i < rt->n_seqs; i++) {
         bs_seq *s = rt->seqs[i];
-        if (s->phase != BS_SEQ_DECODE) continue;
-        s->row0 = n_rows;
-        rt->rows[n_batch++] = (bs_seq_rows){ s->kv, s->ids, s->n_draft + 1 };
-        n_rows += s->n_draft + 1;
+        int rows;
+        if (s->phase == BS_SEQ_PREFILL) {
+            rows = s->n_prompt - s->n_prefilled < budget ? s->n_prompt - s->n_prefilled : budget;
+            s->n_chunk = rows;
+            if (rows == 0) continue;   // waits for a later step's budget
+            if (!s->n_prefilled) s->t_start = t0;
+            budget -= rows;
+            rt->rows[n_batch++] = (bs_seq_rows){ s->kv, s->prompt + s->n_prefilled, rows, 1 };
+        } else if (s->phase == BS_SEQ_DECODE) {
+            rows = s->n_draft + 1;
+            rt->rows[n_batch++] = (bs_seq_rows){ s->kv, s->ids, rows, 0 };
+        } else continue;
+        s->row0 = n_rows; s->lrow = n_logits;
+        n_rows += rows;
+        n_logits += s->phase == BS_SEQ_PREFILL ? 1 : rows;
         any_drafter |= s->drafter != NULL;
     }
-    double t0 = bs_now();
-    if (bs_runtime_reserve_rows(rt, n_rows, err)) return -1;
+    if (n_batch == 0) return 0;
+    if (bs_runtime_reserve_rows(rt, n_logits, n_rows, err)) return -1;
     bs_fwd_out fo = { .logits = rt->logits, .logits_all = 1 };
     if (any_drafter) { fo.taps = rt->drafter->taps; fo.n_taps = rt->drafter->n_taps; fo.tap_out = rt->feat; }
     if (bs_qwen3_forward_batch(&e->target, &rt->ws, rt->rows, n_batch, &fo, err)) return -1;
@@ -195,8 +215,15 @@ static int verify_batch(bs_runtime *rt, bs_err *err) {
     size_t F = any_drafter ? (size_t)rt->drafter->n_taps * e->cfg.hidden_size : 0;
     for (int i = 0; i < rt->n_seqs; i++) {
         bs_seq *s = rt->seqs[i];
+        float *rows = rt->logits + (size_t)s->lrow * V, *feat = any_drafter ? rt->feat + (size_t)s->row0 * F : NULL;
+        if (s->phase == BS_SEQ_PREFILL) {
+            if (!s->n_chunk) continue;
+            if (s->drafter && s->drafter->add_context(s->drafter, &s->dctx, feat, s->n_chunk, err)) return -1;
+            s->n_prefilled += s->n_chunk;
+            if (s->n_prefilled == s->n_prompt) prompt_done(s, rows);
+            continue;
+        }
         if (s->phase != BS_SEQ_DECODE) continue;
-        float *rows = rt->logits + (size_t)s->row0 * V;
         int a = 0;
         int32_t next;
         t0 = bs_now();
@@ -209,7 +236,7 @@ static int verify_batch(bs_runtime *rt, bs_err *err) {
         }
         // The shared forward counts in full for every sequence in it: each waited for all of it.
         s->st.t_target += t_forward + (bs_now() - t0);
-        if (finish_round(s, a, next, any_drafter ? rt->feat + (size_t)s->row0 * F : NULL, err)) return -1;
+        if (finish_round(s, a, next, feat, err)) return -1;
     }
     return 0;
 }
@@ -222,15 +249,14 @@ static void drop_finished(bs_runtime *rt) {
 
 int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     drop_finished(rt);
-    for (int i = 0; i < rt->n_seqs; i++)
-        if (rt->seqs[i]->phase == BS_SEQ_PREFILL && prefill(rt, rt->seqs[i], err)) return -1;
-    int n_decoding = 0;
-    for (int i = 0; i < rt->n_seqs; i++) n_decoding += rt->seqs[i]->phase == BS_SEQ_DECODE;
-    if (n_decoding > 0) {
-        if (n_decoding == 1) {
-            for (int i = 0; i < rt->n_seqs; i++)
-                if (rt->seqs[i]->phase == BS_SEQ_DECODE && (draft_alone(rt->seqs[i], err) || verify_alone(rt, rt->seqs[i], err))) return -1;
-        } else if (draft_batch(rt, err) || verify_batch(rt, err)) return -1;
+    if (rt->n_seqs == 1) {   // alone: the single-request path
+        bs_seq *s = rt->seqs[0];
+        if (s->phase == BS_SEQ_PREFILL && prefill_alone(rt, s, err)) return -1;
+        if (s->phase == BS_SEQ_DECODE && (draft_alone(s, err) || verify_alone(rt, s, err))) return -1;
+    } else if (rt->n_seqs > 1) {
+        // The decoding sequences' drafts were planned from their anchors; sequences still prefilling sit
+        // this round out (drafting needs their whole prompt).
+        if (draft_batch(rt, err) || forward_batch(rt, err)) return -1;
     }
     drop_finished(rt);
     return rt->n_seqs;
