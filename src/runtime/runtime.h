@@ -1,13 +1,14 @@
 // The runtime: many sequences (src/runtime/seq.h) sharing one loaded target and drafter, decoded
 // together. One step advances every active sequence by one round:
-//   1. the sequences that joined prefill their prompts in chunks, at most prefill_rows rows per step over
-//      all of them, inside the same forward as the others' verify rows (their drafter context grows with
-//      the taps); a sequence whose prompt is done emits its first token;
-//   2. every speculative sequence drafts its k_r tokens, each from its own context, in one drafter pass
-//      over all their blocks (propose_batch; else one call per sequence);
-//   3. ONE target forward over all their verify rows, ragged: sequence r contributes [anchor, d_1..d_k_r]
-//      at its own positions against its own KV cache (bs_qwen3_forward_batch);
-//   4. per sequence: acceptance (src/spec/verify.c), KV rollback, drafter context growth, emission.
+//   1. every decoding speculative sequence drafts its k_r tokens, each from its own context, in one
+//      drafter pass over all their blocks (propose_batch; else one call per sequence);
+//   2. ONE target forward over all their rows, ragged (bs_qwen3_forward_batch): a decoding sequence
+//      contributes [anchor, d_1..d_k_r], a sequence still prefilling a chunk of its prompt (at most
+//      prefill_rows prompt rows per step over all of them), each at its own positions against its own KV;
+//   3. per sequence: acceptance (src/spec/verify.c), KV rollback, drafter context growth (the taps),
+//      emission; a sequence whose prompt is now done emits its first token.
+// A lone sequence takes the single-request path instead: its whole prompt, then rounds whose drafts stay
+// in backend memory until one download per round (verify_one.c).
 // Sequences join (bs_runtime_add) and leave (done or cancelled) between steps. A request's tokens are the
 // same whatever else is in the batch: every row is computed as it would be alone (row-invariant kernels)
 // and every random draw comes from the request's own RNG in the order it would draw alone.
