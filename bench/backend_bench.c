@@ -8,6 +8,7 @@
 #include <string.h>
 #include "engine/engine.h"
 #include "model/dflash.h"
+#include "runtime/runtime.h"
 #include "spec/spec_loop.h"
 #include "util/timer.h"
 
@@ -207,20 +208,22 @@ int main(int argc, char **argv) {
         bs_drafter *d = NULL;
         bs_drafter_opts dop = { .lossy_weights = lossy[di], .draft_vocab = vocab[di] };
         if (bs_dflash_open_opts(&d, drafters[di], &e->target, ctx + 200, &dop, &err)) { fprintf(stderr, "backend_bench: %s\n", err.msg); continue; }
+        bs_drafter_ctx dc;
+        if (bs_drafter_ctx_init(d, &dc, ctx + 200, &err)) { fprintf(stderr, "backend_bench: %s\n", err.msg); d->free(d); continue; }
         int n = d->max_drafts, F = d->n_taps * H;
         dr_n[di] = n;
         float *taps = be->alloc(be, sizeof(float) * (size_t)(ctx + 80) * F, &err);
         bs_kv_rollback(&s.kv, 0, &err);
         bs_fwd_out fo = { .logits = lg, .taps = d->taps, .n_taps = d->n_taps, .tap_out = taps };
-        if (!taps || bs_qwen3_forward(&e->target, &s.kv, ids, ctx, &fo, &err) || d->add_context(d, taps, ctx, &err)) {
-            fprintf(stderr, "backend_bench: %s\n", err.msg); d->free(d); continue;
+        if (!taps || bs_qwen3_forward(&e->target, &s.kv, ids, ctx, &fo, &err) || d->add_context(d, &dc, taps, ctx, &err)) {
+            fprintf(stderr, "backend_bench: %s\n", err.msg); bs_drafter_ctx_free(d, &dc); d->free(d); continue;
         }
         bs_sampling greedy = { 0 };
         bs_draft dr;
         double tv[10];
         for (int r = 0; r < 10; r++) {
             double a = bs_now();
-            d->propose(d, ids[ctx], n, &greedy, NULL, &dr, &err);
+            d->propose(d, &dc, ids[ctx], n, &greedy, NULL, &dr, &err);
             be->sync(be);
             tv[r] = bs_now() - a;
         }
@@ -238,10 +241,10 @@ int main(int argc, char **argv) {
         qsort(tv, 10, sizeof *tv, cmp_d); dr_ver[di] = tv[0];
         for (int r = 0; r < 10; r++) {
             double a = bs_now();
-            d->add_context(d, taps, n + 1, &err);
+            d->add_context(d, &dc, taps, n + 1, &err);
             be->sync(be);
             tv[r] = bs_now() - a;
-            d->rollback(d, ctx, &err);
+            d->rollback(d, &dc, ctx, &err);
         }
         qsort(tv, 10, sizeof *tv, cmp_d); dr_ctx[di] = tv[0];
         // Whole rounds as the speculative loop runs them (spec_loop.c): propose with the drafts left on the
@@ -256,22 +259,23 @@ int main(int argc, char **argv) {
             double a = bs_now();
             for (int r = 0; r < 20; r++) {
                 bs_kv_rollback(&s.kv, ctx, &err);
-                d->rollback(d, ctx, &err);
-                if (d->propose_on_device) d->propose_on_device(d, ids[ctx], n, &greedy, NULL, &dr, &err);
-                else d->propose(d, ids[ctx], n, &greedy, NULL, &dr, &err);
-                bs_verify_greedy(&e->target, &s.kv, ids[ctx], &dr, n, &vo, scratch, vid, targ, &err);
-                d->add_context(d, taps, n + 1, &err);
+                d->rollback(d, &dc, ctx, &err);
+                if (d->propose_on_device) d->propose_on_device(d, &dc, ids[ctx], n, &greedy, NULL, &dr, &err);
+                else d->propose(d, &dc, ids[ctx], n, &greedy, NULL, &dr, &err);
+                bs_verify_greedy(&e->target, NULL, &s.kv, ids[ctx], &dr, n, &vo, scratch, vid, targ, &err);
+                d->add_context(d, &dc, taps, n + 1, &err);
             }
             be->sync(be);
             rl[rep] = (bs_now() - a) / 20;
         }
-        d->rollback(d, ctx, &err);
+        d->rollback(d, &dc, ctx, &err);
         be->free(be, scratch);
         qsort(rl, 5, sizeof *rl, cmp_d); dr_loop[di] = rl[0];
         printf("drafter %s%s%s n %d draft_ms %.3f verify_ms %.3f ctx_ms %.3f round_ms %.3f round_loop_ms %.3f\n", drafters[di], lossy[di] ? " (8-bit)" : "", vocab[di] ? " (draft vocabulary)" : "", n, dr_draft[di] * 1e3,
                dr_ver[di] * 1e3, dr_ctx[di] * 1e3, (dr_draft[di] + dr_ver[di] + dr_ctx[di]) * 1e3, dr_loop[di] * 1e3);
         bs_kv_rollback(&s.kv, ctx, &err);
         be->free(be, taps);
+        bs_drafter_ctx_free(d, &dc);
         d->free(d);
     }
 

@@ -75,19 +75,21 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
         bs_drafter *d = NULL;
         bs_drafter_opts dop = { .lossy_weights = -1, .draft_vocab = bench_draft_vocab };
         if (bs_dflash_open_opts(&d, dir, &e->target, ctx + 80, &dop, &err)) { fprintf(stderr, "bench: %s\n", err.msg); goto out; }
+        bs_drafter_ctx dcx;
+        if (bs_drafter_ctx_init(d, &dcx, ctx + 80, &err)) { fprintf(stderr, "bench: %s\n", err.msg); d->free(d); goto out; }
         const bs_drafter_config *dc = bs_dflash_config(d);
         int n = d->max_drafts, B = dc->block_size, F = d->n_taps * H;
         if (taps) be->free(be, taps);
-        if (!(taps = be->alloc(be, sizeof(float) * (size_t)(ctx > 65 ? ctx : 65) * F, &err))) { d->free(d); goto out; }
+        if (!(taps = be->alloc(be, sizeof(float) * (size_t)(ctx > 65 ? ctx : 65) * F, &err))) { bs_drafter_ctx_free(d, &dcx); d->free(d); goto out; }
         // Drafter context for the ctx-token prompt.
         bs_kv_rollback(&kv, 0, &err);
         bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = taps };
-        if (bs_qwen3_forward(&e->target, &kv, ids, ctx, &fo, &err) || d->add_context(d, taps, ctx, &err)) { d->free(d); goto out; }
+        if (bs_qwen3_forward(&e->target, &kv, ids, ctx, &fo, &err) || d->add_context(d, &dcx, taps, ctx, &err)) { bs_drafter_ctx_free(d, &dcx); d->free(d); goto out; }
         bs_sampling greedy = { 0 };
         bs_draft dr;
         for (int r = 0; r < 8; r++) {
             double t0 = bs_now();
-            if (d->propose(d, ids[ctx], n, &greedy, NULL, &dr, &err)) { d->free(d); goto out; }
+            if (d->propose(d, &dcx, ids[ctx], n, &greedy, NULL, &dr, &err)) { bs_drafter_ctx_free(d, &dcx); d->free(d); goto out; }
             be->sync(be);
             s[r] = bs_now() - t0;
         }
@@ -99,7 +101,7 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
         for (int r = 0; r < 8; r++) {
             bs_kv_rollback(&kv, ctx, &err);
             double t0 = bs_now();
-            if (bs_qwen3_forward(&e->target, &kv, vid, n + 1, &vo, &err)) { d->free(d); goto out; }
+            if (bs_qwen3_forward(&e->target, &kv, vid, n + 1, &vo, &err)) { bs_drafter_ctx_free(d, &dcx); d->free(d); goto out; }
             be->argmax(be, targ, logits, n + 1, V);
             s[r] = bs_now() - t0;
         }
@@ -107,10 +109,10 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
         // Context growth after a full accept (n + 1 rows), then rolled back.
         for (int r = 0; r < 8; r++) {
             double t0 = bs_now();
-            if (d->add_context(d, taps, n + 1, &err)) { d->free(d); goto out; }
+            if (d->add_context(d, &dcx, taps, n + 1, &err)) { bs_drafter_ctx_free(d, &dcx); d->free(d); goto out; }
             be->sync(be);
             s[r] = bs_now() - t0;
-            d->rollback(d, ctx, &err);
+            d->rollback(d, &dcx, ctx, &err);
         }
         double t_ctx = best_of(8, s);
         // Rooflines. Drafter: its own weights once (backbone + fc + LM head, the bundled DSpark copies
@@ -135,6 +137,7 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
         }
         printf("\n");
         fflush(stdout);
+        bs_drafter_ctx_free(d, &dcx);
         d->free(d);
     }
     printf("(x_dec: time / plain decode step; round = draft + verify + context growth; roof%%: roofline time / measured time)\n");

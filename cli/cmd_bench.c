@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli/args.h"
+#include "cli/bench_batch.h"
+#include "cli/builtin_model.h"
 #include "cli/commands.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_roofline.h"
@@ -164,14 +166,38 @@ static int bench_attention(const int32_t *rows, int n_rows, const bs_roofline *r
     return 0;
 }
 
+// --concurrency: the built-in model unless --model / --drafter say otherwise.
+static int bench_concurrency(const char *list, const char *model, const char *drafter, long n_new, long draft_max, long reps) {
+    int32_t *levels = NULL;
+    int n = cli_parse_ids("--concurrency", list, &levels);
+    if (n <= 0) return 2;
+    for (int i = 0; i < n; i++) if (levels[i] < 1 || levels[i] > 4096) { fprintf(stderr, "bench: --concurrency values must be 1..4096\n"); free(levels); return 2; }
+    static char target[4096], builtin_drafter[4096];
+    if (!model) {
+        if (cli_builtin_model(target, builtin_drafter, sizeof target)) { fprintf(stderr, "bench: no --model and no built-in model\n"); free(levels); return 2; }
+        model = target;
+        if (!drafter && builtin_drafter[0]) { drafter = builtin_drafter; if (!draft_max) draft_max = BS_BUILTIN_DRAFT_MAX; }
+    }
+    if (drafter && !strcmp(drafter, "none")) drafter = NULL;
+    bench_batch_opts o = { model, drafter, bench_device ? bench_device : "cpu", (const int *)levels, n, (int)n_new, (int)draft_max, (int)reps };
+    int rc = bench_batch(&o);
+    free(levels);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
     int ops = 0, ctx = 512, prefill = 512, profile = 0, sampler = 0;
-    long bw_mib = 1024;
-    const char *model = NULL, *dts = "bf16", *rows_s = NULL, *round = NULL;
+    long bw_mib = 1024, n_new = 128, draft_max = 0, reps = 3;
+    const char *model = NULL, *dts = "bf16", *rows_s = NULL, *round = NULL, *concurrency = NULL, *drafter = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--sampler")) sampler = 1;
         else if (!strcmp(a, "--ops")) ops = 1;
+        else if (!strcmp(a, "--concurrency")) { if (!(concurrency = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--drafter")) { if (!(drafter = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "-n")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1 << 20, &n_new)) return 2; }
+        else if (!strcmp(a, "--draft-max")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 64, &draft_max)) return 2; }
+        else if (!strcmp(a, "--reps")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 100, &reps)) return 2; }
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (!strcmp(a, "--last-logits")) bench_last_logits = 1;
         else if (!strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return 2; }
@@ -189,6 +215,9 @@ int cmd_bench(int argc, char **argv) {
                    "             [--last-logits]   (n-row forwards: last row's logits only, as llama-bench's pp)\n"
                    "       blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512] [--draft-vocab FILE]\n"
                    "       blockspec bench --sampler   (logits -> tokens at a 151936-token vocabulary, 1 and 16 rows)\n"
+                   "       blockspec bench --concurrency 1,2,4,8 [--model DIR] [--drafter DIR|none] [-n 128] [--draft-max K] [--reps 3]\n"
+                   "             (requests decoded together: total and per-request tok/s, plain and speculative;\n"
+                   "             default: the built-in model and its drafter)\n"
                    "--device cpu|cuda[:N] runs --model/--round/--sampler there (the rooflines printed stay this CPU's;\n"
                    "GPU figures beside the GPU's copy bandwidth: build-cuda/backend_bench, docs/benchmarks.md).\n"
                    "Prints figures beside the rooflines (read GB/s, GFMA/s) measured first on all threads.\n"
@@ -198,6 +227,7 @@ int cmd_bench(int argc, char **argv) {
         } else { fprintf(stderr, "bench: unknown option '%s' (see --help)\n", a); return 2; }
     }
     if (sampler) return bench_sampler(151936, bench_device);
+    if (concurrency) return bench_concurrency(concurrency, model, drafter, n_new, draft_max, reps);
     if (!ops && !model) { fprintf(stderr, "bench: give --ops, --model DIR or --sampler (see --help)\n"); return 2; }
     bs_dtype dt;
     if (!strcmp(dts, "bf16")) dt = BS_BF16; else if (!strcmp(dts, "f16")) dt = BS_F16;

@@ -48,7 +48,7 @@ static int dump_spec_run(bs_engine *e, bs_drafter *d, const int32_t *prompt, int
     dd->spec_out = malloc(sizeof(int32_t) * (n + 1));
     bs_spec_opts o = { .draft_max = d->max_drafts, .stop_at_eos = 1 };   // the whole block, as the reference verifies it
     if (!dd->spec_out) { bs_fail(err, "out of memory"); goto out; }
-    if (d->rollback(d, 0, err) || bs_generate_spec(&s, d, prompt, n_prompt, (int)n + 1, &o, dd->spec_out, &n_out, NULL, NULL, &dd->st, err)) goto out;
+    if (bs_generate_spec(&s, d, prompt, n_prompt, (int)n + 1, &o, dd->spec_out, &n_out, NULL, NULL, &dd->st, err)) goto out;
     int64_t shp[1] = { n_out < n ? n_out : n };
     bs_st_writer_add(w, "spec_output_ids", "I32", 1, shp, dd->spec_out, err);
     shp[0] = dd->st.n_lengths;
@@ -64,6 +64,7 @@ static int dump_drafter(bs_engine *e, bs_drafter *d, const int32_t *prompt, int 
                         const float *pre_taps, bs_st_writer *w, drafter_dump *dd, bs_err *err) {
     bs_backend *be = e->be;
     float *dev = NULL;
+    bs_drafter_ctx dcx = { 0 };
     int rc = -1, V = e->cfg.vocab_size, H = e->cfg.hidden_size, NT = e->cfg.n_layers + 1;
     const bs_drafter_config *c = bs_dflash_config(d);
     int m = d->n_taps, B = c->block_size, n = d->max_drafts, zl = c->arch == BS_DRAFTER_ZLAB;
@@ -76,13 +77,13 @@ static int dump_drafter(bs_engine *e, bs_drafter *d, const int32_t *prompt, int 
     for (int r = 0; r < n_prompt; r++)
         for (int t = 0; t < m; t++)
             memcpy(dd->feat + r * fw + (size_t)t * H, pre_taps + ((size_t)r * NT + d->taps[t]) * H, sizeof(float) * H);
-    if (!(dev = be->alloc(be, sizeof(float) * n_prompt * fw, err))) goto out;
+    if (!(dev = be->alloc(be, sizeof(float) * n_prompt * fw, err)) || bs_drafter_ctx_init(d, &dcx, n_prompt + 1, err)) goto out;
     be->upload(be, dev, dd->feat, sizeof(float) * n_prompt * fw);
-    if (d->add_context(d, dev, n_prompt, err)) goto out;
+    if (d->add_context(d, &dcx, dev, n_prompt, err)) goto out;
     int32_t anchor = bs_argmax(pre_logits + (size_t)(n_prompt - 1) * V, V);
     bs_dflash_inspect ins = { .block_ids = dd->block, .block_hidden = dd->hidden, .logits = dd->logits, .step_logits = dd->step, .conf_logits = dd->conf };
     bs_draft dr;
-    if (bs_dflash_forward_block(d, anchor, n, NULL, NULL, &dr, &ins, err)) goto out;
+    if (bs_dflash_forward_block(d, &dcx, anchor, n, NULL, NULL, &dr, &ins, err)) goto out;
     memcpy(dd->tokens, dr.tokens, sizeof(int32_t) * dr.n);
     for (int t = 0; t < m; t++) dd->ids[t] = c->target_layer_ids[t];
     int64_t shp[2];
@@ -101,6 +102,7 @@ static int dump_drafter(bs_engine *e, bs_drafter *d, const int32_t *prompt, int 
     rc = 0;
 out:
     if (dev) be->free(be, dev);
+    bs_drafter_ctx_free(d, &dcx);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/builtin_model.h"
 #include "cli/commands.h"
+#include "cli/generate_prompts.h"
 #include "engine/engine.h"
 #include "io/chat.h"
 #include "io/json.h"
@@ -42,11 +43,17 @@ static void usage(void) {
         "  --device D               cpu (default), cpu-ref, cuda[:N]\n"
         "  --print-ids              print token ids (default when no tokenizer is available)\n"
         "  --stats                  print speed and acceptance statistics to stderr\n"
-        "  --json                   print the result and statistics as one JSON object on stdout\n");
+        "  --json                   print the result and statistics as one JSON object on stdout\n"
+        "  --prompts FILE           many prompts, decoded together: JSON lines {\"prompt\": TEXT} or\n"
+        "                           {\"prompt_ids\": [IDS]}, optional \"max_tokens\", \"temperature\", \"top_p\",\n"
+        "                           \"top_k\", \"seed\" per line (defaults: -n, --temp, ...); one JSON line out per\n"
+        "                           prompt, in input order (index, text, ids, finish_reason, stats)\n"
+        "  --max-concurrency N      with --prompts: at most N requests decoded at once (default 8)\n");
 }
 
 typedef struct gen_args {
-    const char *model, *drafter, *device, *text, *prompt_file, *system, *chat_template, *draft_vocab;
+    const char *model, *drafter, *device, *text, *prompt_file, *system, *chat_template, *draft_vocab, *prompts;
+    long max_concurrency;
     int chat, no_think;
     int32_t *prompt; int n_prompt;
     long n_new, ctx, draft_max;
@@ -58,7 +65,7 @@ typedef struct gen_args {
 static int parse(int argc, char **argv, gen_args *a) {
     const char *v; long l; double d;
     memset(a, 0, sizeof *a);
-    a->device = "cpu"; a->n_new = 64; a->sampling.top_p = 1.0f;
+    a->device = "cpu"; a->n_new = 64; a->sampling.top_p = 1.0f; a->max_concurrency = 8;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (!strcmp(o, "-m")) { if (!(a->model = cli_value(argc, argv, &i))) return 2; }
@@ -74,6 +81,8 @@ static int parse(int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "--top-p")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 1e-6, 1, &d)) return 2; a->sampling.top_p = (float)d; }
         else if (!strcmp(o, "--seed")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1L << 62, &l)) return 2; a->sampling.seed = (uint64_t)l; }
         else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) { if (!(a->text = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--prompts")) { if (!(a->prompts = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--max-concurrency")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 4096, &a->max_concurrency)) return 2; }
         else if (!strcmp(o, "--prompt-file")) { if (!(a->prompt_file = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--system")) { if (!(a->system = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--chat-template")) { if (!(a->chat_template = cli_value(argc, argv, &i))) return 2; }
@@ -99,8 +108,12 @@ static int parse(int argc, char **argv, gen_args *a) {
         if (!a->drafter && drafter[0]) { a->drafter = drafter; if (!a->draft_max) a->draft_max = BS_BUILTIN_DRAFT_MAX; }
     }
     if (a->drafter && !strcmp(a->drafter, "none")) a->drafter = NULL;   // -d none: plain decoding
-    if (!!a->n_prompt + !!a->text + !!a->prompt_file != 1) {
-        fprintf(stderr, "blockspec generate: give exactly one of -p TEXT, --prompt-file F, --prompt-ids IDS\n"); usage(); return 2;
+    if (!!a->n_prompt + !!a->text + !!a->prompt_file + !!a->prompts != 1) {
+        fprintf(stderr, "blockspec generate: give exactly one of -p TEXT, --prompt-file F, --prompt-ids IDS, --prompts FILE\n"); usage(); return 2;
+    }
+    if (a->prompts && (a->chat || a->json || a->print_ids || a->stats || a->ctx || a->conf_thr > 0)) {
+        fprintf(stderr, "blockspec generate: --prompts takes no --chat, --json, --print-ids, --stats, -c or --confidence-threshold (its output is JSON lines with stats)\n");
+        return 2;
     }
     if (a->chat && a->n_prompt) { fprintf(stderr, "blockspec generate: --chat needs a text prompt (-p or --prompt-file)\n"); return 2; }
     return 0;
@@ -199,10 +212,24 @@ static cJSON *stats_json(const bs_session *s, const bs_spec_stats *st, int specu
     return j;
 }
 
+// --prompts FILE: through the public runtime API (cli/generate_prompts.c).
+static int generate_prompts(const gen_args *a) {
+    cli_prompts_opts o = { .model = a->model, .drafter = a->drafter, .device = a->device, .draft_vocab = a->draft_vocab,
+                           .prompts_file = a->prompts, .drafter_fp8 = a->drafter_fp8, .max_concurrency = (int)a->max_concurrency,
+                           .defaults = blockspec_default_params() };
+    o.defaults.n_new = (int)a->n_new;
+    o.defaults.temperature = a->sampling.temperature; o.defaults.top_k = a->sampling.top_k; o.defaults.top_p = a->sampling.top_p;
+    o.defaults.seed = a->sampling.seed;
+    o.defaults.draft_max = (int)a->draft_max;
+    o.defaults.stop_at_eos = !a->ignore_eos;
+    return cli_generate_prompts(&o);
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_args a;
     int rc = parse(argc, argv, &a);
     if (rc) { free(a.prompt); return rc; }
+    if (a.prompts) return generate_prompts(&a);
     bs_err err = {0};
     bs_engine *e = NULL;
     bs_session s = {0};

@@ -2,7 +2,8 @@
 //
 // The public API. An engine is a loaded target model (Hugging Face Qwen3 checkpoint folder), an
 // optional drafter and the folder's tokenizer; it is immutable after blockspec_open and each
-// blockspec_generate call runs one independent timeline. Speculative output equals plain decoding
+// blockspec_generate call runs one independent timeline; blockspec_submit / blockspec_step run many at
+// once over the one loaded model. Speculative output equals plain decoding
 // (greedy) or is distributed exactly as the target's (sampling).
 //
 //   blockspec *bs;  char err[512];
@@ -40,7 +41,8 @@ typedef struct blockspec_stats {
     double tau;                           // tokens per round (accepted drafts + 1)
     double t_prefill, t_generate;         // seconds
     const char *finish_reason;            // why it stopped: "length" (n_new reached), "eos", "stop" (the callback
-                                          // returned non-zero) or "context" (n_new -1: the context is full)
+                                          // returned non-zero), "context" (n_new -1: the context is full) or
+                                          // "cancelled" (blockspec_cancel)
 } blockspec_stats;
 
 // Called for every generated token (id) or piece of text; return non-zero to stop.
@@ -80,6 +82,36 @@ int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, co
 // Text in, text out (streamed; UTF-8 characters are never split). Needs the folder's tokenizer.json.
 int blockspec_generate_text(blockspec *bs, const char *prompt, const blockspec_params *p,
                             blockspec_text_fn on_text, void *ctx, blockspec_stats *stats, char *err, size_t err_len);
+
+// Many requests at once (continuous batching). Submitted requests are decoded together: each
+// blockspec_step advances every running request by one round (its prefill first, then one speculative or
+// plain round), with ONE target forward over all their rows. Requests join and leave between steps. A
+// request's tokens are exactly those blockspec_generate gives it alone, whatever else is running (greedy
+// and seeded sampling alike). One thread drives a handle; free every request before blockspec_close.
+//
+//   blockspec_request *r[4];
+//   for (i ...) blockspec_submit(bs, prompt[i], n[i], &p, NULL, NULL, &r[i], err, sizeof err);
+//   while (blockspec_step(bs, err, sizeof err) > 0) {}
+//   tokens = blockspec_request_tokens(r[i], &n_tokens); blockspec_request_free(bs, r[i]);
+typedef struct blockspec_request blockspec_request;
+// Queues a request (the prompt is copied; p NULL: the defaults). on_token is called as tokens are emitted,
+// during blockspec_step; returning non-zero ends that request ("stop"). A request that cannot fit its
+// context is refused here, with blockspec_generate's message.
+int blockspec_submit(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p, blockspec_token_fn on_token,
+                     void *ctx, blockspec_request **out, char *err, size_t err_len);
+// One round for every running request. Returns how many are still running (0: all done), or -1 (err; the
+// requests that were running are then unusable: free them).
+int blockspec_step(blockspec *bs, char *err, size_t err_len);
+int blockspec_request_done(const blockspec_request *r);
+// The tokens emitted so far (valid until the request is freed).
+const int32_t *blockspec_request_tokens(const blockspec_request *r, size_t *n);
+// Statistics so far; finish_reason is "none" while it runs. Batch timing: t_generate is wall time, shared
+// with the requests it ran beside.
+void blockspec_request_stats(const blockspec_request *r, blockspec_stats *st);
+// Ends r now (finish_reason "cancelled"); its tokens so far stay readable.
+void blockspec_cancel(blockspec *bs, blockspec_request *r);
+// Releases r (cancelling it if it still runs).
+void blockspec_request_free(blockspec *bs, blockspec_request *r);
 
 // The folder's tokenizer: ids are malloc'ed (free them); text is malloc'ed and NUL-terminated.
 int blockspec_tokenize(blockspec *bs, const char *text, int32_t **ids, size_t *n, char *err, size_t err_len);

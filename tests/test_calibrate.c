@@ -252,7 +252,7 @@ TEST(calibrate_rounds_match_engine) {
         int32_t out[2];
         bs_spec_stats st;
         bs_spec_opts so = { .draft_max = K, .confidence_threshold = 0, .stop_at_eos = 0 };
-        CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0 && d->rollback(d, 0, &err) == 0, "%s", err.msg);
+        CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0, "%s", err.msg);
         CHECK(bs_generate_spec(&s, d, seq, a, 2, &so, out, &n, NULL, NULL, &st, &err) == 0, "%s", err.msg);
         CHECK(out[0] == seq[a], "anchor %d: the engine's anchor %d is not the text's %d", a, out[0], seq[a]);
         CHECK(st.n_lengths >= 1 && st.acceptance_lengths[0] - 1 == lead, "anchor %d: the engine accepted %d drafts, the recorded round %d",
@@ -266,14 +266,15 @@ TEST(calibrate_rounds_match_engine) {
     d->free(d);
     for (int i = 0; i < r.n; i += 17) {
         int a = r.anchor[i];
-        bs_drafter *d2 = tu_drafter_with_context(e, dd, &o, seq, a, &err);
+        bs_drafter_ctx dc2;
+        bs_drafter *d2 = tu_drafter_with_context(e, dd, &o, &dc2, seq, a, &err);
         CHECK(d2, "%s", err.msg);
         float z[BS_MAX_DRAFT];
         bs_dflash_inspect ins = { .conf_logits = z };
         bs_draft dr;
-        CHECK(bs_dflash_forward_block(d2, seq[a], K, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
+        CHECK(bs_dflash_forward_block(d2, &dc2, seq[a], K, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
         for (int k = 0; k < K; k++) CHECK_NEAR(z[k], r.z[i * K + k], 1e-5, "anchor %d position %d", a, k + 1);
-        d2->free(d2);
+        tu_drafter_free(d2, &dc2);
     }
     bs_calib_rounds_free(&r);
     bs_engine_close(e);
@@ -308,14 +309,15 @@ TEST(calibrate_loader_applies_temperatures) {
     float z[2][BS_MAX_DRAFT], conf[2][BS_MAX_DRAFT];
     for (int cal = 0; cal < 2; cal++) {
         bs_drafter_opts o = { .lossy_weights = 0, .no_calibration = !cal };
-        bs_drafter *d = tu_drafter_with_context(e, dir, &o, prompt, 6, &err);
+        bs_drafter_ctx dc;
+        bs_drafter *d = tu_drafter_with_context(e, dir, &o, &dc, prompt, 6, &err);
         CHECK(d, "%s", err.msg);
         const float *bl, *Tl = bs_dflash_calibration(d, &bl);
         CHECK(cal ? Tl && !memcmp(Tl, Tc, sizeof Tc) && bl[0] == 0 && bl[6] == 0 : !Tl && !bl, "the loaded temperatures");
         bs_dflash_inspect ins = { .conf_logits = z[cal] };
         bs_draft dr, dp;
-        CHECK(bs_dflash_forward_block(d, 77, 7, NULL, NULL, &dr, &ins, &err) == 0 && dr.n == 7 && dr.has_conf, "%s", err.msg);
-        CHECK(d->propose(d, 77, 7, &(bs_sampling){ .top_p = 1 }, NULL, &dp, &err) == 0 && dp.n == 7 && dp.has_conf, "%s", err.msg);
+        CHECK(bs_dflash_forward_block(d, &dc, 77, 7, NULL, NULL, &dr, &ins, &err) == 0 && dr.n == 7 && dr.has_conf, "%s", err.msg);
+        CHECK(d->propose(d, &dc, 77, 7, &(bs_sampling){ .top_p = 1 }, NULL, &dp, &err) == 0 && dp.n == 7 && dp.has_conf, "%s", err.msg);
         for (int k = 0; k < 7; k++) {
             float x = cal ? z[cal][k] / Tc[k] : z[cal][k];
             float want = 1.0f / (1.0f + expf(-x));
@@ -323,7 +325,7 @@ TEST(calibrate_loader_applies_temperatures) {
             CHECK(dp.conf[k] == dr.conf[k], "propose's confidence %d differs from the inspected one", k + 1);
             conf[cal][k] = dr.conf[k];
         }
-        d->free(d);
+        tu_drafter_free(d, &dc);
     }
     CHECK(!memcmp(z[0], z[1], sizeof(float) * 7), "inspection reports the head's raw logits either way");
     CHECK(memcmp(conf[0], conf[1], sizeof(float) * 7) != 0, "the calibration changed no confidence");
@@ -331,15 +333,16 @@ TEST(calibrate_loader_applies_temperatures) {
     const float bc[7] = { -1.0f, 0.5f, 0.0f, 2.0f, -0.25f, 1.0f, -3.0f };
     dir = dspark_with("dspark", "{\"version\": 1, \"temperatures\": [0.5, 2, 1, 3, 0.25, 1.5, 4], \"biases\": [-1, 0.5, 0, 2, -0.25, 1, -3]}");
     CHECK(dir);
-    bs_drafter *d = tu_drafter_with_context(e, dir, NULL, prompt, 6, &err);
+    bs_drafter_ctx dc;
+    bs_drafter *d = tu_drafter_with_context(e, dir, NULL, &dc, prompt, 6, &err);
     CHECK(d, "%s", err.msg);
     bs_draft dr;
-    CHECK(d->propose(d, 77, 7, &(bs_sampling){ .top_p = 1 }, NULL, &dr, &err) == 0 && dr.n == 7 && dr.has_conf, "%s", err.msg);
+    CHECK(d->propose(d, &dc, 77, 7, &(bs_sampling){ .top_p = 1 }, NULL, &dr, &err) == 0 && dr.n == 7 && dr.has_conf, "%s", err.msg);
     for (int k = 0; k < 7; k++) {
         float x = z[0][k] / Tc[k] + bc[k], want = 1.0f / (1.0f + expf(-x));
         CHECK(dr.conf[k] == want, "position %d: confidence %.9g, expected %.9g", k + 1, dr.conf[k], want);
     }
-    d->free(d);
+    tu_drafter_free(d, &dc);
     bs_engine_close(e);
 }
 

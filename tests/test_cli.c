@@ -270,3 +270,59 @@ TEST(cli_builtin_model_speculative_equals_plain) {
     CHECK(cJSON_IsNumber(tps) && tps->valuedouble > 0, "no decode_tok_per_s");
     cJSON_Delete(j);
 }
+
+// generate --prompts FILE: one JSON line per prompt in input order, each with exactly the tokens a single
+// `generate` gives it (greedy and seeded sampling, text and id prompts, per-line settings) whatever runs
+// beside it; bad lines are refused with the line and the field named.
+TEST(cli_generate_prompts_batch) {
+    const char *dir = bs_test_tmpdir("prompts");
+    CHECK(dir);
+    char path[1100], cmd[2048], out[65536], one[65536];
+    snprintf(path, sizeof path, "%s/p.jsonl", dir);
+    CHECK(tu_write_text(path,
+        "{\"prompt\": \"static int\"}\n"
+        "{\"prompt_ids\": [10, 20, 30], \"max_tokens\": 5}\n"
+        "\n"
+        "{\"prompt\": \"It is a truth\", \"temperature\": 0.8, \"seed\": 3, \"max_tokens\": 12}\n"
+        "{\"prompt\": \"int main(void) {\", \"temperature\": 1.0, \"top_k\": 40, \"top_p\": 0.9, \"seed\": 11}\n"
+        "{\"prompt\": \"The\", \"max_tokens\": 30}\n") == 0);
+    snprintf(cmd, sizeof cmd, "%s generate --prompts %s -n 20 --ignore-eos --max-concurrency 3", bs_cli_path(), path);
+    CHECK(run_cmd(cmd, 0, out, sizeof out) == 0, "%s failed", cmd);
+    const char *single[] = {
+        "-p \"static int\" -n 20", "--prompt-ids 10,20,30 -n 5", "-p \"It is a truth\" --temp 0.8 --seed 3 -n 12",
+        "-p \"int main(void) {\" --temp 1.0 --top-k 40 --top-p 0.9 --seed 11 -n 20", "-p \"The\" -n 30" };
+    char *line = out;
+    for (int i = 0; i < 5; i++) {
+        char *nl = strchr(line, '\n');
+        CHECK(nl, "only %d output lines: %s", i, out);
+        *nl = 0;
+        cJSON *j = cJSON_Parse(line), *ids = j ? cJSON_GetObjectItem(j, "ids") : NULL, *idx = j ? cJSON_GetObjectItem(j, "index") : NULL;
+        CHECK(ids && cJSON_IsNumber(idx) && idx->valueint == i && cJSON_GetObjectItem(j, "text") && cJSON_GetObjectItem(j, "stats"),
+              "line %d: %s", i, line);
+        snprintf(cmd, sizeof cmd, "%s generate %s --ignore-eos --print-ids", bs_cli_path(), single[i]);
+        CHECK(run_cmd(cmd, 0, one, sizeof one) == 0, "%s failed", cmd);
+        int32_t want[64];
+        int n = parse_ids(one, want, 64);
+        CHECK(n == cJSON_GetArraySize(ids), "prompt %d: %d ids in the batch, %d alone", i, cJSON_GetArraySize(ids), n);
+        for (int k = 0; k < n; k++) CHECK(cJSON_GetArrayItem(ids, k)->valueint == want[k], "prompt %d: token %d differs from a single run", i, k);
+        cJSON_Delete(j);
+        line = nl + 1;
+    }
+    static const struct { const char *text, *want; } bad[] = {
+        { "{\"prompt\": \"x\", \"foo\": 1}\n", "line 1: unknown field \"foo\"" },
+        { "{\"prompt\": \"x\"}\n{\"prompt_ids\": [1, -2]}\n", "line 2: field \"prompt_ids\"" },
+        { "{\"prompt\": \"x\", \"temperature\": \"hot\"}\n", "line 1: field \"temperature\"" },
+        { "{\"prompt\": \"x\", \"top_p\": 0}\n", "line 1: field \"top_p\"" },
+        { "{\"prompt\": \"x\", \"max_tokens\": 1.5}\n", "line 1: field \"max_tokens\"" },
+        { "{\"prompt_ids\": [1], \"prompt\": \"a\"}\n", "line 1: give exactly one of" },
+        { "[1, 2]\n", "line 1: expected a JSON object" },
+        { "{\"prompt\": \"x\"\n", "line 1: invalid JSON" },
+        { "{\"prompt_ids\": [1, 99999]}\n", "line 1: token id 99999" },
+        { "\n\n", "no prompts" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(tu_write_text(path, bad[i].text) == 0);
+        snprintf(cmd, sizeof cmd, "%s generate --prompts %s", bs_cli_path(), path);
+        CHECK(run_cmd(cmd, 1, out, sizeof out) == 1 && strstr(out, bad[i].want), "bad input %zu: want \"%s\", got: %s", i, bad[i].want, out);
+    }
+}

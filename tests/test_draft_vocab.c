@@ -162,7 +162,8 @@ static void vocab_logits(int *failed_, const char *device, const char *target, c
     int n = 0, markov = 0;
     for (int use = 0; use < 2; use++) {
         bs_drafter_opts o = { .lossy_weights = 0, .draft_vocab = use ? vocab : NULL };
-        bs_drafter *d = tu_drafter_with_context(e, drafter, &o, prompt, P, &err);
+        bs_drafter_ctx dc;
+        bs_drafter *d = tu_drafter_with_context(e, drafter, &o, &dc, prompt, P, &err);
         CHECK(d, "%s", err.msg);
         markov = bs_dflash_config(d)->markov_rank > 0;
         n = d->max_drafts;
@@ -170,15 +171,15 @@ static void vocab_logits(int *failed_, const char *device, const char *target, c
         lg[use][1] = calloc((size_t)n * V, sizeof(float));
         bs_dflash_inspect ins = { .logits = lg[use][0], .step_logits = markov ? lg[use][1] : NULL };
         bs_draft dr;
-        CHECK(bs_dflash_forward_block(d, 7 % V, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
+        CHECK(bs_dflash_forward_block(d, &dc, 7 % V, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
         CHECK(dr.n == n);
         memcpy(tok[use], dr.tokens, sizeof(int32_t) * n);
         // propose() without inspection picks with backend ops (argmax_to over the draft vocabulary's
         // columns, mapped to ids): the same drafts
         bs_draft dp;
-        CHECK(d->propose(d, 7 % V, BS_MAX_DRAFT, NULL, NULL, &dp, &err) == 0, "%s", err.msg);
+        CHECK(d->propose(d, &dc, 7 % V, BS_MAX_DRAFT, NULL, NULL, &dp, &err) == 0, "%s", err.msg);
         CHECK(dp.n == n && !memcmp(dp.tokens, dr.tokens, sizeof(int32_t) * n), "%s: device picks differ from the inspected walk", drafter);
-        d->free(d);
+        tu_drafter_free(d, &dc);
     }
     bs_draft_vocab dv;
     CHECK(bs_draft_vocab_load(&dv, vocab, V, e->cfg.eos_ids, e->cfg.n_eos, &err) == 0, "%s", err.msg);

@@ -118,12 +118,14 @@ static int draft_tokens(const char *dir, int32_t *tokens, int *n, float *hidden,
     bs_kv_init(&kv, &e->cfg, 128, e->be, err);
     float *logits = malloc(sizeof(float) * P * V), *feat = malloc(sizeof(float) * P * d->n_taps * H);
     bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
-    int rc = bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, err) || d->add_context(d, feat, (int)P, err);
+    bs_drafter_ctx dc = { 0 };
+    int rc = bs_drafter_ctx_init(d, &dc, 128, err) || bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, err) ||
+             d->add_context(d, &dc, feat, (int)P, err);
     bs_draft dr;
     bs_dflash_inspect ins = { .block_hidden = hidden };
-    if (!rc) rc = bs_dflash_forward_block(d, bs_argmax(logits, V), BS_MAX_DRAFT, NULL, NULL, &dr, &ins, err);
+    if (!rc) rc = bs_dflash_forward_block(d, &dc, bs_argmax(logits, V), BS_MAX_DRAFT, NULL, NULL, &dr, &ins, err);
     if (!rc) { memcpy(tokens, dr.tokens, sizeof(int32_t) * dr.n); *n = dr.n; }
-    free(logits); free(feat); bs_kv_free(&kv); d->free(d); bs_engine_close(e); bs_checkpoint_close(tx);
+    free(logits); free(feat); bs_kv_free(&kv); bs_drafter_ctx_free(d, &dc); d->free(d); bs_engine_close(e); bs_checkpoint_close(tx);
     return rc ? -1 : 0;
 }
 

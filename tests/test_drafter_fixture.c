@@ -26,6 +26,8 @@ static void check_drafter(int *failed_, const char *dev, const char *which) {
     CHECK(bs_engine_open(&e, tdir, dev, &err) == 0, "%s", err.msg);
     CHECK(bs_checkpoint_open(&x, file, &err) == 0, "%s", err.msg);
     CHECK(bs_dflash_open(&d, ddir, &e->target, 256, &err) == 0, "%s", err.msg);
+    bs_drafter_ctx dc;
+    CHECK(bs_drafter_ctx_init(d, &dc, 256, &err) == 0, "%s", err.msg);
     const bs_drafter_config *c = bs_dflash_config(d);
     int V = e->cfg.vocab_size, H = e->cfg.hidden_size, B = c->block_size, zl = c->arch == BS_DRAFTER_ZLAB;
     long P, m, nB, nd;
@@ -57,14 +59,14 @@ static void check_drafter(int *failed_, const char *dev, const char *which) {
     CHECK(anchor == blk_ids[0], "anchor %d vs %d", anchor, blk_ids[0]);
 
     // Feed the context in two pieces (5 + rest) to exercise the incremental cache.
-    CHECK(d->add_context(d, feat, 5, &err) == 0, "%s", err.msg);
-    CHECK(d->add_context(d, feat + (size_t)5 * m * H, (int)P - 5, &err) == 0, "%s", err.msg);
-    CHECK(d->n_ctx == P);
+    CHECK(d->add_context(d, &dc, feat, 5, &err) == 0, "%s", err.msg);
+    CHECK(d->add_context(d, &dc, feat + (size_t)5 * m * H, (int)P - 5, &err) == 0, "%s", err.msg);
+    CHECK(dc.n_ctx == P);
     int32_t bids[BS_MAX_DRAFT + 1];
     float *hid = malloc(sizeof(float) * B * H), *lg = malloc(sizeof(float) * B * V), *st = malloc(sizeof(float) * B * V), conf[BS_MAX_DRAFT];
     bs_dflash_inspect ins = { .block_ids = bids, .block_hidden = hid, .logits = lg, .step_logits = st, .conf_logits = conf };
     bs_draft dr;
-    CHECK(bs_dflash_forward_block(d, anchor, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
+    CHECK(bs_dflash_forward_block(d, &dc, anchor, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
     CHECK(memcmp(bids, blk_ids, sizeof(int32_t) * B) == 0, "block ids differ");
     CHECK(fx_max_abs_diff(hid, hid_x, (long)B * H) < TOL_HIDDEN, "block hidden differs by %g", fx_max_abs_diff(hid, hid_x, (long)B * H));
     CHECK(dr.n == nd && dr.q == NULL);
@@ -86,19 +88,19 @@ static void check_drafter(int *failed_, const char *dev, const char *which) {
     }
     // propose() is the same path: same tokens; a shorter proposal is a prefix.
     bs_draft p2;
-    CHECK(d->propose(d, anchor, 3, NULL, NULL, &p2, &err) == 0, "%s", err.msg);
+    CHECK(d->propose(d, &dc, anchor, 3, NULL, NULL, &p2, &err) == 0, "%s", err.msg);
     CHECK(p2.n == 3 && memcmp(p2.tokens, dr.tokens, sizeof(int32_t) * 3) == 0, "short proposal is not a prefix");
     // Rollback + re-adding the same rows reproduces the same proposal.
-    CHECK(d->rollback(d, 4, &err) == 0 && d->n_ctx == 4, "%s", err.msg);
-    CHECK(d->rollback(d, 5, &err) != 0, "rolling forward must be refused");
-    CHECK(d->add_context(d, feat + (size_t)4 * m * H, (int)P - 4, &err) == 0, "%s", err.msg);
-    CHECK(d->propose(d, anchor, BS_MAX_DRAFT, NULL, NULL, &p2, &err) == 0, "%s", err.msg);
+    CHECK(d->rollback(d, &dc, 4, &err) == 0 && dc.n_ctx == 4, "%s", err.msg);
+    CHECK(d->rollback(d, &dc, 5, &err) != 0, "rolling forward must be refused");
+    CHECK(d->add_context(d, &dc, feat + (size_t)4 * m * H, (int)P - 4, &err) == 0, "%s", err.msg);
+    CHECK(d->propose(d, &dc, anchor, BS_MAX_DRAFT, NULL, NULL, &p2, &err) == 0, "%s", err.msg);
     CHECK(p2.n == dr.n && memcmp(p2.tokens, dr.tokens, sizeof(int32_t) * dr.n) == 0, "proposal after rollback differs");
 
     free(feat_h); free(last); free(hid); free(lg); free(st);
     e->be->free(e->be, logits); e->be->free(e->be, feat);
     bs_kv_free(&kv);
-    d->free(d);
+    tu_drafter_free(d, &dc);
     bs_checkpoint_close(x); bs_checkpoint_close(tx);
     bs_engine_close(e);
 }
@@ -121,6 +123,8 @@ static void check_drafter_graphs(int *failed_, const char *which) {
     bs_engine *e; bs_drafter *d;
     CHECK(bs_engine_open(&e, tdir, "cuda", &err) == 0, "%s", err.msg);
     CHECK(bs_dflash_open(&d, ddir, &e->target, 256, &err) == 0, "%s", err.msg);
+    bs_drafter_ctx dc;
+    CHECK(bs_drafter_ctx_init(d, &dc, 256, &err) == 0, "%s", err.msg);
     const bs_drafter_config *c = bs_dflash_config(d);
     int V = e->cfg.vocab_size, H = e->cfg.hidden_size, B = c->block_size, m = d->n_taps, P = 24, n = d->max_drafts;
     int32_t prompt[24];
@@ -130,7 +134,7 @@ static void check_drafter_graphs(int *failed_, const char *which) {
     float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * m * H, &err);
     bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0, "%s", err.msg);
-    CHECK(d->add_context(d, feat, 8, &err) == 0, "%s", err.msg);
+    CHECK(d->add_context(d, &dc, feat, 8, &err) == 0, "%s", err.msg);
     size_t nf = (size_t)B * H + 2 * (size_t)n * V + n;
     float *ref = malloc(sizeof(float) * nf), *got = malloc(sizeof(float) * nf);
     int saved = bs_qwen3_use_graphs;
@@ -144,7 +148,7 @@ static void check_drafter_graphs(int *failed_, const char *which) {
                                       .step_logits = o + (size_t)B * H + (size_t)n * V, .conf_logits = o + (size_t)B * H + 2 * (size_t)n * V };
             memset(o, 0, sizeof(float) * nf);
             bs_qwen3_use_graphs = run > 0;
-            CHECK(bs_dflash_forward_block(d, anchor, BS_MAX_DRAFT, NULL, NULL, run ? &r1 : &r0, &ins, &err) == 0, "%s", err.msg);
+            CHECK(bs_dflash_forward_block(d, &dc, anchor, BS_MAX_DRAFT, NULL, NULL, run ? &r1 : &r0, &ins, &err) == 0, "%s", err.msg);
             if (run == 0) continue;
             CHECK(r1.n == r0.n && memcmp(r1.tokens, r0.tokens, sizeof(int32_t) * r0.n) == 0, "%s step %d run %d: tokens differ", which, step, run);
             CHECK(memcmp(ref, got, sizeof(float) * nf) == 0, "%s step %d run %d: block hidden / logits differ from the plain pass", which, step, run);
@@ -154,17 +158,17 @@ static void check_drafter_graphs(int *failed_, const char *which) {
         for (int run = 0; run < 4 && !*failed_; run++) {
             bs_draft r2;
             bs_qwen3_use_graphs = run > 0;
-            CHECK(d->propose(d, anchor, BS_MAX_DRAFT, NULL, NULL, &r2, &err) == 0, "%s", err.msg);
+            CHECK(d->propose(d, &dc, anchor, BS_MAX_DRAFT, NULL, NULL, &r2, &err) == 0, "%s", err.msg);
             CHECK(r2.n == r0.n && memcmp(r2.tokens, r0.tokens, sizeof(int32_t) * r0.n) == 0, "%s step %d device picks run %d: tokens differ", which, step, run);
             CHECK(r2.has_conf == r0.has_conf && memcmp(r2.conf, r0.conf, sizeof(float) * r0.n) == 0, "%s step %d device picks run %d: confidences differ", which, step, run);
         }
-        CHECK(d->add_context(d, feat + (size_t)(8 + step) * m * H, 1, &err) == 0, "%s", err.msg);
+        CHECK(d->add_context(d, &dc, feat + (size_t)(8 + step) * m * H, 1, &err) == 0, "%s", err.msg);
     }
     bs_qwen3_use_graphs = saved;
     free(ref); free(got);
     e->be->free(e->be, logits); e->be->free(e->be, feat);
     bs_kv_free(&kv);
-    d->free(d);
+    tu_drafter_free(d, &dc);
     bs_engine_close(e);
 }
 
@@ -228,17 +232,18 @@ static void sampled_walk_paths(int *failed_, const char *dev) {
         int n = 0;
         for (int path = 0; path < 2; path++) {
             bs_dflash_step_walk = path;
-            bs_drafter *d = tu_drafter_with_context(e, ddir, NULL, prompt, P, &err);
+            bs_drafter_ctx dc;
+            bs_drafter *d = tu_drafter_with_context(e, ddir, NULL, &dc, prompt, P, &err);
             CHECK(d, "%s", err.msg);
             bs_rng rng; bs_rng_seed(&rng, 1234 + c);
             bs_draft dr;
-            CHECK(d->propose(d, 9, BS_MAX_DRAFT, &smp[c], &rng, &dr, &err) == 0, "%s", err.msg);
+            CHECK(d->propose(d, &dc, 9, BS_MAX_DRAFT, &smp[c], &rng, &dr, &err) == 0, "%s", err.msg);
             n = dr.n;
             memcpy(tok[path], dr.tokens, sizeof(int32_t) * n);
             memcpy(conf[path], dr.conf, sizeof(float) * n);
             q[path] = malloc(sizeof(float) * (size_t)n * V);
             e->be->download(e->be, q[path], dr.q, sizeof(float) * (size_t)n * V);
-            d->free(d);
+            tu_drafter_free(d, &dc);
         }
         bs_dflash_step_walk = 0;
         CHECK(n > 1, "%d drafts", n);

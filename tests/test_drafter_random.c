@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "harness.h"
+#include "test_util_models.h"
 #include "fixture_util.h"
 #include "engine/engine.h"
 #include "io/json.h"
@@ -69,6 +70,8 @@ static void run_rounds(int *failed_, const char *tdir, const char *ddir, const c
     CHECK(bs_engine_open(&e, tdir, "cpu", &err) == 0, "%s: %s", label, err.msg);
     bs_drafter *d;
     CHECK(bs_dflash_open(&d, ddir, &e->target, 96, &err) == 0, "%s: %s", label, err.msg);
+    bs_drafter_ctx dc;
+    CHECK(bs_drafter_ctx_init(d, &dc, 96, &err) == 0, "%s", err.msg);
     const bs_drafter_config *c = bs_dflash_config(d);
     int V = e->cfg.vocab_size, H = e->cfg.hidden_size, m = d->n_taps, n = d->max_drafts, B = c->block_size;
     CHECK(n == (c->arch == BS_DRAFTER_ZLAB ? B - 1 : B), "%s", label);
@@ -79,13 +82,13 @@ static void run_rounds(int *failed_, const char *tdir, const char *ddir, const c
     float *logits = malloc(sizeof(float) * 20 * V), *feat = malloc(sizeof(float) * 20 * m * H);
     bs_fwd_out fo = { .logits = logits, .logits_all = 1, .taps = d->taps, .n_taps = m, .tap_out = feat };
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, 20, &fo, &err) == 0, "%s", err.msg);
-    CHECK(d->add_context(d, feat, 16, &err) == 0, "%s", err.msg);
+    CHECK(d->add_context(d, &dc, feat, 16, &err) == 0, "%s", err.msg);
     int32_t anchor = prompt[16];
     float *lg = malloc(sizeof(float) * n * V), *st = malloc(sizeof(float) * n * V), *probs = malloc(sizeof(float) * V), conf[BS_MAX_DRAFT];
     bs_dflash_inspect ins = { .logits = lg, .step_logits = st, .conf_logits = conf };
     // Greedy: each draft is the argmax of the logits it was drawn from.
     bs_draft g;
-    CHECK(bs_dflash_forward_block(d, anchor, n, NULL, NULL, &g, &ins, &err) == 0, "%s", err.msg);
+    CHECK(bs_dflash_forward_block(d, &dc, anchor, n, NULL, NULL, &g, &ins, &err) == 0, "%s", err.msg);
     CHECK(g.n == n && g.q == NULL, "%s", label);
     const float *from = c->arch == BS_DRAFTER_ZLAB ? lg : st;
     for (int k = 0; k < n; k++) CHECK(g.tokens[k] == bs_argmax(from + (size_t)k * V, V), "%s: greedy draft %d", label, k);
@@ -95,14 +98,14 @@ static void run_rounds(int *failed_, const char *tdir, const char *ddir, const c
     // Without inspection, greedy picks are made by backend ops (argmax_to / embed_from, the path a GPU
     // records in one graph): the same drafts and confidences as the step-by-step walk above.
     bs_draft gd;
-    CHECK(d->propose(d, anchor, n, NULL, NULL, &gd, &err) == 0, "%s", err.msg);
+    CHECK(d->propose(d, &dc, anchor, n, NULL, NULL, &gd, &err) == 0, "%s", err.msg);
     CHECK(gd.n == g.n && memcmp(gd.tokens, g.tokens, sizeof(int32_t) * n) == 0, "%s: device-side picks differ from the walk", label);
     CHECK(gd.has_conf == g.has_conf && memcmp(gd.conf, g.conf, sizeof(float) * n) == 0, "%s: device-side confidences differ", label);
     // Sampled: q_k is the processed distribution of the logits d_k was drawn from.
     bs_sampling sm = { .temperature = 0.8f, .top_k = 50, .top_p = 0.95f };
     bs_rng rng; bs_rng_seed(&rng, 11);
     bs_draft sd;
-    CHECK(bs_dflash_forward_block(d, anchor, n, &sm, &rng, &sd, &ins, &err) == 0, "%s", err.msg);
+    CHECK(bs_dflash_forward_block(d, &dc, anchor, n, &sm, &rng, &sd, &ins, &err) == 0, "%s", err.msg);
     CHECK(sd.n == n && sd.q, "%s", label);
     for (int k = 0; k < n; k++) {
         const float *q = sd.q + (size_t)k * V;
@@ -116,21 +119,21 @@ static void run_rounds(int *failed_, const char *tdir, const char *ddir, const c
     // Same seed, same drafts; a shorter proposal is a prefix.
     bs_rng_seed(&rng, 11);
     bs_draft s2;
-    CHECK(d->propose(d, anchor, 2, &sm, &rng, &s2, &err) == 0 && s2.n == (n < 2 ? n : 2), "%s", err.msg);
+    CHECK(d->propose(d, &dc, anchor, 2, &sm, &rng, &s2, &err) == 0 && s2.n == (n < 2 ? n : 2), "%s", err.msg);
     CHECK(memcmp(s2.tokens, sd.tokens, sizeof(int32_t) * s2.n) == 0, "%s: not reproducible", label);
     // Next rounds: commit 3 more rows, roll back 2, re-add them: identical greedy proposal.
-    CHECK(d->add_context(d, feat + (size_t)16 * m * H, 3, &err) == 0 && d->n_ctx == 19, "%s", err.msg);
+    CHECK(d->add_context(d, &dc, feat + (size_t)16 * m * H, 3, &err) == 0 && dc.n_ctx == 19, "%s", err.msg);
     bs_draft a, b;
-    CHECK(d->propose(d, prompt[19], n, NULL, NULL, &a, &err) == 0, "%s", err.msg);
-    CHECK(d->rollback(d, 17, &err) == 0, "%s", err.msg);
-    CHECK(d->add_context(d, feat + (size_t)17 * m * H, 2, &err) == 0, "%s", err.msg);
-    CHECK(d->propose(d, prompt[19], n, NULL, NULL, &b, &err) == 0, "%s", err.msg);
+    CHECK(d->propose(d, &dc, prompt[19], n, NULL, NULL, &a, &err) == 0, "%s", err.msg);
+    CHECK(d->rollback(d, &dc, 17, &err) == 0, "%s", err.msg);
+    CHECK(d->add_context(d, &dc, feat + (size_t)17 * m * H, 2, &err) == 0, "%s", err.msg);
+    CHECK(d->propose(d, &dc, prompt[19], n, NULL, NULL, &b, &err) == 0, "%s", err.msg);
     CHECK(a.n == b.n && memcmp(a.tokens, b.tokens, sizeof(int32_t) * a.n) == 0, "%s: rollback changed the proposal", label);
-    CHECK(d->propose(d, V, n, NULL, NULL, &b, &err) != 0, "%s: anchor outside the vocabulary accepted", label);
-    CHECK(d->add_context(d, feat, 200, &err) != 0, "%s: context overflow accepted", label);
+    CHECK(d->propose(d, &dc, V, n, NULL, NULL, &b, &err) != 0, "%s: anchor outside the vocabulary accepted", label);
+    CHECK(d->add_context(d, &dc, feat, 200, &err) != 0, "%s: context overflow accepted", label);
     free(logits); free(feat); free(lg); free(st); free(probs);
     bs_kv_free(&kv);
-    d->free(d);
+    tu_drafter_free(d, &dc);
     bs_engine_close(e);
 }
 

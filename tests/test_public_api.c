@@ -154,3 +154,47 @@ TEST(public_api_text_round_trip) {
           "refusals differ: \"%s\" vs \"%s\"", err, e2);
     blockspec_close(bs);
 }
+
+// Many requests through blockspec_submit / blockspec_step: each gets exactly blockspec_generate's tokens;
+// a cancelled one stops with "cancelled"; a request that cannot fit is refused at submit.
+TEST(public_api_submit_step_cancel) {
+    char t[1024], d[1024], err[512];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
+    blockspec *bs;
+    CHECK(blockspec_open(&bs, t, d, "cpu", err, sizeof err) == 0, "%s", err);
+    int32_t prompts[4][6] = { { 3, 14, 15, 92, 65, 35 }, { 7, 7, 300, 12 }, { 1, 2 }, { 50, 60, 70, 80, 90 } };
+    size_t lens[4] = { 6, 4, 2, 5 };
+    blockspec_params p[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = blockspec_default_params();
+        p[i].n_new = 20 + 5 * i;
+        p[i].use_drafter = i != 2;
+        if (i % 2) { p[i].temperature = 0.9f; p[i].seed = 100 + i; }
+    }
+    blockspec_request *r[4];
+    for (int i = 0; i < 4; i++) CHECK(blockspec_submit(bs, prompts[i], lens[i], &p[i], NULL, NULL, &r[i], err, sizeof err) == 0, "%s", err);
+    CHECK(blockspec_step(bs, err, sizeof err) == 4, "%s", err);
+    blockspec_cancel(bs, r[3]);
+    int left;
+    while ((left = blockspec_step(bs, err, sizeof err)) > 0) {}
+    CHECK(left == 0, "%s", err);
+    for (int i = 0; i < 4; i++) {
+        size_t n, m;
+        const int32_t *got = blockspec_request_tokens(r[i], &n);
+        blockspec_stats st;
+        blockspec_request_stats(r[i], &st);
+        CHECK(blockspec_request_done(r[i]));
+        int32_t alone[64];
+        CHECK(blockspec_generate(bs, prompts[i], lens[i], &p[i], alone, 64, &m, NULL, NULL, NULL, err, sizeof err) == 0, "%s", err);
+        if (i == 3) { CHECK(!strcmp(st.finish_reason, "cancelled") && n < m && !memcmp(got, alone, sizeof(int32_t) * n), "request 3: %s, %zu of %zu", st.finish_reason, n, m); continue; }
+        CHECK(n == m && !memcmp(got, alone, sizeof(int32_t) * n), "request %d: %zu tokens in the batch, %zu alone, or they differ", i, n, m);
+        CHECK(!strcmp(st.finish_reason, "length") && (size_t)st.n_generated == n, "request %d: %s", i, st.finish_reason);
+    }
+    for (int i = 0; i < 4; i++) blockspec_request_free(bs, r[i]);
+    blockspec_params big = blockspec_default_params();
+    big.n_new = 100; big.n_ctx = 16;
+    blockspec_request *x;
+    CHECK(blockspec_submit(bs, prompts[0], 6, &big, NULL, NULL, &x, err, sizeof err) != 0 && strstr(err, "exceed the context length") && !x, "%s", err);
+    blockspec_close(bs);
+}

@@ -231,3 +231,32 @@ TEST(cpu_avx512_attention_equals_avx2) {
                     }
     a->destroy(a); b->destroy(b);
 }
+
+// A ragged batch's attention in one call (attention_spans) equals one attention call per span, bit for
+// bit: spans of 1..9 rows at different positions against their own caches.
+TEST(row_invariance_attention_spans) {
+    bs_backend *be = bs_backend_cpu(0);
+    CHECK(be->attention_spans, "the fast CPU backend has no attention_spans");
+    bs_rng r; bs_rng_seed(&r, 5);
+    const int nH = 8, nKV = 2, hd = 32, S = 7, CTX = 300;
+    int rows = 0;
+    bs_row_span sp[S];
+    float *kc[S], *vc[S];
+    for (int i = 0; i < S; i++) {
+        kc[i] = malloc(sizeof(float) * CTX * nKV * hd); vc[i] = malloc(sizeof(float) * CTX * nKV * hd);
+        for (int k = 0; k < CTX * nKV * hd; k++) { kc[i][k] = (float)(bs_rng_uniform(&r) * 2 - 1); vc[i][k] = (float)(bs_rng_uniform(&r) * 2 - 1); }
+        int n = 1 + i * 4 % 9, pos0 = (int)(bs_rng_u64(&r) % (CTX - 10));
+        sp[i] = (bs_row_span){ rows, n, pos0, kc[i], vc[i] };
+        rows += n;
+    }
+    float *q = malloc(sizeof(float) * rows * nH * hd), *a = malloc(sizeof(float) * rows * nH * hd), *b = malloc(sizeof(float) * rows * nH * hd);
+    for (int k = 0; k < rows * nH * hd; k++) q[k] = (float)(bs_rng_uniform(&r) * 2 - 1);
+    be->attention_spans(be, a, q, sp, S, nH, nKV, hd);
+    for (int i = 0; i < S; i++)
+        be->attention(be, b + (size_t)sp[i].row0 * nH * hd, q + (size_t)sp[i].row0 * nH * hd, kc[i], vc[i], sp[i].n, nH, nKV, hd,
+                      sp[i].pos0 + sp[i].n, sp[i].pos0, 1, 0);
+    CHECK(!memcmp(a, b, sizeof(float) * rows * nH * hd), "attention_spans differs from per-span attention");
+    for (int i = 0; i < S; i++) { free(kc[i]); free(vc[i]); }
+    free(q); free(a); free(b);
+    be->destroy(be);
+}

@@ -28,7 +28,6 @@ static void boundary_case(int *failed_, bs_engine *e, bs_drafter *d, const char 
     bs_finish fp = s.stats.finish;
     bs_session_free(&s);
     CHECK(bs_session_init(&s, e, ctx, smp, &es) == 0, "%s", es.msg);
-    CHECK(d->rollback(d, 0, &es) == 0, "%s", es.msg);
     bs_spec_opts o = { .draft_max = draft_max, .stop_at_eos = 0 };
     bs_spec_stats st;
     int rs = bs_generate_spec(&s, d, prompt, P, N, &o, spec, &ns, NULL, NULL, &st, &es);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "harness.h"
 #include "test_util_models.h"
+#include "runtime/runtime.h"
 #include "spec/spec_loop.h"
 #include "spec/verify.h"
 #include "model/dflash.h"
@@ -110,7 +111,6 @@ static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const c
         bs_kv_rollback(&s.kv, 0, &err);
         int n;
         if (d) {
-            d->rollback(d, 0, &err);
             bs_spec_opts o = { 0 };
             bs_spec_stats st;
             if (bs_generate_spec(&s, d, prompt, 3, 3, &o, out, &n, NULL, NULL, &st, &err) || n != 3) { fprintf(stderr, "  %s\n", err.msg); return -1; }
@@ -238,14 +238,15 @@ static void fp8_drafter_logits(int *failed_, bs_engine *e, const char *drafter) 
     int n = 0;
     for (int lossy = 0; lossy < 2; lossy++) {
         bs_dflash_lossy_weights = lossy;
-        bs_drafter *d = tu_drafter_with_context(e, drafter, NULL, prompt, P, &err);
+        bs_drafter_ctx dc;
+        bs_drafter *d = tu_drafter_with_context(e, drafter, NULL, &dc, prompt, P, &err);
         CHECK(d, "%s", err.msg);
         n = d->max_drafts;
         lg[lossy] = calloc((size_t)n * V, sizeof(float));
         bs_dflash_inspect ins = { .logits = lg[lossy] };
         bs_draft dr;
-        CHECK(bs_dflash_forward_block(d, 7, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
-        d->free(d);
+        CHECK(bs_dflash_forward_block(d, &dc, 7, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
+        tu_drafter_free(d, &dc);
     }
     bs_dflash_lossy_weights = -1;
     double mx = 1e-30, dif = 0;
@@ -301,7 +302,8 @@ static void verify_paths(int *failed_, const char *dev, const char *drafter_dir)
     bs_backend *be = e->be;
     int32_t prompt[12];
     for (int i = 0; i < 12; i++) prompt[i] = (i * 37 + 5) % e->cfg.vocab_size;
-    bs_drafter *d = tu_drafter_with_context(e, drafter_dir, NULL, prompt, 12, &err);
+    bs_drafter_ctx dc;
+    bs_drafter *d = tu_drafter_with_context(e, drafter_dir, NULL, &dc, prompt, 12, &err);
     CHECK(d, "%s", err.msg);
     CHECK(d->propose_on_device, "%s: no propose_on_device", drafter_dir);
     const int V = e->cfg.vocab_size, F = d->n_taps * e->cfg.hidden_size, n = d->max_drafts;
@@ -317,14 +319,14 @@ static void verify_paths(int *failed_, const char *dev, const char *drafter_dir)
     for (int round = 0; round < 4; round++) {
         const int32_t anchor = (round * 101 + 7) % V;
         bs_draft dh, dd;
-        CHECK(d->propose(d, anchor, n, &greedy, NULL, &dh, &err) == 0, "%s", err.msg);
-        CHECK(d->propose_on_device(d, anchor, n, &greedy, NULL, &dd, &err) == 0, "%s", err.msg);
+        CHECK(d->propose(d, &dc, anchor, n, &greedy, NULL, &dh, &err) == 0, "%s", err.msg);
+        CHECK(d->propose_on_device(d, &dc, anchor, n, &greedy, NULL, &dd, &err) == 0, "%s", err.msg);
         CHECK(dd.dev_tokens && dd.n == dh.n && !dh.dev_tokens, "round %d: drafts not left on the device (n %d / %d)", round, dd.n, dh.n);
         bs_fwd_out va = { .logits = la, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = ta };
         bs_fwd_out vb = { .logits = lb, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = tb };
         int32_t ia[BS_MAX_DRAFT + 1], ib[BS_MAX_DRAFT + 1], pa[BS_MAX_DRAFT + 1], pb[BS_MAX_DRAFT + 1];
-        CHECK(bs_verify_greedy(&e->target, &ka, anchor, &dh, dh.n, &va, scratch, ia, pa, &err) == 0, "%s", err.msg);
-        CHECK(bs_verify_greedy(&e->target, &kb, anchor, &dd, dd.n, &vb, scratch, ib, pb, &err) == 0, "%s", err.msg);
+        CHECK(bs_verify_greedy(&e->target, NULL, &ka, anchor, &dh, dh.n, &va, scratch, ia, pa, &err) == 0, "%s", err.msg);
+        CHECK(bs_verify_greedy(&e->target, NULL, &kb, anchor, &dd, dd.n, &vb, scratch, ib, pb, &err) == 0, "%s", err.msg);
         CHECK(!memcmp(ia, ib, sizeof(int32_t) * (dh.n + 1)) && !memcmp(pa, pb, sizeof(int32_t) * (dh.n + 1)),
               "round %d: drafts or target picks differ between the two paths", round);
         const size_t nl = (size_t)(dh.n + 1) * V, nt = (size_t)(dh.n + 1) * F;
@@ -353,13 +355,13 @@ static void verify_paths(int *failed_, const char *dev, const char *drafter_dir)
         bs_fwd_out vb = { .logits = lb, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = tb };
         int32_t ia[BS_MAX_DRAFT + 1], ib[BS_MAX_DRAFT + 1], na, nb;
         bs_draft dh, dd;
-        CHECK(d->propose(d, anchor, n, sm, &ra, &dh, &err) == 0, "%s", err.msg);
-        int aa = bs_verify_sampled(&e->target, &ka, anchor, &dh, dh.n, &va, sm, u, res, scratch, ia, &na, &err);
+        CHECK(d->propose(d, &dc, anchor, n, sm, &ra, &dh, &err) == 0, "%s", err.msg);
+        int aa = bs_verify_sampled(&e->target, NULL, &ka, anchor, &dh, dh.n, &va, sm, u, res, scratch, ia, &na, &err);
         CHECK(aa >= 0, "%s", err.msg);
-        CHECK(d->propose_on_device(d, anchor, n, sm, &rb, &dd, &err) == 0, "%s", err.msg);
+        CHECK(d->propose_on_device(d, &dc, anchor, n, sm, &rb, &dd, &err) == 0, "%s", err.msg);
         CHECK(dd.n == dh.n && dd.q && dd.dev_tokens, "sampled round %d: n %d / %d, q %p, drafts not left on the device", round, dd.n, dh.n,
               (const void *)dd.q);
-        int ab = bs_verify_sampled(&e->target, &kb, anchor, &dd, dd.n, &vb, sm, u, res, scratch, ib, &nb, &err);
+        int ab = bs_verify_sampled(&e->target, NULL, &kb, anchor, &dd, dd.n, &vb, sm, u, res, scratch, ib, &nb, &err);
         CHECK(ab >= 0, "%s", err.msg);
         CHECK(aa == ab && na == nb && !memcmp(ia, ib, sizeof(int32_t) * (dh.n + 1)),
               "sampled round %d: host path accepted %d then %d, device path %d then %d", round, aa, na, ab, nb);
@@ -368,7 +370,7 @@ static void verify_paths(int *failed_, const char *dev, const char *drafter_dir)
     free(res);
     be->free(be, la); be->free(be, lb); be->free(be, ta); be->free(be, tb); be->free(be, scratch);
     bs_kv_free(&ka); bs_kv_free(&kb);
-    d->free(d);
+    tu_drafter_free(d, &dc);
     bs_engine_close(e);
 }
 static void verify_paths_fixtures(int *failed_, const char *dev) {

@@ -23,21 +23,21 @@ typedef struct forced {
     float *tmp;
 } forced;
 
-static int forced_add(bs_drafter *d, const float *feat, int n, bs_err *err) {
+static int forced_add(bs_drafter *d, bs_drafter_ctx *c, const float *feat, int n, bs_err *err) {
     forced *f = d->impl;
     f->be->download(f->be, f->tmp, feat, sizeof(float) * n * f->F);
     for (int r = 0; r < n; r++)
         for (int i = 0; i < f->F; i++) {
-            double e = fabs(f->tmp[(size_t)r * f->F + i] - f->ref_feat[(size_t)(d->n_ctx + r) * f->F + i]);
+            double e = fabs(f->tmp[(size_t)r * f->F + i] - f->ref_feat[(size_t)(c->n_ctx + r) * f->F + i]);
             if (!(e <= f->max_feat_err)) f->max_feat_err = e;
         }
-    d->n_ctx += n;
+    c->n_ctx += n;
     return 0;
 }
-static int forced_rollback(bs_drafter *d, int n, bs_err *err) { d->n_ctx = n; return 0; }
-static int forced_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
+static int forced_rollback(bs_drafter *d, bs_drafter_ctx *c, int n, bs_err *err) { c->n_ctx = n; return 0; }
+static int forced_propose(bs_drafter *d, bs_drafter_ctx *c, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
     forced *f = d->impl;
-    int pos = d->n_ctx;
+    int pos = c->n_ctx;
     out->n = max_n; out->q = NULL; out->has_conf = 0;
     for (int k = 1; k <= max_n; k++) {
         int32_t t = pos + k < f->script_len ? f->script[pos + k] : 0;
@@ -153,15 +153,15 @@ static void draft_logits(float *l, int V, int pos, int prev) {
     for (int i = 0; i < V; i++) { h = bs_splitmix64(&h); l[i] = (float)((h >> 40) % 1000) / 250.0f; }
 }
 
-static int q_add(bs_drafter *d, const float *feat, int n, bs_err *err) { d->n_ctx += n; return 0; }
-static int q_rollback(bs_drafter *d, int n, bs_err *err) { d->n_ctx = n; return 0; }
-static int q_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
+static int q_add(bs_drafter *d, bs_drafter_ctx *c, const float *feat, int n, bs_err *err) { c->n_ctx += n; return 0; }
+static int q_rollback(bs_drafter *d, bs_drafter_ctx *c, int n, bs_err *err) { c->n_ctx = n; return 0; }
+static int q_propose(bs_drafter *d, bs_drafter_ctx *c, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
     qdraft *g = d->impl;
     int prev = anchor, V = g->vocab;
     float l[64];
     for (int k = 0; k < max_n; k++) {
         float *q = g->q + (size_t)k * V;
-        draft_logits(l, V, d->n_ctx + k + 1, prev);
+        draft_logits(l, V, c->n_ctx + k + 1, prev);
         bs_sampling_probs(s, l, V, q, g->scratch);
         out->tokens[k] = prev = bs_sample_probs(q, V, rng);
         if (g->wrong_q) for (int i = 0; i < V; i++) q[i] = 1.0f / V;   // reports a q it did not draw from
@@ -229,7 +229,7 @@ static sampling_result sampling_check(bs_engine *e, const bs_sampling *smp, int 
     long acc = 0, drafted = 0;
     for (long r = 0; r < runs; r++) {
         bs_rng_seed(&s.rng, 1000003ull * r + 17 + block);
-        bs_kv_rollback(&s.kv, 0, &err); d.n_ctx = 0;
+        bs_kv_rollback(&s.kv, 0, &err);
         int n = 0; bs_spec_stats st;
         int rc = use_spec ? bs_generate_spec(&s, &d, prompt, 3, T, &o, out, &n, NULL, NULL, &st, &err)
                           : bs_generate_plain(&s, prompt, 3, T, 0, out, &n, NULL, NULL, &err);

@@ -174,21 +174,22 @@ void tu_greedy_spec_equals_plain(int *failed_, const char *dev, const char *targ
     bs_engine_close(e);
 }
 
-bs_drafter *tu_drafter_with_context(bs_engine *e, const char *drafter, const bs_drafter_opts *o, const int32_t *prompt, int P,
-                                    bs_err *err) {
+bs_drafter *tu_drafter_with_context(bs_engine *e, const char *drafter, const bs_drafter_opts *o, bs_drafter_ctx *dc, const int32_t *prompt,
+                                    int P, bs_err *err) {
     bs_drafter *d = NULL;
     if (bs_drafter_open_opts(&d, drafter, e, 64 + P, o, err)) return NULL;
+    if (bs_drafter_ctx_init(d, dc, 64 + P, err)) { d->free(d); return NULL; }
     bs_kv_cache kv;
     int V = e->cfg.vocab_size, H = e->cfg.hidden_size, rc = -1;
-    if (bs_kv_init(&kv, &e->cfg, 64 + P, e->be, err)) { d->free(d); return NULL; }
+    if (bs_kv_init(&kv, &e->cfg, 64 + P, e->be, err)) { tu_drafter_free(d, dc); return NULL; }
     float *logits = e->be->alloc(e->be, sizeof(float) * P * V, err), *feat = logits ? e->be->alloc(e->be, sizeof(float) * P * d->n_taps * H, err) : NULL;
     if (feat) {
         bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
-        rc = bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, err) || d->add_context(d, feat, P, err) ? -1 : 0;
+        rc = bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, err) || d->add_context(d, dc, feat, P, err) ? -1 : 0;
     }
     if (logits) e->be->free(e->be, logits);
     if (feat) e->be->free(e->be, feat);
     bs_kv_free(&kv);
-    if (rc) { d->free(d); return NULL; }
+    if (rc) { tu_drafter_free(d, dc); return NULL; }
     return d;
 }

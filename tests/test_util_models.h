@@ -1,5 +1,6 @@
 // Helpers for tests that need small models: random Qwen3 targets of any shape written to a temp dir.
 #pragma once
+#include "spec/drafter.h"
 #include "engine/engine.h"
 
 // Writes a random target (bf16 safetensors + config.json) into a fresh temp dir (bs_test_tmpdir: removed when
@@ -48,6 +49,8 @@ void tu_greedy_spec_equals_plain(int *failed_, const char *dev, const char *targ
 
 // Opens `drafter` for engine e (opts NULL: defaults, bs_dflash_lossy_weights included) and gives it the
 // context of prompt[0..P): the target's prefill taps (a scratch KV cache, freed again). NULL + err on failure.
-struct bs_drafter;
-struct bs_drafter *tu_drafter_with_context(bs_engine *e, const char *drafter, const struct bs_drafter_opts *o,
+struct bs_drafter *tu_drafter_with_context(bs_engine *e, const char *drafter, const struct bs_drafter_opts *o, struct bs_drafter_ctx *dc,
                                            const int32_t *prompt, int P, bs_err *err);
+
+// A drafter's test context freed, then the drafter.
+static inline void tu_drafter_free(bs_drafter *d, bs_drafter_ctx *dc) { bs_drafter_ctx_free(d, dc); d->free(d); }

@@ -30,6 +30,17 @@ typedef struct bs_mat {
 
 typedef struct bs_backend bs_backend;
 
+// The batch descriptor. A forward may carry the rows of several sequences in one set of buffers (a
+// ragged batch); each sequence's rows are contiguous, a span. Row-wise ops (matmul, rmsnorm, swiglu, ...)
+// run over the whole batch at once; the ops that depend on a row's sequence (its positions, its KV cache)
+// take the spans. Per row this says: which sequence (the span), at which position (pos0 + i), against
+// which KV rows (k, v: the sequence's cache slot for the layer at hand).
+typedef struct bs_row_span {
+    int row0, n;        // rows [row0, row0 + n) of the batch's buffers
+    int pos0;           // their positions in their sequence: pos0 .. pos0 + n - 1
+    float *k, *v;       // that sequence's K/V cache for this layer, [positions][n_kv * hd], backend memory
+} bs_row_span;
+
 // RoPE inverse frequency i (0 <= i < hd/2) as transformers computes it: 1 / theta^(2i/hd) in fp32, for the
 // target and every drafter alike. A model loaded with from_pretrained keeps this non-persistent buffer in
 // fp32 whatever the weights' dtype (docs/numerics.md says why no bf16 rounding is applied).
@@ -165,6 +176,12 @@ struct bs_backend {
     void (*accept_sampled_to)(bs_backend *be, const float *p, const float *q, const int32_t *drafts_be, int n, int V,
                               const double *u, int32_t *out_be);
 
+    // Optional (NULL: one attention call per span, bs_attention_spans): causal attention of every span's
+    // query rows q[row0 ..] against its own cache rows [0, pos0 + i + 1), in one call; equal per row to
+    // those calls. out and q are [batch rows][n_heads * hd].
+    void (*attention_spans)(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads,
+                            int n_kv_heads, int hd);
+
     // Optional recording of a sequence of ops for cheap replay (CUDA graphs); NULL where unsupported.
     // record_begin(be, pos_base) starts recording: nothing executes until a replay. While recording,
     // the *position arguments* of ops (head_norm_rope pos0; attention n_keys and q_pos0; store_rows row0)
@@ -227,6 +244,31 @@ static inline void bs_qkv_norm_rope_store(bs_backend *be, const float *x, int n,
     float *y[3] = { q, k, v };
     bs_matmul_multi(be, 3, y, x, n, Wqkv, 0);
     bs_qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, theta, kcache, vcache);
+}
+
+// Causal attention over a ragged batch (see bs_row_span): the backend's one-call op where it has one, else
+// one attention call per span, which every backend supports.
+static inline void bs_attention_spans(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads,
+                                      int n_kv, int hd) {
+    if (be->attention_spans) { be->attention_spans(be, out, q, spans, n_spans, n_heads, n_kv, hd); return; }
+    size_t qw = (size_t)n_heads * hd;
+    for (int i = 0; i < n_spans; i++) {
+        const bs_row_span *s = &spans[i];
+        be->attention(be, out + s->row0 * qw, q + s->row0 * qw, s->k, s->v, s->n, n_heads, n_kv, hd, s->pos0 + s->n, s->pos0, 1, 0);
+    }
+}
+
+// q/k norm + RoPE at each span's positions and its new K/V rows into its cache (bs_qk_norm_rope_store per
+// span; q [rows][n_heads*hd], k and v [rows][n_kv*hd]).
+static inline void bs_qk_norm_rope_store_spans(bs_backend *be, float *q, float *k, const float *v, const bs_row_span *spans, int n_spans,
+                                               int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps,
+                                               float theta) {
+    size_t qw = (size_t)n_heads * hd, kw = (size_t)n_kv * hd;
+    for (int i = 0; i < n_spans; i++) {
+        const bs_row_span *s = &spans[i];
+        bs_qk_norm_rope_store(be, q + s->row0 * qw, k + s->row0 * kw, v + s->row0 * kw, s->n, n_heads, n_kv, hd, q_norm, k_norm, eps,
+                              s->pos0, theta, s->k, s->v);
+    }
 }
 
 // The CPU backend: `reference` selects the plain scalar ops (the exact, simple path the fast

@@ -5,11 +5,13 @@
 #include "blockspec.h"
 #include "engine/engine.h"
 #include "io/weight_check.h"
+#include "runtime/runtime.h"
 #include "spec/spec_loop.h"
 
-// One drafter is opened with the engine and reused: each generation rolls its context back to zero.
-// (So one handle runs one generation at a time; open several handles for concurrent requests.)
-struct blockspec { bs_engine *eng; bs_drafter *drafter; char warnings[1024]; };
+// The loaded target and drafter are shared by every request: each request's state (KV cache, drafter
+// context, RNG) is its own sequence. Submitted requests run in the handle's runtime (made on first use).
+struct blockspec { bs_engine *eng; bs_drafter *drafter; char warnings[1024]; bs_runtime rt; int has_rt; };
+struct blockspec_request { bs_seq seq; };
 
 static int fail(char *err, size_t len, const char *msg) { if (err && len) snprintf(err, len, "%s", msg); return -1; }
 
@@ -49,9 +51,69 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
 
 void blockspec_close(blockspec *bs) {
     if (!bs) return;
+    if (bs->has_rt) bs_runtime_free(&bs->rt);
     if (bs->drafter) bs->drafter->free(bs->drafter);
     bs_engine_close(bs->eng);
     free(bs);
+}
+
+// A request's sequence settings from the public parameters.
+static bs_seq_params seq_params(const blockspec_params *p, blockspec_token_fn on_token, void *ctx) {
+    return (bs_seq_params){ .n_new = p->n_new, .sampling = { p->temperature, p->top_k, p->top_p, p->seed }, .stop_at_eos = p->stop_at_eos,
+                            .use_drafter = p->use_drafter, .draft_max = p->draft_max, .confidence_threshold = p->confidence_threshold,
+                            .max_ctx = p->n_ctx, .cb = on_token, .cb_ctx = ctx };
+}
+
+int blockspec_submit(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p, blockspec_token_fn on_token,
+                     void *ctx, blockspec_request **out, char *err, size_t err_len) {
+    blockspec_params dp = blockspec_default_params();
+    if (!p) p = &dp;
+    *out = NULL;
+    bs_err e = {0};
+    if (n_prompt > (size_t)INT32_MAX) return fail(err, err_len, "prompt too long");
+    if (!bs->has_rt) {
+        if (bs_runtime_init(&bs->rt, bs->eng, bs->drafter, &e)) return fail(err, err_len, e.msg);
+        bs->has_rt = 1;
+    }
+    blockspec_request *r = calloc(1, sizeof *r);
+    if (!r) return fail(err, err_len, "out of memory");
+    bs_seq_params sp = seq_params(p, on_token, ctx);
+    if (bs_seq_init(&r->seq, bs->eng, bs->drafter, prompt, (int)n_prompt, &sp, &e)) { free(r); return fail(err, err_len, e.msg); }
+    if (bs_runtime_add(&bs->rt, &r->seq, &e)) { bs_seq_free(&r->seq); free(r); return fail(err, err_len, e.msg); }
+    *out = r;
+    return 0;
+}
+
+int blockspec_step(blockspec *bs, char *err, size_t err_len) {
+    if (!bs->has_rt) return 0;
+    bs_err e = {0};
+    int n = bs_runtime_step(&bs->rt, &e);
+    return n < 0 ? fail(err, err_len, e.msg) : n;
+}
+
+int blockspec_request_done(const blockspec_request *r) { return bs_seq_done(&r->seq); }
+
+const int32_t *blockspec_request_tokens(const blockspec_request *r, size_t *n) {
+    *n = (size_t)r->seq.n_out;
+    return r->seq.out;
+}
+
+void blockspec_request_stats(const blockspec_request *r, blockspec_stats *st) {
+    const bs_spec_stats *s = &r->seq.st;
+    double t_gen = bs_seq_done(&r->seq) ? s->t_total - s->t_prefill : 0;
+    *st = (blockspec_stats){ s->n_prompt, r->seq.n_out, s->rounds, bs_spec_tau(s), s->t_prefill, t_gen, bs_finish_name(s->finish) };
+}
+
+void blockspec_cancel(blockspec *bs, blockspec_request *r) {
+    bs_seq_cancel(&r->seq);
+    if (bs->has_rt) bs_runtime_remove(&bs->rt, &r->seq);
+}
+
+void blockspec_request_free(blockspec *bs, blockspec_request *r) {
+    if (!r) return;
+    blockspec_cancel(bs, r);
+    bs_seq_free(&r->seq);
+    free(r);
 }
 
 int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p,
@@ -77,8 +139,7 @@ int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, co
     if (d) {
         bs_spec_stats st = {0};
         bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos };
-        if (d->rollback(d, 0, &e) ||
-            bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
+        if (bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
         if (stats) *stats = (blockspec_stats){ st.n_prompt, st.n_generated, st.rounds, bs_spec_tau(&st), st.t_prefill, st.t_total - st.t_prefill,
                                                bs_finish_name(st.finish) };
         bs_spec_stats_free(&st);

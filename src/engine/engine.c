@@ -56,6 +56,7 @@ const char *bs_finish_name(bs_finish f) {
     case BS_FINISH_EOS: return "eos";
     case BS_FINISH_STOP: return "stop";
     case BS_FINISH_CONTEXT: return "context";
+    case BS_FINISH_CANCELLED: return "cancelled";
     default: return "none";
     }
 }
@@ -97,42 +98,4 @@ void bs_session_free(bs_session *s) {
     free(s->scratch);
     bs_kv_free(&s->kv);
     memset(s, 0, sizeof *s);
-}
-
-static int32_t next_token(bs_session *s) {
-    bs_backend *be = s->eng->be;
-    int V = s->eng->cfg.vocab_size;
-    int32_t t;
-    if (bs_sampling_greedy(&s->sampling)) { be->argmax(be, &t, s->logits, 1, V); return t; }
-    // Processed where the logits are (in place: the next forward rewrites them).
-    double u = bs_rng_uniform(&s->rng);
-    bs_sample_rows(be, &s->sampling, s->logits, s->logits, 1, V, &u, &t);
-    return t;
-}
-
-int bs_generate_plain(bs_session *s, const int32_t *prompt, int n_prompt, int n_new, int stop_at_eos,
-                      int32_t *out, int *n_out, bs_token_cb cb, void *cb_ctx, bs_err *err) {
-    bs_engine *e = s->eng;
-    *n_out = 0;
-    s->stats.finish = BS_FINISH_NONE;
-    const int fill = n_new < 0;
-    if ((n_new = bs_request_tokens(&s->kv, n_prompt, n_new, err)) < 0) return -1;
-    bs_fwd_out fo = { .logits = s->logits };
-    double t0 = bs_now();
-    if (bs_qwen3_forward(&e->target, &s->kv, prompt, n_prompt, &fo, err)) return -1;
-    int32_t tok = next_token(s);
-    double t1 = bs_now();
-    s->stats.n_prompt = n_prompt; s->stats.t_prefill = t1 - t0;
-    if (n_new == 0) s->stats.finish = BS_FINISH_LENGTH;
-    for (int i = 0; i < n_new; i++) {
-        out[(*n_out)++] = tok;
-        if (cb && cb(cb_ctx, tok)) { s->stats.finish = BS_FINISH_STOP; break; }
-        if (stop_at_eos && bs_is_eos(e, tok)) { s->stats.finish = BS_FINISH_EOS; break; }
-        if (i + 1 == n_new) { s->stats.finish = fill ? BS_FINISH_CONTEXT : BS_FINISH_LENGTH; break; }
-        if (bs_qwen3_forward(&e->target, &s->kv, &tok, 1, &fo, err)) return -1;
-        tok = next_token(s);
-    }
-    s->stats.n_generated = *n_out;
-    s->stats.t_decode = bs_now() - t1;
-    return 0;
 }

@@ -24,8 +24,9 @@ void bs_engine_close(bs_engine *e);
 // Why generation stopped: the requested count was reached (length), an end-of-sequence token was
 // emitted (eos), the token callback asked to stop (stop), or, when the request asked for as many tokens
 // as fit (n_new < 0), the context was full (context). Plain and speculative decoding report the same.
-typedef enum { BS_FINISH_NONE = 0, BS_FINISH_LENGTH, BS_FINISH_EOS, BS_FINISH_STOP, BS_FINISH_CONTEXT } bs_finish;
-const char *bs_finish_name(bs_finish f);   // "length", "eos", "stop", "context" ("none" before any token)
+// A runtime request can also be cancelled (cancelled).
+typedef enum { BS_FINISH_NONE = 0, BS_FINISH_LENGTH, BS_FINISH_EOS, BS_FINISH_STOP, BS_FINISH_CONTEXT, BS_FINISH_CANCELLED } bs_finish;
+const char *bs_finish_name(bs_finish f);   // "length", "eos", "stop", "context", "cancelled" ("none" before any token)
 
 typedef struct bs_gen_stats {
     int n_prompt, n_generated;
@@ -55,7 +56,8 @@ void bs_session_free(bs_session *s);
 // is emitted, never fed), else the request is refused with the same message on both paths. n_new < 0
 // asks for as many tokens as fit (at least one). Returns the number of tokens to generate, or -1 (err).
 int bs_request_tokens(const bs_kv_cache *kv, int n_prompt, int n_new, bs_err *err);
-// Plain decoding: prefill the prompt, then one token per forward until n_new tokens (n_new < 0: until
+// Plain decoding (a runtime of one sequence without a drafter, src/runtime/single.c): prefill the prompt,
+// then one token per forward until n_new tokens (n_new < 0: until
 // the context is full, bs_request_tokens), an EOS (when stop_at_eos) or the callback says stop; the
 // reason is s->stats.finish. Tokens go to out (capacity: bs_request_tokens' count) and to cb.
 int bs_generate_plain(bs_session *s, const int32_t *prompt, int n_prompt, int n_new, int stop_at_eos,

@@ -28,18 +28,13 @@ typedef struct dflash {
     // calibration.json (Sequential Temperature Scaling, docs/calibration.md): c_k = sigmoid(z_k / conf_T[k] + conf_bias[k])
     int calibrated;
     float conf_T[BS_MAX_DRAFT], conf_bias[BS_MAX_DRAFT];
-    // per-layer context cache [max_ctx + B][kd]; rows >= n_ctx are transient block rows
-    float **kc, **vc;
-    // backend workspace
+    // backend workspace (scratch of one call: the drafter serves one call at a time)
     float *ctx;                      // [CTX_CHUNK][H]
     float *x, *xn, *q, *att, *gate, *up, *h;   // block rows
     float *kx, *vx;                  // [B][kd]: the block's K/V rows before they are stored at n_ctx
     float *logits;                   // [B][V]
-    float *qdist;                    // [gamma][V]: processed draft distributions when sampling (bs_draft.q)
     float *he;                       // [B][H + r]: [h_k ; W1[x_{k-1}]] rows (Markov / confidence input)
     float *vec_r, *vec_z, *vec_3r;   // [r], [2r + H], [3r] (gated / rnn steps)
-    int32_t *picks;                  // [2B]: greedy picks made on the device (ids), then the confidence logits
-    float *conf_out;                 // = picks + B, read as floats
     // host workspace
     float *hv, *state;               // [3r], [r]
     int lossy;                       // large matrices in 8 bits (bs_dflash_lossy_weights)
@@ -50,10 +45,21 @@ typedef struct dflash {
     int32_t *vids_dev;               // backend copy (scatter_cols' column map)
     float *logits_d;
     void *rows_host[2];              // the gathered host rows of the LM head and W2 (the CPU backend's weights view them)
-    // recorded draft passes (backends with record/replay), one per (LM-head row count, picks on device)
+    // several sequences' blocks in one pass (propose_batch): BATCH_ROWS rows each, allocated on first use
+    float *bx, *bxn, *bq, *batt, *bgate, *bup, *bh, *bkx, *bvx, *bpred, *blogits;
+} dflash;
+
+// One sequence's state (bs_drafter_ctx.impl): its context cache and what a proposal hands back.
+typedef struct dflash_ctx {
+    float **kc, **vc;                // per layer [max_ctx + B][kd]; rows >= n_ctx are transient block rows
+    float *qdist;                    // [gamma][V]: processed draft distributions when sampling (bs_draft.q)
+    int32_t *picks;                  // [2B]: picks made on the device (ids), then the confidence logits
+    float *conf_out;                 // = picks + B, read as floats
+    // recorded draft passes (backends with record/replay; they name this context's buffers), one per
+    // (LM-head row count, picks on device)
     struct { int n, picks, seen; void *rec; } recs[8];
     int n_recs;
-} dflash;
+} dflash_ctx;
 
 static const bs_drafter_config *cfg_of(const bs_drafter *d) { return &((const dflash *)d->impl)->cfg; }
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d) { return cfg_of(d); }
@@ -235,10 +241,14 @@ static int load_calibration(dflash *m, const bs_drafter_opts *o, bs_err *err) {
 }
 
 static void dflash_free(bs_drafter *d);
-static int dflash_add_context(bs_drafter *d, const float *feat, int n, bs_err *err);
-static int dflash_rollback(bs_drafter *d, int n_ctx, bs_err *err);
-static int dflash_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err);
-static int dflash_propose_on_device(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+static int dflash_add_context(bs_drafter *d, bs_drafter_ctx *dc, const float *feat, int n, bs_err *err);
+static int dflash_ctx_init(bs_drafter *d, bs_drafter_ctx *dc, int max_ctx, bs_err *err);
+static void dflash_ctx_free(bs_drafter *d, bs_drafter_ctx *dc);
+static int dflash_rollback(bs_drafter *d, bs_drafter_ctx *dc, int n_ctx, bs_err *err);
+static int dflash_propose_batch(bs_drafter *d, int n, bs_drafter_ctx *const *c, const int32_t *anchors, const int *max_n,
+                                const bs_sampling *const *s, bs_rng *const *rng, bs_draft *out, bs_err *err);
+static int dflash_propose(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err);
+static int dflash_propose_on_device(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
                                     bs_err *err);
 
 #define ALLOC_BE(p, bytes) do { if (!((p) = m->be->alloc(m->be, (bytes), err))) goto fail; } while (0)
@@ -338,15 +348,8 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     }
     if (load_calibration(m, o, err)) goto fail;
 
-    // context cache and workspace
-    size_t cap = (size_t)max_ctx + m->B, B = m->B, H = m->H, V = m->V, r = m->r;
-    if (!(m->kc = bs_calloc(b->n_layers, sizeof *m->kc, err)) || !(m->vc = bs_calloc(b->n_layers, sizeof *m->vc, err))) goto fail;
-    for (int l = 0; l < b->n_layers; l++) {
-        if (!(m->kc[l] = m->be->alloc(m->be, cap * m->kd * 4, err)) || !(m->vc[l] = m->be->alloc(m->be, cap * m->kd * 4, err))) {
-            bs_wrap(err, "drafter context cache for %d positions", max_ctx);
-            goto fail;
-        }
-    }
+    // workspace
+    size_t B = m->B, H = m->H, V = m->V, r = m->r;
     ALLOC_BE(m->ctx, (size_t)CTX_CHUNK * H * 4);
     ALLOC_BE(m->x, B * H * 4); ALLOC_BE(m->xn, B * H * 4); ALLOC_BE(m->h, B * H * 4);
     ALLOC_BE(m->q, B * m->qd * 4); ALLOC_BE(m->att, B * m->qd * 4);
@@ -358,10 +361,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
         ALLOC_BE(m->vids_dev, (size_t)m->vd * 4);
         m->be->upload(m->be, m->vids_dev, m->vids, (size_t)m->vd * 4);
     }
-    ALLOC_BE(m->qdist, (size_t)m->gamma * V * 4);
     ALLOC_BE(m->he, B * (H + r) * 4);
-    ALLOC_BE(m->picks, 2 * B * 4);
-    m->conf_out = (float *)(m->picks + B);
     if (r) { ALLOC_BE(m->vec_r, r * 4); ALLOC_BE(m->vec_z, (2 * r + H) * 4); ALLOC_BE(m->vec_3r, 3 * r * 4); }
     ALLOC_HOST(m->hv, (3 * r + 1) * 4);
     ALLOC_HOST(m->state, (r + 1) * 4);
@@ -371,11 +371,13 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     d->max_drafts = m->gamma;
     d->n_taps = c->n_taps;
     d->taps = m->taps;
-    d->n_ctx = 0;
+    d->ctx_init = dflash_ctx_init;
+    d->ctx_free = dflash_ctx_free;
     d->add_context = dflash_add_context;
     d->rollback = dflash_rollback;
     d->propose = dflash_propose;
     d->propose_on_device = dflash_propose_on_device;
+    d->propose_batch = dflash_propose_batch;
     d->free = dflash_free;
     *out = d;
     return 0;
@@ -388,11 +390,8 @@ static void dflash_free(bs_drafter *d) {
     if (!d) return;
     dflash *m = d->impl;
     bs_backend *be = m->be;
-    for (int i = 0; i < m->n_recs; i++) if (m->recs[i].rec) be->record_free(be, m->recs[i].rec);
-    if (m->kc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->kc[l]) be->free(be, m->kc[l]);
-    if (m->vc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (m->vc[l]) be->free(be, m->vc[l]);
-    free(m->kc); free(m->vc);
-    float *bufs[] = { m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, (float *)m->picks, m->qdist, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx,
+    float *bufs[] = { m->bx, m->bxn, m->bq, m->batt, m->bgate, m->bup, m->bh, m->bkx, m->bvx, m->bpred, m->blogits,
+                      m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx,
                       m->logits_d, (float *)m->vids_dev };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     free(m->vids); free(m->rows_host[0]); free(m->rows_host[1]);
@@ -404,43 +403,83 @@ static void dflash_free(bs_drafter *d) {
     free(m);
 }
 
-// ---- context ----------------------------------------------------------------------------------------------
+// ---- one sequence's context ---------------------------------------------------------------------------------
 
-static int dflash_add_context(bs_drafter *d, const float *feat, int n, bs_err *err) {
+static void dflash_ctx_free(bs_drafter *d, bs_drafter_ctx *dc) {
     dflash *m = d->impl;
+    dflash_ctx *x = dc->impl;
+    bs_backend *be = m->be;
+    if (!x) return;
+    for (int i = 0; i < x->n_recs; i++) if (x->recs[i].rec) be->record_free(be, x->recs[i].rec);
+    if (x->kc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (x->kc[l]) be->free(be, x->kc[l]);
+    if (x->vc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (x->vc[l]) be->free(be, x->vc[l]);
+    free(x->kc); free(x->vc);
+    if (x->qdist) be->free(be, x->qdist);
+    if (x->picks) be->free(be, x->picks);
+    free(x);
+    dc->impl = NULL;
+}
+
+static int dflash_ctx_init(bs_drafter *d, bs_drafter_ctx *dc, int max_ctx, bs_err *err) {
+    dflash *m = d->impl;
+    int n_layers = m->cfg.base.n_layers;
+    if (max_ctx <= 0 || max_ctx > m->max_ctx) max_ctx = m->max_ctx;
+    *dc = (bs_drafter_ctx){ .max_ctx = max_ctx };
+    dflash_ctx *x = bs_calloc(1, sizeof *x, err);
+    if (!x) return -1;
+    dc->impl = x;
+    size_t cap = (size_t)max_ctx + m->B;
+    if (!(x->kc = bs_calloc(n_layers, sizeof *x->kc, err)) || !(x->vc = bs_calloc(n_layers, sizeof *x->vc, err))) goto fail;
+    for (int l = 0; l < n_layers; l++)
+        if (!(x->kc[l] = m->be->alloc(m->be, cap * m->kd * 4, err)) || !(x->vc[l] = m->be->alloc(m->be, cap * m->kd * 4, err))) {
+            bs_wrap(err, "drafter context cache for %d positions", max_ctx);
+            goto fail;
+        }
+    if (!(x->qdist = m->be->alloc(m->be, (size_t)m->gamma * m->V * 4, err)) || !(x->picks = m->be->alloc(m->be, 2 * (size_t)m->B * 4, err)))
+        goto fail;
+    x->conf_out = (float *)(x->picks + m->B);
+    return 0;
+fail:
+    dflash_ctx_free(d, dc);
+    return -1;
+}
+
+static int dflash_add_context(bs_drafter *d, bs_drafter_ctx *dc, const float *feat, int n, bs_err *err) {
+    dflash *m = d->impl;
+    dflash_ctx *x = dc->impl;
     const bs_qwen3_config *c = &m->cfg.base;
     bs_backend *be = m->be;
     if (n < 0) return bs_fail(err, "drafter: negative context row count %d", n);
-    if (d->n_ctx + n > m->max_ctx)
-        return bs_fail(err, "drafter context full: %d rows held + %d new exceed its capacity %d", d->n_ctx, n, m->max_ctx);
+    if (dc->n_ctx + n > dc->max_ctx)
+        return bs_fail(err, "drafter context full: %d rows held + %d new exceed its capacity %d", dc->n_ctx, n, dc->max_ctx);
     size_t fw = (size_t)m->cfg.n_taps * m->H;
     for (int r0 = 0; r0 < n; r0 += CTX_CHUNK) {
-        int rows = n - r0 < CTX_CHUNK ? n - r0 : CTX_CHUNK, pos = d->n_ctx + r0;
+        int rows = n - r0 < CTX_CHUNK ? n - r0 : CTX_CHUNK, pos = dc->n_ctx + r0;
         be->matmul(be, m->ctx, feat + (size_t)r0 * fw, rows, &m->fc, 0);
         be->rmsnorm(be, m->ctx, m->ctx, rows, m->H, &m->hidden_norm, c->rms_eps);
         // Every layer's K and V projections read the same rows: one call per 8 layers.
         for (int l0 = 0; l0 < c->n_layers; l0 += 8) {
             float *ys[16]; const bs_mat *ws[16]; int nm = 0;
             for (int l = l0; l < c->n_layers && l < l0 + 8; l++) {
-                ys[nm] = m->kc[l] + (size_t)pos * m->kd; ws[nm++] = &m->layers[l].wk;
-                ys[nm] = m->vc[l] + (size_t)pos * m->kd; ws[nm++] = &m->layers[l].wv;
+                ys[nm] = x->kc[l] + (size_t)pos * m->kd; ws[nm++] = &m->layers[l].wk;
+                ys[nm] = x->vc[l] + (size_t)pos * m->kd; ws[nm++] = &m->layers[l].wv;
             }
             bs_matmul_multi(be, nm, ys, m->ctx, rows, ws, 0);
         }
         // Every layer's new K rows: k_norm + RoPE, in one call where the backend takes several.
         for (int l0 = 0; l0 < c->n_layers; l0 += 16) {
             float *ks[16]; const bs_mat *ns[16]; int nm = 0;
-            for (int l = l0; l < c->n_layers && l < l0 + 16; l++) { ks[nm] = m->kc[l] + (size_t)pos * m->kd; ns[nm++] = &m->layers[l].k_norm; }
+            for (int l = l0; l < c->n_layers && l < l0 + 16; l++) { ks[nm] = x->kc[l] + (size_t)pos * m->kd; ns[nm++] = &m->layers[l].k_norm; }
             bs_head_norm_rope_multi(be, nm, ks, rows, c->n_kv_heads, c->head_dim, ns, c->rms_eps, pos, m->rope_theta);
         }
     }
-    d->n_ctx += n;
+    dc->n_ctx += n;
     return 0;
 }
 
-static int dflash_rollback(bs_drafter *d, int n_ctx, bs_err *err) {
-    if (n_ctx < 0 || n_ctx > d->n_ctx) return bs_fail(err, "drafter: cannot roll the context back to %d rows (it holds %d)", n_ctx, d->n_ctx);
-    d->n_ctx = n_ctx;
+static int dflash_rollback(bs_drafter *d, bs_drafter_ctx *dc, int n_ctx, bs_err *err) {
+    if (n_ctx < 0 || n_ctx > dc->n_ctx) return bs_fail(err, "drafter: cannot roll the context back to %d rows (it holds %d)", n_ctx, dc->n_ctx);
+    dc->n_ctx = n_ctx;
     return 0;
 }
 
@@ -449,10 +488,10 @@ static int dflash_rollback(bs_drafter *d, int n_ctx, bs_err *err) {
 // Backbone on the block ids[B]: h[B][H] after the final norm. Every op that depends on where the block
 // sits (RoPE, the K/V rows stored at n_ctx, the attention's key count) takes n_ctx as a position
 // argument, so a recording of this pass replays at any context length.
-static void backbone(dflash *m, const int32_t *ids) {
+static void backbone(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids) {
     const bs_qwen3_config *c = &m->cfg.base;
     bs_backend *be = m->be;
-    int B = m->B, H = m->H, n_ctx = m->iface.n_ctx;
+    int B = m->B, H = m->H;
     be->embed(be, m->x, &m->embed, ids, B);
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
@@ -461,10 +500,10 @@ static void backbone(dflash *m, const int32_t *ids) {
         // overwrites them).
         const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
         bs_qkv_norm_rope_store(be, m->xn, B, ws, m->q, m->kx, m->vx, c->n_heads, c->n_kv_heads, c->head_dim, &L->q_norm, &L->k_norm,
-                               c->rms_eps, n_ctx, m->rope_theta, m->kc[l], m->vc[l]);
+                               c->rms_eps, n_ctx, m->rope_theta, x->kc[l], x->vc[l]);
         // Non-causal over [context ; block]; a sliding layer sees the last W context rows plus the whole block.
         int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
-        be->attention(be, m->att, m->q, m->kc[l], m->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);
+        be->attention(be, m->att, m->q, x->kc[l], x->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);
         be->matmul(be, m->x, m->att, B, &L->wo, 1);
         be->rmsnorm(be, m->xn, m->x, B, H, &L->mlp_norm, c->rms_eps);
         {
@@ -485,8 +524,8 @@ static void spread_rows(dflash *m, int k, int n) {
 // Backbone + the LM head over the n prediction rows (z-lab: rows 1..n; DeepSpec: rows 0..n-1). With a
 // draft vocabulary the head's rows land in logits_d, spread over logits when `spread` (device picks
 // read logits_d directly).
-static void block_pass(dflash *m, const int32_t *ids, int n, int spread) {
-    backbone(m, ids);
+static void block_pass(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, int n, int spread) {
+    backbone(m, x, n_ctx, ids);
     if (n <= 0) return;
     const float *rows = m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h;
     if (!m->vd) { m->be->matmul(m->be, m->logits, rows, n, &m->lm_head, 0); return; }
@@ -503,13 +542,13 @@ static void add_markov_bias(dflash *m, int k, const float *vec) {
 
 // Greedy picks on the device. Greedy drafting needs no host arithmetic between the picks (z-lab and
 // DeepSpec DFlash: one argmax over the rows; DSpark with the vanilla Markov head: argmax of row k, that
-// token's W1 row, W2 times it added to row k+1, ...), so the picks run as backend ops into m->picks
+// token's W1 row, W2 times it added to row k+1, ...), so the picks run as backend ops into x->picks
 // (then the confidence logits beside them) and join the recorded pass: the host waits once per round
 // instead of once per drafted token. Gated and RNN heads (gate arithmetic on the host), sampling (the host
 // draws from q) and inspection (it reads the logits before the walk) take the step-by-step path.
 // The confidence head's logits of rows [0, n) into conf_out: w . [h_k ; W1[x_{k-1}]] (or w . h_k).
-static void conf_head_logits(dflash *m, int n) {
-    m->be->matmul(m->be, m->conf_out, m->cfg.conf_with_markov ? m->he : m->h, n, &m->conf_w, 0);
+static void conf_head_logits(dflash *m, dflash_ctx *x, int n) {
+    m->be->matmul(m->be, x->conf_out, m->cfg.conf_with_markov ? m->he : m->h, n, &m->conf_w, 0);
 }
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 // cl[k] (downloaded conf_out) += the head's bias; out->conf[k] = sigmoid(cl[k]), or sigmoid(cl[k] / T_k + b_k) with a
@@ -526,15 +565,15 @@ static int device_picks_ok(const dflash *m, const bs_sampling *s, const bs_dflas
     return bs_sampling_greedy(s) && !ins && m->be->argmax_to && m->be->embed_from &&
            (m->cfg.arch == BS_DRAFTER_ZLAB || m->r == 0 || m->cfg.markov_type == BS_MARKOV_VANILLA);
 }
-static void device_picks(dflash *m, int32_t anchor, int n) {
+static void device_picks(dflash *m, dflash_ctx *x, int32_t anchor, int n) {
     bs_backend *be = m->be;
     int H = m->H, r = m->r, V = m->V;
     // With a draft vocabulary the picks are argmaxes over its columns mapped to token ids (equal to the
     // argmax of the spread rows: the columns are in id order, the other tokens -inf), so the rows are
     // not spread here.
     if (m->cfg.arch == BS_DRAFTER_ZLAB || r == 0) {
-        if (m->vd) be->argmax_to(be, m->picks, m->logits_d, n, m->vd, m->vids_dev);
-        else be->argmax_to(be, m->picks, m->logits, n, V, NULL);
+        if (m->vd) be->argmax_to(be, x->picks, m->logits_d, n, m->vd, m->vids_dev);
+        else be->argmax_to(be, x->picks, m->logits, n, V, NULL);
     }
     else {
         be->copy_rows(be, m->he, H + r, m->h, H, n, H);
@@ -542,58 +581,58 @@ static void device_picks(dflash *m, int32_t anchor, int n) {
             float *e = m->he + (size_t)k * (H + r) + H, *lrow = m->logits + (size_t)k * V;
             // W1[previous token]: the anchor (id 0 of the pass, a replay input like the block's ids), then the picks
             if (k == 0) be->embed(be, e, &m->w1, &anchor, 1);
-            else be->embed_from(be, e, &m->w1, m->picks + k - 1, 1);
+            else be->embed_from(be, e, &m->w1, x->picks + k - 1, 1);
             if (m->vd) {
                 be->matmul(be, m->logits_d + (size_t)k * m->vd, e, 1, &m->w2, 1);
-                be->argmax_to(be, m->picks + k, m->logits_d + (size_t)k * m->vd, 1, m->vd, m->vids_dev);
+                be->argmax_to(be, x->picks + k, m->logits_d + (size_t)k * m->vd, 1, m->vd, m->vids_dev);
             } else {
                 be->matmul(be, lrow, e, 1, &m->w2, 1);
-                be->argmax_to(be, m->picks + k, lrow, 1, V, NULL);
+                be->argmax_to(be, x->picks + k, lrow, 1, V, NULL);
             }
         }
     }
-    if (m->cfg.arch != BS_DRAFTER_ZLAB && m->cfg.conf_head) conf_head_logits(m, n);
+    if (m->cfg.arch != BS_DRAFTER_ZLAB && m->cfg.conf_head) conf_head_logits(m, x, n);
 }
 
-static void draft_pass(dflash *m, const int32_t *ids, int n, int picks) {
-    block_pass(m, ids, n, !picks);
-    if (picks) device_picks(m, ids[0], n);
+static void draft_pass(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, int n, int picks) {
+    block_pass(m, x, n_ctx, ids, n, !picks);
+    if (picks) device_picks(m, x, ids[0], n);
 }
 
 // draft_pass, recorded the second time a (row count, picks) pair is seen and replayed from then on (as
 // the target's forward does, qwen3.c); plain on backends without recording, with BS_GRAPHS=0, or if
 // recording fails.
-static void draft_pass_recorded(dflash *m, const int32_t *ids, int n, int picks) {
+static void draft_pass_recorded(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, int n, int picks) {
     bs_backend *be = m->be;
     if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
-    const int cap = (int)(sizeof m->recs / sizeof *m->recs);
+    const int cap = (int)(sizeof x->recs / sizeof *x->recs);
     int i = 0;
-    while (i < m->n_recs && (m->recs[i].n != n || m->recs[i].picks != picks)) i++;
-    if (!bs_qwen3_use_graphs || !be->record_begin || (i == m->n_recs && m->n_recs == cap)) { draft_pass(m, ids, n, picks); return; }
-    if (i == m->n_recs) { m->recs[i].n = n; m->recs[i].picks = picks; m->recs[i].seen = 0; m->recs[i].rec = NULL; m->n_recs++; }
-    int pos0 = m->iface.n_ctx;
-    if (!m->recs[i].rec) {
-        if (m->recs[i].seen++ < 1 || be->record_begin(be, pos0)) { draft_pass(m, ids, n, picks); return; }
-        draft_pass(m, ids, n, picks);
+    while (i < x->n_recs && (x->recs[i].n != n || x->recs[i].picks != picks)) i++;
+    if (!bs_qwen3_use_graphs || !be->record_begin || (i == x->n_recs && x->n_recs == cap)) { draft_pass(m, x, n_ctx, ids, n, picks); return; }
+    if (i == x->n_recs) { x->recs[i].n = n; x->recs[i].picks = picks; x->recs[i].seen = 0; x->recs[i].rec = NULL; x->n_recs++; }
+    int pos0 = n_ctx;
+    if (!x->recs[i].rec) {
+        if (x->recs[i].seen++ < 1 || be->record_begin(be, pos0)) { draft_pass(m, x, n_ctx, ids, n, picks); return; }
+        draft_pass(m, x, n_ctx, ids, n, picks);
         bs_err err = {0};
-        if (!(m->recs[i].rec = be->record_end(be, &err))) {
+        if (!(x->recs[i].rec = be->record_end(be, &err))) {
             fprintf(stderr, "blockspec: drafter: recording the block pass failed (%s); running it plainly\n", err.msg);
-            m->recs[i].seen = -1000000;   // do not try again
-            draft_pass(m, ids, n, picks);
+            x->recs[i].seen = -1000000;   // do not try again
+            draft_pass(m, x, n_ctx, ids, n, picks);
             return;
         }
     }
-    be->replay(be, m->recs[i].rec, pos0, ids, m->B);
+    be->replay(be, x->recs[i].rec, pos0, ids, m->B);
 }
 
 // Picks d_k from logits row (device) k; fills q row k when sampling.
-static int32_t pick(dflash *m, const float *dev_row, int k, const bs_sampling *s, bs_rng *rng) {
+static int32_t pick(dflash *m, dflash_ctx *x, const float *dev_row, int k, const bs_sampling *s, bs_rng *rng) {
     bs_backend *be = m->be;
     int V = m->V;
     if (bs_sampling_greedy(s)) { int32_t t; be->argmax(be, &t, dev_row, 1, V); return t; }
     int32_t t;
     double u = bs_rng_uniform(rng);
-    bs_sample_rows(be, s, m->qdist + (size_t)k * V, dev_row, 1, V, &u, &t);
+    bs_sample_rows(be, s, x->qdist + (size_t)k * V, dev_row, 1, V, &u, &t);
     return t;
 }
 
@@ -637,33 +676,18 @@ static void markov_step(dflash *m, int k, int32_t prev) {
     }
 }
 
-// defer: picks and draws made on the device stay there (out->dev_tokens; propose_on_device).
-static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
-                         const bs_dflash_inspect *ins, int defer, bs_err *err) {
-    dflash *m = d->impl;
+// After a block pass (m->h, m->logits hold the block's rows): the drafts d_1..d_n, greedy or drawn (q
+// rows into the context's qdist), the Markov walk and the confidences; or, with `defer`, the picks left on
+// the device.
+static int take_picks(dflash *m, dflash_ctx *x, int32_t anchor, int n, int on_device, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                      const bs_dflash_inspect *ins, int defer) {
     bs_backend *be = m->be;
     const bs_drafter_config *c = &m->cfg;
     int B = m->B, H = m->H, V = m->V, r = m->r;
-    memset(out, 0, sizeof *out);
-    if (anchor < 0 || anchor >= V) return bs_fail(err, "drafter: anchor token %d is outside the vocabulary [0, %d)", anchor, V);
-    if (d->n_ctx > m->max_ctx)   // the cache has B spare rows for the block after max_ctx context rows
-        return bs_fail(err, "drafter: anchor position %d is past its context capacity %d", d->n_ctx, m->max_ctx);
-    if (!bs_sampling_greedy(s) && !rng) return bs_fail(err, "drafter: sampling needs an RNG");
-    int n = max_n < m->gamma ? max_n : m->gamma;
-    if (n <= 0 && !ins) return 0;
-    if (n < 0) n = 0;
-    int32_t ids[BS_MAX_DRAFT + 1];
-    ids[0] = anchor;
-    for (int i = 1; i < B; i++) ids[i] = c->mask_token_id;
-    const int on_device = device_picks_ok(m, s, ins);
-    draft_pass_recorded(m, ids, n, on_device);
-    if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
-    if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
-    if (n == 0) return 0;
-    if (on_device && defer) { out->n = n; out->dev_tokens = m->picks; return 0; }
+    if (on_device && defer) { out->n = n; out->dev_tokens = x->picks; return 0; }
     if (on_device) {
         int32_t got[2 * (BS_MAX_DRAFT + 1)];
-        be->download(be, got, m->picks, sizeof(int32_t) * 2 * B);
+        be->download(be, got, x->picks, sizeof(int32_t) * 2 * B);
         memcpy(out->tokens, got, sizeof(int32_t) * n);
         if (c->arch != BS_DRAFTER_ZLAB && c->conf_head) {
             float cl[BS_MAX_DRAFT];
@@ -677,8 +701,8 @@ static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_samp
         else {   // the rows' distributions and draws where the logits are, one uniform per row in order
             double u[BS_MAX_DRAFT];
             for (int k = 0; k < n; k++) u[k] = bs_rng_uniform(rng);
-            if (defer) { bs_sample_rows_to(be, s, m->qdist, m->logits, n, V, u, m->picks); out->dev_tokens = m->picks; }
-            else bs_sample_rows(be, s, m->qdist, m->logits, n, V, u, out->tokens);
+            if (defer) { bs_sample_rows_to(be, s, x->qdist, m->logits, n, V, u, x->picks); out->dev_tokens = x->picks; }
+            else bs_sample_rows(be, s, x->qdist, m->logits, n, V, u, out->tokens);
         }
     } else {
         // Rows 0..n-1 predict the next position; Markov walk from the anchor.
@@ -699,18 +723,18 @@ static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_samp
                 if (r > 0) {
                     float *e = m->he + (size_t)k * (H + r) + H;
                     if (k == 0) be->embed(be, e, &m->w1, &anchor, 1);
-                    else be->embed_from(be, e, &m->w1, m->picks + k - 1, 1);
+                    else be->embed_from(be, e, &m->w1, x->picks + k - 1, 1);
                     add_markov_bias(m, k, e);
                 }
-                bs_sample_rows_to(be, s, m->qdist + (size_t)k * V, m->logits + (size_t)k * V, 1, V, &u[k], m->picks + k);
+                bs_sample_rows_to(be, s, x->qdist + (size_t)k * V, m->logits + (size_t)k * V, 1, V, &u[k], x->picks + k);
             }
-            if (c->conf_head) conf_head_logits(m, n);
+            if (c->conf_head) conf_head_logits(m, x, n);
             if (defer) {   // the draws stay in picks for the verify; no confidences
-                out->dev_tokens = m->picks;
+                out->dev_tokens = x->picks;
                 have_cl = 0;
             } else {
                 int32_t got[2 * (BS_MAX_DRAFT + 1)];
-                be->download(be, got, m->picks, sizeof(int32_t) * 2 * B);
+                be->download(be, got, x->picks, sizeof(int32_t) * 2 * B);
                 memcpy(out->tokens, got, sizeof(int32_t) * n);
                 memcpy(cl, got + B, sizeof(float) * n);
             }
@@ -718,11 +742,11 @@ static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_samp
             int32_t prev = anchor;
             for (int k = 0; k < n; k++) {
                 if (r > 0) markov_step(m, k, prev);
-                out->tokens[k] = prev = pick(m, m->logits + (size_t)k * V, k, s, rng);
+                out->tokens[k] = prev = pick(m, x, m->logits + (size_t)k * V, k, s, rng);
             }
             if (c->conf_head) {
-                conf_head_logits(m, n);
-                be->download(be, cl, m->conf_out, sizeof(float) * n);
+                conf_head_logits(m, x, n);
+                be->download(be, cl, x->conf_out, sizeof(float) * n);
             }
         }
         if (ins && ins->step_logits) be->download(be, ins->step_logits, m->logits, sizeof(float) * n * V);
@@ -732,18 +756,167 @@ static int forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_samp
         }
     }
     out->n = n;
-    out->q = bs_sampling_greedy(s) ? NULL : m->qdist;
+    out->q = bs_sampling_greedy(s) ? NULL : x->qdist;
     return 0;
 }
 
-int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
+// What every proposal checks first.
+static int check_propose(const dflash *m, const bs_drafter_ctx *dc, int32_t anchor, const bs_sampling *s, const bs_rng *rng, bs_err *err) {
+    if (anchor < 0 || anchor >= m->V) return bs_fail(err, "drafter: anchor token %d is outside the vocabulary [0, %d)", anchor, m->V);
+    if (!dc->impl) return bs_fail(err, "drafter: the sequence context was not initialised (ctx_init)");
+    if (dc->n_ctx > dc->max_ctx)   // the cache has B spare rows for the block after max_ctx context rows
+        return bs_fail(err, "drafter: anchor position %d is past its context capacity %d", dc->n_ctx, dc->max_ctx);
+    if (!bs_sampling_greedy(s) && !rng) return bs_fail(err, "drafter: sampling needs an RNG");
+    return 0;
+}
+
+// defer: picks and draws made on the device stay there (out->dev_tokens; propose_on_device).
+static int forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                         const bs_dflash_inspect *ins, int defer, bs_err *err) {
+    dflash *m = d->impl;
+    bs_backend *be = m->be;
+    const bs_drafter_config *c = &m->cfg;
+    int B = m->B, H = m->H;
+    memset(out, 0, sizeof *out);
+    if (check_propose(m, dc, anchor, s, rng, err)) return -1;
+    dflash_ctx *x = dc->impl;
+    int n = max_n < m->gamma ? max_n : m->gamma;
+    if (n <= 0 && !ins) return 0;
+    if (n < 0) n = 0;
+    int32_t ids[BS_MAX_DRAFT + 1];
+    ids[0] = anchor;
+    for (int i = 1; i < B; i++) ids[i] = c->mask_token_id;
+    const int on_device = device_picks_ok(m, s, ins);
+    draft_pass_recorded(m, x, dc->n_ctx, ids, n, on_device);
+    if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
+    if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
+    if (n == 0) return 0;
+    return take_picks(m, x, anchor, n, on_device, s, rng, out, ins, defer);
+}
+
+int bs_dflash_forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
                             bs_draft *out, const bs_dflash_inspect *ins, bs_err *err) {
-    return forward_block(d, anchor, max_n, s, rng, out, ins, 0, err);
+    return forward_block(d, dc, anchor, max_n, s, rng, out, ins, 0, err);
 }
-static int dflash_propose_on_device(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+static int dflash_propose_on_device(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
                                     bs_err *err) {
-    return forward_block(d, anchor, max_n, s, rng, out, NULL, 1, err);
+    return forward_block(d, dc, anchor, max_n, s, rng, out, NULL, 1, err);
 }
-static int dflash_propose(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
-    return forward_block(d, anchor, max_n, s, rng, out, NULL, 0, err);
+static int dflash_propose(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out, bs_err *err) {
+    return forward_block(d, dc, anchor, max_n, s, rng, out, NULL, 0, err);
+}
+
+// ---- several sequences' blocks in one pass -----------------------------------------------------------------
+// The blocks of up to BATCH_ROWS / B sequences go through the backbone and the LM head together, so the
+// weights are read once for all of them; each block attends to its own context cache at its own
+// positions. Then each sequence picks its drafts from its own rows exactly as propose does (take_picks):
+// the kernels are row-invariant, so every sequence drafts what it would draft alone.
+#define BATCH_ROWS 64
+
+static int batch_alloc(dflash *m, bs_err *err) {
+    if (m->blogits) return 0;   // the last one allocated
+    size_t R = BATCH_ROWS, H = m->H;
+    ALLOC_BE(m->bx, R * H * 4); ALLOC_BE(m->bxn, R * H * 4); ALLOC_BE(m->bh, R * H * 4); ALLOC_BE(m->bpred, R * H * 4);
+    ALLOC_BE(m->bq, R * m->qd * 4); ALLOC_BE(m->batt, R * m->qd * 4);
+    ALLOC_BE(m->bkx, R * m->kd * 4); ALLOC_BE(m->bvx, R * m->kd * 4);
+    ALLOC_BE(m->bgate, R * m->I * 4); ALLOC_BE(m->bup, R * m->I * 4);
+    ALLOC_BE(m->blogits, R * (size_t)m->V * 4);
+    return 0;
+fail:
+    return bs_wrap(err, "drafter batch scratch");
+}
+
+// The backbone over nb blocks (ids [nb][B]); block j sits at positions n_ctx[j] .. of context xs[j].
+static void backbone_blocks(dflash *m, int nb, dflash_ctx *const *xs, const int *n_ctx, const int32_t *ids) {
+    const bs_qwen3_config *c = &m->cfg.base;
+    bs_backend *be = m->be;
+    int B = m->B, H = m->H, R = nb * B, hd = c->head_dim;
+    size_t qw = (size_t)m->qd * B, kw = (size_t)m->kd * B;
+    be->embed(be, m->bx, &m->embed, ids, R);
+    for (int l = 0; l < c->n_layers; l++) {
+        bs_qwen3_layer *L = &m->layers[l];
+        be->rmsnorm(be, m->bxn, m->bx, R, H, &L->attn_norm, c->rms_eps);
+        float *qkv[3] = { m->bq, m->bkx, m->bvx };
+        const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
+        bs_matmul_multi(be, 3, qkv, m->bxn, R, ws, 0);
+        int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
+        for (int j = 0; j < nb; j++) {
+            bs_qk_norm_rope_store(be, m->bq + j * qw, m->bkx + j * kw, m->bvx + j * kw, B, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm,
+                                  c->rms_eps, n_ctx[j], m->rope_theta, xs[j]->kc[l], xs[j]->vc[l]);
+            be->attention(be, m->batt + j * qw, m->bq + j * qw, xs[j]->kc[l], xs[j]->vc[l], B, c->n_heads, c->n_kv_heads, hd, n_ctx[j] + B,
+                          n_ctx[j], 0, win);
+        }
+        be->matmul(be, m->bx, m->batt, R, &L->wo, 1);
+        be->rmsnorm(be, m->bxn, m->bx, R, H, &L->mlp_norm, c->rms_eps);
+        float *gu[2] = { m->bgate, m->bup };
+        const bs_mat *wgu[2] = { &L->w_gate, &L->w_up };
+        bs_matmul_multi(be, 2, gu, m->bxn, R, wgu, 0);
+        bs_swiglu_matmul(be, m->bx, m->bgate, m->bup, R, &L->w_down, 1);
+    }
+    be->rmsnorm(be, m->bh, m->bx, R, H, &m->norm, c->rms_eps);
+}
+
+// One pass over sequences [0, nb) of the arrays (every one with n[j] >= 1 drafts to make).
+static void propose_pass(dflash *m, int nb, dflash_ctx *const *xs, const int *n_ctx, const int32_t *anchors, const int *n,
+                         const bs_sampling *const *s, bs_rng *const *rng, bs_draft *out) {
+    bs_backend *be = m->be;
+    int B = m->B, H = m->H, V = m->V, first = m->cfg.arch == BS_DRAFTER_ZLAB;   // z-lab predicts from rows 1..n
+    int32_t ids[BATCH_ROWS];
+    for (int j = 0; j < nb; j++) {
+        ids[j * B] = anchors[j];
+        for (int i = 1; i < B; i++) ids[j * B + i] = m->cfg.mask_token_id;
+    }
+    backbone_blocks(m, nb, xs, n_ctx, ids);
+    // The LM head once over every block's prediction rows, packed.
+    int p = 0, at[BATCH_ROWS];
+    for (int j = 0; j < nb; j++) {
+        at[j] = p;
+        be->copy_rows(be, m->bpred + (size_t)p * H, H, m->bh + ((size_t)j * B + first) * H, H, n[j], H);
+        p += n[j];
+    }
+    be->matmul(be, m->blogits, m->bpred, p, &m->lm_head, 0);
+    for (int j = 0; j < nb; j++) {
+        // The block's rows where propose's picks read them, then the same picks.
+        be->copy(be, m->h, m->bh + (size_t)j * B * H, sizeof(float) * B * H);
+        be->copy(be, m->logits, m->blogits + (size_t)at[j] * V, sizeof(float) * n[j] * V);
+        int on_device = device_picks_ok(m, s[j], NULL);
+        memset(&out[j], 0, sizeof out[j]);
+        if (on_device) device_picks(m, xs[j], anchors[j], n[j]);
+        take_picks(m, xs[j], anchors[j], n[j], on_device, s[j], rng[j], &out[j], NULL, 0);
+    }
+}
+
+static int dflash_propose_batch(bs_drafter *d, int n, bs_drafter_ctx *const *c, const int32_t *anchors, const int *max_n,
+                                const bs_sampling *const *s, bs_rng *const *rng, bs_draft *out, bs_err *err) {
+    dflash *m = d->impl;
+    // A draft vocabulary spreads its logits per pass: those sequences draft one by one.
+    if (m->vd || m->B > BATCH_ROWS) {
+        for (int i = 0; i < n; i++) if (dflash_propose(d, c[i], anchors[i], max_n[i], s[i], rng[i], &out[i], err)) return -1;
+        return 0;
+    }
+    if (batch_alloc(m, err)) return -1;
+    const int per_pass = BATCH_ROWS / m->B;
+    dflash_ctx *xs[BATCH_ROWS];
+    int n_ctx[BATCH_ROWS], nd[BATCH_ROWS], idx[BATCH_ROWS];
+    int32_t an[BATCH_ROWS];
+    const bs_sampling *sp[BATCH_ROWS];
+    bs_rng *rp[BATCH_ROWS];
+    int k = 0;
+    for (int i = 0; i <= n; i++) {
+        if (i < n) {
+            memset(&out[i], 0, sizeof out[i]);
+            if (check_propose(m, c[i], anchors[i], s[i], rng[i], err)) return -1;
+            int want = max_n[i] < m->gamma ? max_n[i] : m->gamma;
+            if (want <= 0) continue;
+            xs[k] = c[i]->impl; n_ctx[k] = c[i]->n_ctx; nd[k] = want; an[k] = anchors[i]; sp[k] = s[i]; rp[k] = rng[i]; idx[k] = i;
+            k++;
+        }
+        if (k == per_pass || (i == n && k > 0)) {
+            bs_draft tmp[BATCH_ROWS];
+            propose_pass(m, k, xs, n_ctx, an, nd, sp, rp, tmp);
+            for (int j = 0; j < k; j++) out[idx[j]] = tmp[j];
+            k = 0;
+        }
+    }
+    return 0;
 }

@@ -18,7 +18,8 @@
 
 // Opens the drafter in `dir` (config.json + safetensors, single or sharded) for `target` (which must stay alive
 // and is not modified). Checks hidden size, vocabulary, tap ids against the target and every tensor's shape.
-// max_ctx: committed context rows the drafter can hold (<= 0: the target's max_position_embeddings).
+// max_ctx: the most committed context rows a sequence's context may hold (<= 0: the target's
+// max_position_embeddings); each sequence's context (ctx_init) holds what it asks for, up to that.
 int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, bs_err *err);
 // The same with options (NULL: all defaults).
 int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, const bs_drafter_opts *o, bs_err *err);
@@ -54,5 +55,5 @@ typedef struct bs_dflash_inspect {
 
 // One drafting forward: exactly what propose() does (propose is this with ins = NULL), optionally copying
 // intermediate tensors out. n = min(max_n, max_drafts) drafts are produced.
-int bs_dflash_forward_block(bs_drafter *d, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
+int bs_dflash_forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
                             bs_draft *out, const bs_dflash_inspect *ins, bs_err *err);

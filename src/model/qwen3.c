@@ -4,8 +4,6 @@
 #include <string.h>
 #include "model/qwen3.h"
 
-#define CHUNK_ROWS 64
-
 int bs_qwen3_use_graphs = -1;
 
 static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const bs_checkpoint *ck, bs_backend *be, bs_err *err) {
@@ -29,7 +27,7 @@ static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const 
 
 int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *ck, bs_backend *be, bs_err *err) {
     memset(m, 0, sizeof *m);
-    m->cfg = *cfg; m->be = be; m->max_rows = CHUNK_ROWS;
+    m->cfg = *cfg; m->be = be;
     const bs_qwen3_config *c = cfg;
     bs_mat host;
     if (bs_checkpoint_mat(ck, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, &host, err) ||
@@ -46,12 +44,6 @@ int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *
     m->layers = calloc(c->n_layers, sizeof *m->layers);
     if (!m->layers) { bs_fail(err, "out of memory"); goto fail; }
     for (int i = 0; i < c->n_layers; i++) if (load_layer(&m->layers[i], i, c, ck, be, err)) goto fail;
-    size_t R = m->max_rows, H = c->hidden_size, qd = (size_t)c->n_heads * c->head_dim, I = c->intermediate_size;
-    size_t kd = (size_t)c->n_kv_heads * c->head_dim;
-    if (!(m->x = be->alloc(be, R * H * 4, err)) || !(m->xn = be->alloc(be, R * H * 4, err)) ||
-        !(m->kx = be->alloc(be, R * kd * 4, err)) || !(m->vx = be->alloc(be, R * kd * 4, err)) ||
-        !(m->q = be->alloc(be, R * qd * 4, err)) || !(m->att = be->alloc(be, R * qd * 4, err)) ||
-        !(m->gate = be->alloc(be, R * I * 4, err)) || !(m->up = be->alloc(be, R * I * 4, err))) goto fail;
     return 0;
 fail:
     bs_qwen3_free(m);
@@ -60,10 +52,30 @@ fail:
 
 void bs_qwen3_free(bs_qwen3 *m) {
     if (!m->be) return;
-    float *bufs[] = { m->x, m->xn, m->q, m->kx, m->vx, m->att, m->gate, m->up };
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) m->be->free(m->be, bufs[i]);
     free(m->layers);
     memset(m, 0, sizeof *m);
+}
+
+int bs_qwen3_ws_init(bs_qwen3_ws *ws, const bs_qwen3_config *c, bs_backend *be, bs_err *err) {
+    memset(ws, 0, sizeof *ws);
+    ws->be = be;
+    size_t R = BS_QWEN3_CHUNK_ROWS, H = c->hidden_size, qd = (size_t)c->n_heads * c->head_dim, I = c->intermediate_size;
+    size_t kd = (size_t)c->n_kv_heads * c->head_dim;
+    if (!(ws->x = be->alloc(be, R * H * 4, err)) || !(ws->xn = be->alloc(be, R * H * 4, err)) ||
+        !(ws->kx = be->alloc(be, R * kd * 4, err)) || !(ws->vx = be->alloc(be, R * kd * 4, err)) ||
+        !(ws->q = be->alloc(be, R * qd * 4, err)) || !(ws->att = be->alloc(be, R * qd * 4, err)) ||
+        !(ws->gate = be->alloc(be, R * I * 4, err)) || !(ws->up = be->alloc(be, R * I * 4, err))) {
+        bs_qwen3_ws_free(ws);
+        return bs_wrap(err, "forward scratch");
+    }
+    return 0;
+}
+
+void bs_qwen3_ws_free(bs_qwen3_ws *ws) {
+    if (!ws->be) return;
+    float *bufs[] = { ws->x, ws->xn, ws->q, ws->kx, ws->vx, ws->att, ws->gate, ws->up };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) ws->be->free(ws->be, bufs[i]);
+    memset(ws, 0, sizeof *ws);
 }
 
 int bs_kv_init(bs_kv_cache *kv, const bs_qwen3_config *c, int max_ctx, bs_backend *be, bs_err *err) {
@@ -85,6 +97,7 @@ int bs_kv_init(bs_kv_cache *kv, const bs_qwen3_config *c, int max_ctx, bs_backen
 // A recorded single-chunk forward: replayable at any position with other ids.
 typedef struct bs_fwd_rec {
     const bs_qwen3 *m;
+    const bs_qwen3_ws *ws;
     int n, logits_all, n_taps, taps[16];
     float *logits, *tap_out;
     const int32_t *dev_ids;      // the rows' ids after the first were read from here (bs_qwen3_forward_dev)
@@ -97,6 +110,7 @@ void bs_kv_free(bs_kv_cache *kv) {
     for (int i = 0; i < kv->n_recs; i++)
         if (kv->recs[i].rec) kv->be->record_free(kv->be, kv->recs[i].rec);
     free(kv->recs);
+    bs_qwen3_ws_free(&kv->ws);
     for (int l = 0; kv->be && l < kv->n_layers; l++) {
         if (kv->k && kv->k[l]) kv->be->free(kv->be, kv->k[l]);
         if (kv->v && kv->v[l]) kv->be->free(kv->be, kv->v[l]);
@@ -111,82 +125,143 @@ int bs_kv_rollback(bs_kv_cache *kv, int n_past, bs_err *err) {
     return 0;
 }
 
+// A chunk of a batch forward: at most BS_QWEN3_CHUNK_ROWS consecutive batch rows, cut into one piece per
+// sequence they touch (a sequence longer than what is left of the chunk continues in the next one).
+typedef struct piece {
+    bs_kv_cache *kv;
+    const int32_t *ids;
+    int n;              // rows in this chunk
+    int ends_seq;       // the sequence's last row is this piece's last
+    int all_logits;     // a logits row per row (else only the sequence's last)
+    int lrow;           // logits row of the piece's first row (all_logits), else of the sequence's last row
+} piece;
+
+typedef struct chunk {
+    piece p[BS_QWEN3_CHUNK_ROWS];
+    int n_pieces, n_rows, row0;      // row0: the chunk's first row in the batch
+    const int32_t *dev_ids;          // bs_qwen3_forward_dev: rows 1..n-1 take their ids from backend memory
+} chunk;
+
 // Copies hidden state rows for every requested tap equal to `index` into the tap output.
-static void emit_taps(bs_qwen3 *m, const bs_fwd_out *out, int index, const float *h, int row0, int n) {
+static void emit_taps(const bs_qwen3 *m, const bs_fwd_out *out, int index, const float *h, int row0, int n) {
     int H = m->cfg.hidden_size;
     for (int t = 0; t < out->n_taps; t++)
         if (out->taps[t] == index)
             m->be->copy_rows(m->be, out->tap_out + (size_t)row0 * out->n_taps * H + (size_t)t * H, (size_t)out->n_taps * H, h, H, n, H);
 }
 
-// dev_ids != NULL: rows 1..n-1 take their ids from backend memory (bs_qwen3_forward_dev), row 0 from ids[0].
-static void forward_chunk(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, int row0, int is_last_chunk,
-                          const int32_t *dev_ids) {
+static void embed_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch) {
+    bs_backend *be = m->be;
+    if (ch->n_pieces == 1) {   // one sequence: its ids as they are (and those in backend memory)
+        const piece *p = &ch->p[0];
+        be->embed(be, ws->x, &m->embed, p->ids, ch->dev_ids ? 1 : p->n);
+        if (ch->dev_ids && p->n > 1) be->embed_from(be, ws->x + m->cfg.hidden_size, &m->embed, ch->dev_ids, p->n - 1);
+        return;
+    }
+    int32_t ids[BS_QWEN3_CHUNK_ROWS];
+    for (int i = 0, r = 0; i < ch->n_pieces; r += ch->p[i].n, i++) memcpy(ids + r, ch->p[i].ids, sizeof(int32_t) * ch->p[i].n);
+    be->embed(be, ws->x, &m->embed, ids, ch->n_rows);
+}
+
+// The chunk's rows through every layer. Row-wise ops run over all of them at once; the ones that depend on
+// a row's sequence (RoPE positions, K/V stores, attention) take the spans.
+static void forward_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch, const bs_fwd_out *out) {
     const bs_qwen3_config *c = &m->cfg;
     bs_backend *be = m->be;
-    int H = c->hidden_size, hd = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads;
-    int pos0 = kv->n_past;
-    be->embed(be, m->x, &m->embed, ids, dev_ids ? 1 : n);
-    if (dev_ids && n > 1) be->embed_from(be, m->x + H, &m->embed, dev_ids, n - 1);
-    emit_taps(m, out, 0, m->x, row0, n);
+    int H = c->hidden_size, hd = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads, n = ch->n_rows, row0 = ch->row0;
+    bs_row_span spans[BS_QWEN3_CHUNK_ROWS];
+    for (int i = 0, r = 0; i < ch->n_pieces; r += ch->p[i].n, i++)
+        spans[i] = (bs_row_span){ .row0 = r, .n = ch->p[i].n, .pos0 = ch->p[i].kv->n_past };
+    embed_chunk(m, ws, ch);
+    emit_taps(m, out, 0, ws->x, row0, n);
     for (int l = 0; l < c->n_layers; l++) {
-        bs_qwen3_layer *L = &m->layers[l];
-        be->rmsnorm(be, m->xn, m->x, n, H, &L->attn_norm, c->rms_eps);
+        const bs_qwen3_layer *L = &m->layers[l];
+        be->rmsnorm(be, ws->xn, ws->x, n, H, &L->attn_norm, c->rms_eps);
         const bs_mat *wqkv[3] = { &L->wq, &L->wk, &L->wv };
-        // q/k/v, then q/k norm + RoPE and the new K/V rows into the cache at their positions (a position
-        // argument: replayable).
-        bs_qkv_norm_rope_store(be, m->xn, n, wqkv, m->q, m->kx, m->vx, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps, pos0,
-                               c->rope_theta, kv->k[l], kv->v[l]);
-        be->attention(be, m->att, m->q, kv->k[l], kv->v[l], n, nH, nKV, hd, pos0 + n, pos0, 1, 0);
-        be->matmul(be, m->x, m->att, n, &L->wo, 1);  // residual add fused into the projection
-        be->rmsnorm(be, m->xn, m->x, n, H, &L->mlp_norm, c->rms_eps);
-        float *gu[2] = { m->gate, m->up };
+        for (int i = 0; i < ch->n_pieces; i++) { spans[i].k = ch->p[i].kv->k[l]; spans[i].v = ch->p[i].kv->v[l]; }
+        // q/k/v, then q/k norm + RoPE and the new K/V rows into each sequence's cache at its positions (a
+        // position argument: replayable). One sequence: the fused op, bit-equal to the two steps (backend.h).
+        if (ch->n_pieces == 1) {
+            bs_qkv_norm_rope_store(be, ws->xn, n, wqkv, ws->q, ws->kx, ws->vx, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps,
+                                   spans[0].pos0, c->rope_theta, spans[0].k, spans[0].v);
+        } else {
+            float *y[3] = { ws->q, ws->kx, ws->vx };
+            bs_matmul_multi(be, 3, y, ws->xn, n, wqkv, 0);
+            bs_qk_norm_rope_store_spans(be, ws->q, ws->kx, ws->vx, spans, ch->n_pieces, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps,
+                                        c->rope_theta);
+        }
+        bs_attention_spans(be, ws->att, ws->q, spans, ch->n_pieces, nH, nKV, hd);
+        be->matmul(be, ws->x, ws->att, n, &L->wo, 1);  // residual add fused into the projection
+        be->rmsnorm(be, ws->xn, ws->x, n, H, &L->mlp_norm, c->rms_eps);
+        float *gu[2] = { ws->gate, ws->up };
         const bs_mat *wgu[2] = { &L->w_gate, &L->w_up };
-        bs_matmul_multi(be, 2, gu, m->xn, n, wgu, 0);
-        bs_swiglu_matmul(be, m->x, m->gate, m->up, n, &L->w_down, 1);
-        if (l + 1 < c->n_layers) emit_taps(m, out, l + 1, m->x, row0, n);
+        bs_matmul_multi(be, 2, gu, ws->xn, n, wgu, 0);
+        bs_swiglu_matmul(be, ws->x, ws->gate, ws->up, n, &L->w_down, 1);
+        if (l + 1 < c->n_layers) emit_taps(m, out, l + 1, ws->x, row0, n);
     }
-    kv->n_past += n;
+    for (int i = 0; i < ch->n_pieces; i++) ch->p[i].kv->n_past += ch->p[i].n;
     // Final norm: needed for every row when logits of all rows or the last tap are asked for.
-    int need_all = out->logits_all, last_tap = 0;
+    int need_all = 0, last_tap = 0;
+    for (int i = 0; i < ch->n_pieces; i++) need_all |= ch->p[i].all_logits;
     for (int t = 0; t < out->n_taps; t++) last_tap |= out->taps[t] == c->n_layers;
     if (need_all || last_tap) {
-        be->rmsnorm(be, m->xn, m->x, n, H, &m->norm, c->rms_eps);
-        emit_taps(m, out, c->n_layers, m->xn, row0, n);
-        if (out->logits && need_all) be->matmul(be, out->logits + (size_t)row0 * c->vocab_size, m->xn, n, &m->lm_head, 0);
+        be->rmsnorm(be, ws->xn, ws->x, n, H, &m->norm, c->rms_eps);
+        emit_taps(m, out, c->n_layers, ws->xn, row0, n);
     }
-    if (out->logits && !need_all && is_last_chunk) {
-        float *last = m->xn + (size_t)(n - 1) * H;
-        if (!last_tap) be->rmsnorm(be, last, m->x + (size_t)(n - 1) * H, 1, H, &m->norm, c->rms_eps);
-        be->matmul(be, out->logits, last, 1, &m->lm_head, 0);
+    if (!out->logits) return;
+    size_t V = c->vocab_size;
+    for (int i = 0; i < ch->n_pieces;) {
+        const piece *p = &ch->p[i];
+        if (p->all_logits) {   // a run of pieces whose logits rows follow one another: one LM head call
+            int j = i + 1, rows = p->n;
+            while (j < ch->n_pieces && ch->p[j].all_logits && ch->p[j].lrow == p->lrow + rows) rows += ch->p[j++].n;
+            be->matmul(be, out->logits + (size_t)p->lrow * V, ws->xn + (size_t)spans[i].row0 * H, rows, &m->lm_head, 0);
+            i = j;
+            continue;
+        }
+        if (p->ends_seq) {     // only the sequence's last row
+            size_t r = (size_t)spans[i].row0 + spans[i].n - 1;
+            float *last = ws->xn + r * H;
+            if (!need_all && !last_tap) be->rmsnorm(be, last, ws->x + r * H, 1, H, &m->norm, c->rms_eps);
+            be->matmul(be, out->logits + (size_t)p->lrow * V, last, 1, &m->lm_head, 0);
+        }
+        i++;
     }
 }
 
-// Backends with record/replay: a forward of a shape seen before is recorded once (the second time)
-// and replayed from then on. Returns 0 when done, -1 on error, 1 when the call must run plainly.
-static int forward_recorded(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, const int32_t *dev_ids,
-                            bs_err *err) {
+// A single-sequence chunk of rows [0, n).
+static chunk one_chunk(bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, const int32_t *dev_ids) {
+    chunk ch = { .n_pieces = 1, .n_rows = n, .dev_ids = dev_ids };
+    ch.p[0] = (piece){ kv, ids, n, 1, out->logits_all, 0 };
+    return ch;
+}
+
+// Backends with record/replay: a one-sequence forward of a shape seen before is recorded once (the
+// second time) and replayed from then on. Returns 0 when done, -1 on error, 1 when the call must run plainly.
+static int forward_recorded(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out,
+                            const int32_t *dev_ids, bs_err *err) {
     if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
     if (!bs_qwen3_use_graphs || out->n_taps > 16) return 1;
     bs_backend *be = m->be;
     bs_fwd_rec *r = NULL;
     for (int i = 0; i < kv->n_recs && !r; i++) {
         bs_fwd_rec *c = &kv->recs[i];
-        if (c->m == m && c->n == n && c->logits_all == out->logits_all && c->logits == out->logits && c->tap_out == out->tap_out &&
+        if (c->m == m && c->ws == ws && c->n == n && c->logits_all == out->logits_all && c->logits == out->logits && c->tap_out == out->tap_out &&
             c->n_taps == out->n_taps && !memcmp(c->taps, out->taps, sizeof(int) * out->n_taps) && c->dev_ids == dev_ids) r = c;
     }
     if (!r) {
         if (kv->n_recs == MAX_RECS) return 1;
         if (!kv->recs && !(kv->recs = calloc(MAX_RECS, sizeof *kv->recs))) return 1;
         r = &kv->recs[kv->n_recs++];
-        r->m = m; r->n = n; r->logits_all = out->logits_all; r->logits = out->logits; r->tap_out = out->tap_out;
+        r->m = m; r->ws = ws; r->n = n; r->logits_all = out->logits_all; r->logits = out->logits; r->tap_out = out->tap_out;
         r->n_taps = out->n_taps; memcpy(r->taps, out->taps, sizeof(int) * out->n_taps); r->dev_ids = dev_ids;
     }
     if (!r->rec && r->seen++ < 1) return 1;    // first time: plain (one-off shapes like a prompt stay unrecorded)
     int pos0 = kv->n_past;
     if (!r->rec) {
         if (be->record_begin(be, pos0)) return 1;
-        forward_chunk(m, kv, ids, n, out, 0, 1, dev_ids);
+        chunk ch = one_chunk(kv, ids, n, out, dev_ids);
+        forward_chunk(m, ws, &ch, out);
         kv->n_past = pos0;
         if (!(r->rec = be->record_end(be, err))) return -1;
     }
@@ -204,35 +279,75 @@ static int check_forward(const bs_qwen3 *m, const bs_kv_cache *kv, int n, const 
     return 0;
 }
 
-int bs_qwen3_forward(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err) {
+static int check_seq(const bs_qwen3 *m, const bs_seq_rows *s, int index, const bs_fwd_out *out, bs_err *err) {
+    if (s->n <= 0) return bs_fail(err, "forward needs at least one token (sequence %d of the batch has %d)", index, s->n);
+    for (int i = 0; i < s->n; i++)
+        if (s->ids[i] < 0 || s->ids[i] >= m->cfg.vocab_size)
+            return bs_fail(err, "token id %d at index %d is outside the vocabulary [0, %d)", s->ids[i], i, m->cfg.vocab_size);
+    return check_forward(m, s->kv, s->n, out, err);
+}
+
+int bs_qwen3_forward_batch(const bs_qwen3 *m, bs_qwen3_ws *ws, const bs_seq_rows *seqs, int n_seqs, const bs_fwd_out *out,
+                           bs_err *err) {
     static const bs_fwd_out none = { 0 };
     if (!out) out = &none;
-    if (n <= 0) return bs_fail(err, "forward needs at least one token");
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size) return bs_fail(err, "token id %d at index %d is outside the vocabulary [0, %d)", ids[i], i, m->cfg.vocab_size);
-    if (check_forward(m, kv, n, out, err)) return -1;
-    if (n <= m->max_rows && m->be->record_begin) {
-        int rc = forward_recorded(m, kv, ids, n, out, NULL, err);
+    if (n_seqs <= 0) return bs_fail(err, "a batch forward needs at least one sequence");
+    for (int i = 0; i < n_seqs; i++) {
+        if (check_seq(m, &seqs[i], i, out, err)) return -1;
+        for (int j = 0; j < i; j++)
+            if (seqs[j].kv == seqs[i].kv) return bs_fail(err, "sequences %d and %d of a batch share one KV cache", j, i);
+    }
+    if (n_seqs == 1 && seqs[0].n <= BS_QWEN3_CHUNK_ROWS && m->be->record_begin && !(out->logits_all && seqs[0].last_logits_only)) {
+        int rc = forward_recorded(m, ws, seqs[0].kv, seqs[0].ids, seqs[0].n, out, NULL, err);
         if (rc <= 0) return rc;   // 1: not recordable, run it plainly
     }
-    for (int r = 0; r < n; r += m->max_rows) {
-        int c = n - r < m->max_rows ? n - r : m->max_rows;
-        forward_chunk(m, kv, ids + r, c, out, r, r + c == n, NULL);
+    // Cut the batch's rows into chunks; a sequence may continue from one chunk into the next.
+    chunk ch = { 0 };
+    int row = 0, lrow = 0;   // lrow: the sequence's first logits row
+    for (int s = 0; s < n_seqs; s++) {
+        int all = out->logits_all && !seqs[s].last_logits_only;
+        for (int done = 0; done < seqs[s].n;) {
+            int take = seqs[s].n - done, room = BS_QWEN3_CHUNK_ROWS - ch.n_rows;
+            if (take > room) take = room;
+            // logits rows: the piece's first (all rows), or the sequence's one (its last row's)
+            int at = all ? lrow + done : out->logits_all ? lrow : s;
+            ch.p[ch.n_pieces++] = (piece){ seqs[s].kv, seqs[s].ids + done, take, done + take == seqs[s].n, all, at };
+            ch.n_rows += take; done += take; row += take;
+            if (ch.n_rows == BS_QWEN3_CHUNK_ROWS || (s + 1 == n_seqs && done == seqs[s].n)) {
+                forward_chunk(m, ws, &ch, out);
+                ch = (chunk){ .row0 = row };
+            }
+        }
+        lrow += all ? seqs[s].n : 1;
     }
     return 0;
 }
 
-int bs_qwen3_forward_dev(bs_qwen3 *m, bs_kv_cache *kv, int32_t id0, const int32_t *dev_ids, int n, const bs_fwd_out *out, bs_err *err) {
+// The cache's own scratch, allocated on its first forward.
+static bs_qwen3_ws *kv_scratch(const bs_qwen3 *m, bs_kv_cache *kv, bs_err *err) {
+    if (!kv->ws.be && bs_qwen3_ws_init(&kv->ws, &m->cfg, m->be, err)) return NULL;
+    return &kv->ws;
+}
+
+int bs_qwen3_forward(const bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err) {
+    bs_qwen3_ws *ws = kv_scratch(m, kv, err);
+    bs_seq_rows one = { kv, ids, n };
+    return ws ? bs_qwen3_forward_batch(m, ws, &one, 1, out, err) : -1;
+}
+
+int bs_qwen3_forward_dev(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv, int32_t id0, const int32_t *dev_ids, int n, const bs_fwd_out *out, bs_err *err) {
     static const bs_fwd_out none = { 0 };
     if (!out) out = &none;
-    if (n <= 0 || n > m->max_rows) return bs_fail(err, "forward with ids in backend memory takes 1..%d rows (got %d)", m->max_rows, n);
+    if (n <= 0 || n > BS_QWEN3_CHUNK_ROWS) return bs_fail(err, "forward with ids in backend memory takes 1..%d rows (got %d)", BS_QWEN3_CHUNK_ROWS, n);
     if (!m->be->embed_from) return bs_fail(err, "backend %s cannot embed ids from its memory", m->be->name);
     if (id0 < 0 || id0 >= m->cfg.vocab_size) return bs_fail(err, "token id %d at index 0 is outside the vocabulary [0, %d)", id0, m->cfg.vocab_size);
     if (check_forward(m, kv, n, out, err)) return -1;
+    if (!ws && !(ws = kv_scratch(m, kv, err))) return -1;
     if (m->be->record_begin) {
-        int rc = forward_recorded(m, kv, &id0, n, out, dev_ids, err);
+        int rc = forward_recorded(m, ws, kv, &id0, n, out, dev_ids, err);
         if (rc <= 0) return rc;
     }
-    forward_chunk(m, kv, &id0, n, out, 0, 1, dev_ids);
+    chunk ch = one_chunk(kv, &id0, n, out, dev_ids);
+    forward_chunk(m, ws, &ch, out);
     return 0;
 }

@@ -22,16 +22,26 @@ typedef struct bs_qwen3 {
     bs_mat embed_host, lm_head_host;   // their views in the checkpoint (valid while it is open): drafters compare
                                        // their bundled copies with them and may upload an 8-bit LM head
     bs_qwen3_layer *layers;      // [n_layers]
-    int max_rows;                // rows per internal chunk (longer inputs are processed in chunks)
-    // workspace, backend memory, max_rows rows each
+} bs_qwen3;   // immutable after bs_qwen3_init: one loaded target serves any number of sequences
+
+// Rows per forward chunk: longer inputs (and batches) run in chunks of at most this many rows.
+#define BS_QWEN3_CHUNK_ROWS 64
+
+// Scratch of a forward, backend memory, BS_QWEN3_CHUNK_ROWS rows each. Whoever runs forwards owns one
+// (a KV cache for its own single-sequence forwards, the runtime for its batches), never the model.
+typedef struct bs_qwen3_ws {
+    bs_backend *be;
     float *x, *xn, *q, *kx, *vx, *att, *gate, *up;
-} bs_qwen3;
+} bs_qwen3_ws;
+int bs_qwen3_ws_init(bs_qwen3_ws *ws, const bs_qwen3_config *cfg, bs_backend *be, bs_err *err);
+void bs_qwen3_ws_free(bs_qwen3_ws *ws);
 
 // The KV cache of one timeline. Rows [0, n_past) are committed; rolling back is setting n_past.
 typedef struct bs_kv_cache {
     int n_layers, kv_dim, max_ctx, n_past;
     float **k, **v;              // [n_layers] -> [max_ctx][kv_dim], backend memory
     bs_backend *be;
+    bs_qwen3_ws ws;              // scratch of bs_qwen3_forward on this timeline (allocated on first use)
     // Recorded forwards (backends with record/replay, e.g. CUDA graphs), keyed by the call's shape.
     struct bs_fwd_rec *recs;
     int n_recs;
@@ -61,7 +71,26 @@ int bs_kv_rollback(bs_kv_cache *kv, int n_past, bs_err *err);
 extern int bs_qwen3_use_graphs;
 
 // Runs n new rows (ids at positions kv->n_past ...) and appends their K/V. Checks ids and context room.
-int bs_qwen3_forward(bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err);
-// The same for n <= max_rows rows whose ids after the first are in backend memory (int32, not checked
-// here: a drafter's device picks), so the host need not wait for them: row 0 = id0, row i = dev_ids[i-1].
-int bs_qwen3_forward_dev(bs_qwen3 *m, bs_kv_cache *kv, int32_t id0, const int32_t *dev_ids, int n, const bs_fwd_out *out, bs_err *err);
+// (A batch of one sequence, with the cache's own scratch.)
+int bs_qwen3_forward(const bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err);
+// The same for n <= BS_QWEN3_CHUNK_ROWS rows whose ids after the first are in backend memory (int32, not
+// checked here: a drafter's device picks), so the host need not wait for them: row 0 = id0, row i =
+// dev_ids[i-1]. ws: the scratch to use (NULL: the cache's own).
+int bs_qwen3_forward_dev(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv, int32_t id0, const int32_t *dev_ids, int n, const bs_fwd_out *out, bs_err *err);
+
+// One sequence's rows in a batch forward: n new rows (ids, host) at positions kv->n_past ... of its cache.
+typedef struct bs_seq_rows {
+    bs_kv_cache *kv;
+    const int32_t *ids;
+    int n;
+    int last_logits_only;        // 1: one logits row (its last) even when the forward asks for every row's
+                                 // (a prompt chunk beside verify blocks)
+} bs_seq_rows;
+
+// One forward over the rows of several sequences (a ragged batch: each contributes its n rows, at its own
+// positions, against its own KV cache, which gains them). Rows are numbered in the order given. Outputs:
+// logits_all: a row of logits per batch row (one, its last, for a sequence with last_logits_only), packed
+// in order; else one per sequence (its last row), in order; taps: a row per batch row. Each row's results equal the same row computed with its sequence alone (the kernels are
+// row-invariant: tests/test_row_invariance.c, tests/test_runtime.c). ws: the caller's scratch.
+int bs_qwen3_forward_batch(const bs_qwen3 *m, bs_qwen3_ws *ws, const bs_seq_rows *seqs, int n_seqs, const bs_fwd_out *out,
+                           bs_err *err);

@@ -59,26 +59,27 @@ int bs_calib_record_seq(bs_engine *e, bs_drafter *d, const int32_t *ids, const u
 
     int rc = -1, recorded = 0, a_max = cand[0];
     bs_kv_cache kv = {0};
+    bs_drafter_ctx dctx = {0};
     int feat_rows = a_max < PREFILL_CHUNK ? a_max : PREFILL_CHUNK;
     float *logits = be->alloc(be, sizeof(float) * (size_t)(K + 1) * V, err);
     float *feat = logits ? be->alloc(be, sizeof(float) * (size_t)feat_rows * F, err) : NULL;
     if (!logits || !feat) goto out;
-    if (bs_kv_init(&kv, &e->cfg, a_max + K + 1, be, err) || d->rollback(d, 0, err)) goto out;
+    if (bs_kv_init(&kv, &e->cfg, a_max + K + 1, be, err) || bs_drafter_ctx_init(d, &dctx, a_max + K + 1, err)) goto out;
     // The held-out prefix ids[0..a_max): the target's KV rows and the drafter's context rows.
     bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
     for (int r = 0; r < a_max; r += PREFILL_CHUNK) {
         int c = a_max - r < PREFILL_CHUNK ? a_max - r : PREFILL_CHUNK;
-        if (bs_qwen3_forward(tm, &kv, ids + r, c, &fo, err) || d->add_context(d, feat, c, err)) goto out;
+        if (bs_qwen3_forward(tm, &kv, ids + r, c, &fo, err) || d->add_context(d, &dctx, feat, c, err)) goto out;
     }
     if (grow(out, out->n + na, err)) goto out;
     for (int i = 0; i < na; i++) {
         int a = cand[i];
         // Rows >= a were overwritten by later anchors' blocks; rows < a still hold the held-out prefix.
-        if (bs_kv_rollback(&kv, a, err) || d->rollback(d, a, err)) goto out;
+        if (bs_kv_rollback(&kv, a, err) || d->rollback(d, &dctx, a, err)) goto out;
         bs_draft dr;
         float z[BS_MAX_DRAFT];
         bs_dflash_inspect ins = { .conf_logits = z };
-        if (bs_dflash_forward_block(d, ids[a], K, NULL, NULL, &dr, &ins, err)) goto out;
+        if (bs_dflash_forward_block(d, &dctx, ids[a], K, NULL, NULL, &dr, &ins, err)) goto out;
         if (dr.n != K) { bs_fail(err, "calibration: the drafter drafted %d tokens, %d asked for", dr.n, K); goto out; }
         // The engine's greedy verify: the target scores [anchor, d_1..d_K] after the prefix.
         int32_t vin[BS_MAX_DRAFT + 1], targ[BS_MAX_DRAFT + 1];
@@ -102,6 +103,7 @@ int bs_calib_record_seq(bs_engine *e, bs_drafter *d, const int32_t *ids, const u
     }
     rc = recorded;
 out:
+    bs_drafter_ctx_free(d, &dctx);
     if (kv.k) bs_kv_free(&kv);
     if (logits) be->free(be, logits);
     if (feat) be->free(be, feat);

@@ -3,6 +3,8 @@
 #pragma once
 #include <stdint.h>
 
+#define BS_MAX_VERIFY_ROWS 65   // a verify block: the anchor + at most BS_MAX_DRAFT (64) drafts
+
 // Greedy: the longest prefix with d_k == argmax(row k-1), then the target's own token after it.
 // target_argmax[0..n], drafts[0..n-1] (= d_1..d_n). Returns the accepted count a; *next = target_argmax[a].
 int bs_accept_greedy(const int32_t *target_argmax, const int32_t *drafts, int n, int32_t *next);
@@ -26,3 +28,13 @@ int bs_accept_sampled_on(bs_backend *be, const float *p, const float *q, const i
 // backends with accept_sampled_to (CUDA); a host-memory backend runs bs_accept_sampled_u in place.
 void bs_accept_sampled_to(bs_backend *be, const float *p, const float *q, const int32_t *drafts_be, int n, int vocab,
                           const double *u, float *residual, int32_t *out_be);
+
+// One sequence's verdict from the target's logits of its verify rows [anchor, d_1..d_n] (backend memory,
+// [n+1][vocab]), wherever those rows were computed (alone or in a batch). Greedy: the target's argmax
+// per row, then bs_accept_greedy. Returns a; *next is the token emitted after the accepted drafts.
+int bs_verify_rows_greedy(bs_backend *be, const float *logits, const int32_t *drafts, int n, int vocab, int32_t *next);
+// Sampled: the rows become the processed distributions p (in place of the logits), then
+// bs_accept_sampled_on with the draft distributions q (backend memory, or NULL) and u[0..n].
+struct bs_sampling;
+int bs_verify_rows_sampled(bs_backend *be, const struct bs_sampling *smp, float *logits, const float *q, const int32_t *drafts, int n,
+                           int vocab, const double *u, float *residual, int32_t *next);

@@ -52,6 +52,9 @@ void bs_mm_prep_evenodd(float *xp, const float *x, int n, int K, int chunk);
 void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const float *k, const float *v,
                            int n_q, int n_heads, int n_kv_heads, int hd, int n_keys, int q_pos0, int causal,
                            int window);
+// bs_cpu_attention_fast over a ragged batch's spans, in one thread dispatch (backend.h attention_spans).
+void bs_cpu_attention_spans_fast(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads, int n_kv,
+                                 int hd);
 // kv heads per attention task: 0 = automatic (as many as leave every thread a task; BS_CPU_ATT_HG=1 forces
 // one). Results never depend on it; tests set it to check exactly that.
 extern int bs_cpu_attention_heads_per_task;

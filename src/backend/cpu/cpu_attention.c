@@ -539,27 +539,73 @@ static void attn_task(void *p, int t, int nt) {
 
 int bs_cpu_attention_heads_per_task;
 
-void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const float *k, const float *v,
-                           int n_q, int n_heads, int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
-    attn_job j = { out, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window, 1, NULL, NULL, NULL };
+// One call's job (kernels and the kv heads per task) and its task count.
+static int attn_setup(bs_backend *be, attn_job *j) {
     int vec = be->impl != (void *)bs_mm_scalar && bs_cpu_path_supported(BS_CPU_AVX2);
     // The AVX-512 paths run the same arithmetic on zmm registers (bit for bit the AVX2 results).
     int wide = vec && (be->impl == (void *)bs_mm_avx512 || be->impl == (void *)bs_mm_avx512bf16) &&
                bs_cpu_path_supported(BS_CPU_AVX512);
-    j.score = wide ? score_avx512 : vec ? score_avx2 : score_c;
-    j.softmax = vec ? softmax_avx2 : softmax_c;
-    j.accum = wide ? accum_avx512 : vec ? accum_avx2 : accum_c;
+    j->score = wide ? score_avx512 : vec ? score_avx2 : score_c;
+    j->softmax = vec ? softmax_avx2 : softmax_c;
+    j->accum = wide ? accum_avx512 : vec ? accum_avx2 : accum_c;
     // Heads per task: as many as still leave every pool thread a task (BS_CPU_ATT_HG=1: one head per
     // task, the previous split). Results do not depend on it.
-    const int qblocks = (n_q + QB - 1) / QB, threads = bs_pool_size();
+    const int qblocks = (j->n_q + QB - 1) / QB, threads = bs_pool_size();
     int groups = (threads + qblocks - 1) / qblocks;
-    if (groups > n_kv) groups = n_kv;
+    if (groups > j->n_kv) groups = j->n_kv;
     if (groups < 1) groups = 1;
-    j.hg = (n_kv + groups - 1) / groups;
+    j->hg = (j->n_kv + groups - 1) / groups;
     static int env_read;
     if (!env_read) { const char *e = getenv("BS_CPU_ATT_HG"); env_read = 1; if (e && atoi(e) == 1) bs_cpu_attention_heads_per_task = 1; }
-    if (bs_cpu_attention_heads_per_task > 0) j.hg = bs_cpu_attention_heads_per_task < n_kv ? bs_cpu_attention_heads_per_task : n_kv;
-    int nt = ((n_kv + j.hg - 1) / j.hg) * qblocks;
-    if ((double)n_q * n_heads * hd * (n_keys + 1) < 32768) for (int t = 0; t < nt; t++) attn_task(&j, t, nt);
+    if (bs_cpu_attention_heads_per_task > 0) j->hg = bs_cpu_attention_heads_per_task < j->n_kv ? bs_cpu_attention_heads_per_task : j->n_kv;
+    return ((j->n_kv + j->hg - 1) / j->hg) * qblocks;
+}
+
+// Work below which a thread dispatch costs more than it saves.
+static double attn_work(const attn_job *j) { return (double)j->n_q * j->n_heads * j->hd * (j->n_keys + 1); }
+#define ATTN_INLINE_WORK 32768
+
+void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const float *k, const float *v,
+                           int n_q, int n_heads, int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
+    attn_job j = { out, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window, 1, NULL, NULL, NULL };
+    int nt = attn_setup(be, &j);
+    if (attn_work(&j) < ATTN_INLINE_WORK) for (int t = 0; t < nt; t++) attn_task(&j, t, nt);
     else bs_parallel_for(nt, attn_task, &j);
+}
+
+// A ragged batch's attention (backend.h, bs_row_span): every span's tasks in one thread dispatch instead of
+// one dispatch per span; each task is the one a per-span call would run, so the results are the same.
+typedef struct { attn_job *jobs; int *first; int n; } spans_job;
+
+static void spans_task(void *p, int t, int nt) {
+    spans_job *sj = p;
+    int k = 0;
+    while (k + 1 < sj->n && sj->first[k + 1] <= t) k++;
+    attn_task(&sj->jobs[k], t - sj->first[k], sj->first[k + 1] - sj->first[k]);
+}
+
+void bs_cpu_attention_spans_fast(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads, int n_kv,
+                                 int hd) {
+    attn_job jobs_small[64];
+    int first_small[65];
+    attn_job *jobs = n_spans <= 64 ? jobs_small : malloc(sizeof *jobs * n_spans);
+    int *first = n_spans <= 64 ? first_small : malloc(sizeof *first * (n_spans + 1));
+    if (!jobs || !first) abort();
+    size_t qw = (size_t)n_heads * hd;
+    int nt = 0;
+    double work = 0;
+    for (int i = 0; i < n_spans; i++) {
+        const bs_row_span *s = &spans[i];
+        jobs[i] = (attn_job){ out + s->row0 * qw, q + s->row0 * qw, s->k, s->v, s->n, n_heads, n_kv, hd, s->pos0 + s->n, s->pos0, 1, 0, 1,
+                              NULL, NULL, NULL };
+        first[i] = nt;
+        nt += attn_setup(be, &jobs[i]);
+        work += attn_work(&jobs[i]);
+    }
+    first[n_spans] = nt;
+    spans_job sj = { jobs, first, n_spans };
+    if (work < ATTN_INLINE_WORK) for (int t = 0; t < nt; t++) spans_task(&sj, t, nt);
+    else bs_parallel_for(nt, spans_task, &sj);
+    if (jobs != jobs_small) free(jobs);
+    if (first != first_small) free(first);
 }

@@ -85,6 +85,7 @@ void bs_cpu_install_ops_scalar(bs_backend *be) {
     be->rmsnorm = sc_rmsnorm;
     be->swiglu = sc_swiglu;
     be->attention = bs_cpu_attention_fast;   // threaded; uses AVX2 inner loops only when the CPU has them
+    be->attention_spans = bs_cpu_attention_spans_fast;
 }
 
 int bs_cpu_install_path(bs_backend *be, bs_cpu_path p) {

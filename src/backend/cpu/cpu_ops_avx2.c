@@ -175,6 +175,7 @@ void bs_cpu_install_ops_avx2(bs_backend *be) {
     be->rmsnorm = v_rmsnorm;
     be->head_norm_rope = v_head_norm_rope;
     be->attention = bs_cpu_attention_fast;
+    be->attention_spans = bs_cpu_attention_spans_fast;
     be->swiglu = v_swiglu;
     be->add = v_add;
     be->embed = v_embed;

@@ -15,8 +15,19 @@ typedef struct { bs_backend be; bs_cpu_weights w; int huge; } cpu_backend;
 // The fast backend ("cpu", unless BS_CPU_HUGEPAGES=0) puts buffers of 2 MiB or more on a 2 MiB boundary
 // with MADV_HUGEPAGE (still touched lazily, 2 MiB at a time): the KV cache rows of one head are 4 KiB apart,
 // so on 4 KiB pages attention takes a TLB miss on every key row.
+// Buffers under SMALL_BUF come from the heap instead (zeroed here; the header's length 0 says so): a
+// request's small scratch (a tiny model's, a verify block's ids) then costs no system call per request.
+#define SMALL_BUF ((size_t)64 << 10)
 static void *cpu_alloc(bs_backend *be, size_t bytes, bs_err *err) {
     size_t page = 4096, huge = (size_t)2 << 20, body = (bytes + page - 1) / page * page;
+    if (bytes < SMALL_BUF) {
+        char *m = NULL;
+        if (posix_memalign((void **)&m, page, page + body)) { bs_fail(err, "out of host memory allocating %zu bytes", bytes); return NULL; }
+        memset(m + page, 0, body);
+        ((size_t *)m)[0] = (size_t)m;
+        ((size_t *)m)[1] = 0;
+        return m + page;
+    }
     int h = ((cpu_backend *)be)->huge && bytes >= huge;
     size_t len = page + body + (h ? huge : 0);
     char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (h ? MAP_NORESERVE : 0), -1, 0);
@@ -33,7 +44,8 @@ static void *cpu_alloc(bs_backend *be, size_t bytes, bs_err *err) {
 static void cpu_free(bs_backend *be, void *p) {
     if (!p) return;
     size_t *hd = (size_t *)((char *)p - 4096);
-    munmap((void *)hd[0], hd[1]);
+    if (hd[1] == 0) free((void *)hd[0]);
+    else munmap((void *)hd[0], hd[1]);
 }
 static void cpu_memcpy(bs_backend *be, void *dst, const void *src, size_t bytes) { if (bytes) memmove(dst, src, bytes); }
 static void cpu_sync(bs_backend *be) {}

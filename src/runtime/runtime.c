@@ -1,0 +1,93 @@
+// The runtime's bookkeeping: buffers, joining and leaving. The step itself is src/runtime/step.c.
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/runtime.h"
+
+int bs_runtime_init(bs_runtime *rt, const bs_engine *e, bs_drafter *d, bs_err *err) {
+    memset(rt, 0, sizeof *rt);
+    rt->eng = e; rt->drafter = d;
+    rt->prefill_rows = BS_PREFILL_CHUNK;
+    bs_backend *be = e->be;
+    if (bs_qwen3_ws_init(&rt->ws, &e->cfg, be, err)) return -1;
+    if (!(rt->dev_scratch = be->alloc(be, sizeof(int32_t) * (2 * BS_MAX_DRAFT + 2), err)) ||
+        !(rt->residual = bs_malloc(sizeof(float) * e->cfg.vocab_size, err))) {
+        bs_runtime_free(rt);
+        return -1;
+    }
+    return 0;
+}
+
+static void free_rows(bs_runtime *rt) {
+    bs_backend *be = rt->eng->be;
+    if (rt->logits) be->free(be, rt->logits);
+    if (rt->feat) be->free(be, rt->feat);
+    rt->logits = rt->feat = NULL;
+    rt->cap_logits = rt->cap_feat = 0;
+}
+
+void bs_runtime_free(bs_runtime *rt) {
+    if (!rt->eng) return;
+    free_rows(rt);
+    if (rt->dev_scratch) rt->eng->be->free(rt->eng->be, rt->dev_scratch);
+    bs_qwen3_ws_free(&rt->ws);
+    free(rt->residual); free(rt->seqs); free(rt->rows);
+    free(rt->draft_seqs); free(rt->draft_ctx); free(rt->draft_anchor); free(rt->draft_max); free(rt->draft_smp); free(rt->draft_rng);
+    free(rt->draft_out);
+    memset(rt, 0, sizeof *rt);
+}
+
+static int grow_to(int cap, int rows) {
+    if (!cap) cap = 16;
+    while (cap < rows) cap *= 2;
+    return cap;
+}
+
+// Room for logit_rows rows of logits and batch_rows rows of drafter features (contents are not kept: they
+// live within a step).
+int bs_runtime_reserve_rows(bs_runtime *rt, int logit_rows, int batch_rows, bs_err *err) {
+    if (batch_rows < BS_PREFILL_CHUNK) batch_rows = BS_PREFILL_CHUNK;   // a lone prompt's chunk
+    if (logit_rows <= rt->cap_logits && (!rt->drafter || batch_rows <= rt->cap_feat)) return 0;
+    bs_backend *be = rt->eng->be;
+    int cl = logit_rows > rt->cap_logits ? grow_to(rt->cap_logits, logit_rows) : rt->cap_logits;
+    int cf = batch_rows > rt->cap_feat ? grow_to(rt->cap_feat, batch_rows) : rt->cap_feat;
+    free_rows(rt);
+    size_t V = rt->eng->cfg.vocab_size;
+    if (!(rt->logits = be->alloc(be, sizeof(float) * cl * V, err))) return bs_wrap(err, "logits for a batch of %d rows", cl);
+    if (rt->drafter) {
+        size_t F = (size_t)rt->drafter->n_taps * rt->eng->cfg.hidden_size;
+        if (!(rt->feat = be->alloc(be, sizeof(float) * cf * F, err))) { free_rows(rt); return bs_wrap(err, "drafter features for %d rows", cf); }
+    }
+    rt->cap_logits = cl; rt->cap_feat = cf;
+    return 0;
+}
+
+static int grow(void **p, size_t elem, int cap) {
+    void *np = realloc(*p, elem * cap);
+    if (np) *p = np;
+    return np != NULL;
+}
+
+int bs_runtime_add(bs_runtime *rt, bs_seq *s, bs_err *err) {
+    if (s->eng != rt->eng || (s->drafter && s->drafter != rt->drafter))
+        return bs_fail(err, "a sequence joined a runtime with another engine or drafter than it was made for");
+    for (int i = 0; i < rt->n_seqs; i++) if (rt->seqs[i] == s) return bs_fail(err, "the sequence is already in the runtime");
+    if (rt->n_seqs == rt->cap_seqs) {
+        int cap = rt->cap_seqs ? 2 * rt->cap_seqs : 8;
+        // Each array grows on its own; one that fails leaves the others larger, which is harmless.
+        int ok = grow((void **)&rt->seqs, sizeof *rt->seqs, cap) && grow((void **)&rt->rows, sizeof *rt->rows, cap) &&
+                 grow((void **)&rt->draft_seqs, sizeof *rt->draft_seqs, cap) && grow((void **)&rt->draft_ctx, sizeof *rt->draft_ctx, cap) &&
+                 grow((void **)&rt->draft_anchor, sizeof *rt->draft_anchor, cap) && grow((void **)&rt->draft_max, sizeof *rt->draft_max, cap) &&
+                 grow((void **)&rt->draft_smp, sizeof *rt->draft_smp, cap) && grow((void **)&rt->draft_rng, sizeof *rt->draft_rng, cap) &&
+                 grow((void **)&rt->draft_out, sizeof *rt->draft_out, cap);
+        if (!ok) return bs_fail(err, "out of memory");
+        rt->cap_seqs = cap;
+    }
+    rt->seqs[rt->n_seqs++] = s;
+    return 0;
+}
+
+void bs_runtime_remove(bs_runtime *rt, bs_seq *s) {
+    int j = 0;
+    for (int i = 0; i < rt->n_seqs; i++) if (rt->seqs[i] != s) rt->seqs[j++] = rt->seqs[i];
+    rt->n_seqs = j;
+}

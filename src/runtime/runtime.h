@@ -1,0 +1,67 @@
+// The runtime: many sequences (src/runtime/seq.h) sharing one loaded target and drafter, decoded
+// together. One step advances every active sequence by one round:
+//   1. every decoding speculative sequence drafts its k_r tokens, each from its own context, in one
+//      drafter pass over all their blocks (propose_batch; else one call per sequence);
+//   2. ONE target forward over all their rows, ragged (bs_qwen3_forward_batch): a decoding sequence
+//      contributes [anchor, d_1..d_k_r], a sequence still prefilling a chunk of its prompt (at most
+//      prefill_rows prompt rows per step over all of them), each at its own positions against its own KV;
+//   3. per sequence: acceptance (src/spec/verify.c), KV rollback, drafter context growth (the taps),
+//      emission; a sequence whose prompt is now done emits its first token.
+// A lone sequence takes the single-request path instead: its whole prompt, then rounds whose drafts stay
+// in backend memory until one download per round (verify_one.c).
+// Sequences join (bs_runtime_add) and leave (done or cancelled) between steps. A request's tokens are the
+// same whatever else is in the batch: every row is computed as it would be alone (row-invariant kernels)
+// and every random draw comes from the request's own RNG in the order it would draw alone.
+#pragma once
+#include "runtime/seq.h"
+
+#define BS_PREFILL_CHUNK 256     // prompt rows per prefill forward: each chunk's taps become drafter context at once
+
+typedef struct bs_runtime {
+    const bs_engine *eng;
+    bs_drafter *drafter;         // shared by the speculative sequences, or NULL
+    bs_qwen3_ws ws;              // the target's forward scratch
+    bs_seq **seqs;               // active sequences, in join order (not owned)
+    int n_seqs, cap_seqs;
+    int prefill_rows;            // prompt rows per step over all prefilling sequences (BS_PREFILL_CHUNK; tests
+                                 // set it small to cut prompts into many chunks)
+    // Batch buffers (backend memory), grown to the largest step seen.
+    float *logits;               // [cap_logits][V]
+    float *feat;                 // [cap_feat][n_taps * H] drafter context features, a row per batch row
+    int cap_logits, cap_feat;
+    int32_t *dev_scratch;        // [2 * BS_MAX_DRAFT + 2]: a lone sequence's verify (one download per round)
+    float *residual;             // host [V]: the host acceptance's residual row
+    bs_seq_rows *rows;           // host [cap_seqs]: the batch descriptor of step 3
+    // host [cap_seqs]: the drafter call of step 2 (propose_batch's arguments)
+    bs_seq **draft_seqs;
+    bs_drafter_ctx **draft_ctx;
+    int32_t *draft_anchor;
+    int *draft_max;
+    const bs_sampling **draft_smp;
+    bs_rng **draft_rng;
+    bs_draft *draft_out;
+} bs_runtime;
+
+int bs_runtime_init(bs_runtime *rt, const bs_engine *e, bs_drafter *d, bs_err *err);
+// Frees the runtime's own buffers; the sequences stay the caller's.
+void bs_runtime_free(bs_runtime *rt);
+// s joins before the next step (it must have been made with this runtime's engine and drafter).
+int bs_runtime_add(bs_runtime *rt, bs_seq *s, bs_err *err);
+// s leaves (finished, cancelled, or simply dropped); a no-op if it is not in the runtime.
+void bs_runtime_remove(bs_runtime *rt, bs_seq *s);
+// One step over the active sequences; finished and cancelled ones leave. Returns how many are still
+// active, or -1 (err): an error inside a step leaves the sequences in it unusable.
+int bs_runtime_step(bs_runtime *rt, bs_err *err);
+
+// Inside the runtime (step.c): room for logit_rows rows of logits and batch_rows rows of features.
+int bs_runtime_reserve_rows(bs_runtime *rt, int logit_rows, int batch_rows, bs_err *err);
+
+// A lone sequence's verify forward and verdict, with the drafts possibly still in backend memory
+// (propose_on_device): the forward reads them there and one download per round brings the drafts and
+// the verdict back. ws: the forward's scratch (NULL: the cache's own). Greedy fills ids[0..n] and targ[0..n] (the target's
+// picks); sampled fills ids[0..n] and returns the accepted count (or -1), *next the emitted token.
+int bs_verify_greedy(const bs_qwen3 *tm, bs_qwen3_ws *ws, bs_kv_cache *kv, int32_t anchor, const bs_draft *dr, int n,
+                     const bs_fwd_out *vo, int32_t *scratch, int32_t *ids, int32_t *targ, bs_err *err);
+int bs_verify_sampled(const bs_qwen3 *tm, bs_qwen3_ws *ws, bs_kv_cache *kv, int32_t anchor, const bs_draft *dr, int n,
+                      const bs_fwd_out *vo, const bs_sampling *smp, const double *u, float *residual, int32_t *scratch, int32_t *ids,
+                      int32_t *next, bs_err *err);

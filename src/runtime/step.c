@@ -1,0 +1,263 @@
+// One step of the runtime: draft, one target forward over every verify row and the prompt chunks of the
+// sequences still prefilling, then each sequence's verdict, rollback and emission (runtime.h). A lone
+// sequence takes the single-request path (its whole prompt, then a one-sync verify).
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/runtime.h"
+#include "spec/verify.h"
+#include "util/timer.h"
+
+static void record_round(bs_spec_stats *st, int n, int a) {
+    st->rounds++; st->drafted += n; st->accepted += a;
+    for (int k = 0; k < n; k++) { st->pos_tried[k]++; if (k < a) st->pos_accepted[k]++; }
+    if (st->n_lengths == st->cap_lengths) {
+        int cap = st->cap_lengths ? st->cap_lengths * 2 : 64;
+        int *nl = realloc(st->acceptance_lengths, sizeof(int) * cap);
+        if (!nl) return;
+        st->acceptance_lengths = nl; st->cap_lengths = cap;
+    }
+    st->acceptance_lengths[st->n_lengths++] = a + 1;
+}
+
+// A token from one row of logits (backend memory, processed in place): the argmax, or a draw at the
+// sequence's next uniform.
+static int32_t token_from_row(bs_backend *be, bs_seq *s, float *row, int V) {
+    int32_t t;
+    if (bs_sampling_greedy(&s->sampling)) { be->argmax(be, &t, row, 1, V); return t; }
+    double u = bs_rng_uniform(s->rng);
+    bs_sample_rows(be, &s->sampling, row, row, 1, V, &u, &t);
+    return t;
+}
+
+// The prompt is in the KV cache (and the drafter context): the first token, from the last row's logits.
+static void prompt_done(bs_seq *s, float *logits_row) {
+    int32_t t = token_from_row(s->eng->be, s, logits_row, s->eng->cfg.vocab_size);
+    s->st.n_prompt = s->n_prompt;
+    s->st.t_prefill = bs_now() - s->t_start;
+    s->phase = BS_SEQ_DECODE;
+    bs_seq_emit(s, t);
+}
+
+// A lone sequence's whole prompt in chunks (each chunk's taps become drafter context at once).
+static int prefill_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
+    const bs_engine *e = rt->eng;
+    bs_drafter *d = s->drafter;
+    if (!s->n_prefilled) s->t_start = bs_now();
+    if (bs_runtime_reserve_rows(rt, 1, BS_PREFILL_CHUNK, err)) return -1;
+    bs_fwd_out fo = { .logits = rt->logits };
+    if (d) { fo.taps = d->taps; fo.n_taps = d->n_taps; fo.tap_out = rt->feat; }
+    for (int r = s->n_prefilled; r < s->n_prompt; r += BS_PREFILL_CHUNK) {
+        bs_seq_rows chunk = { s->kv, s->prompt + r, s->n_prompt - r < BS_PREFILL_CHUNK ? s->n_prompt - r : BS_PREFILL_CHUNK };
+        if (bs_qwen3_forward_batch(&e->target, &rt->ws, &chunk, 1, &fo, err)) return -1;
+        if (d && d->add_context(d, &s->dctx, rt->feat, chunk.n, err)) return -1;
+    }
+    s->n_prefilled = s->n_prompt;
+    prompt_done(s, rt->logits);
+    return 0;
+}
+
+// This round's drafts: none for plain sequences; else up to bs_seq_round_drafts, cut at the confidence
+// threshold. Alone (and without a cut) they may stay in backend memory for the verify to read; in a
+// batch they come to the host (ids[1..n]) for the one forward, and a drafter with propose_batch drafts
+// for every sequence in one pass.
+static int plan_drafts(bs_seq *s, bs_err *err) {
+    memset(&s->draft, 0, sizeof s->draft);
+    s->n_draft = 0;
+    s->ids[0] = s->anchor;
+    if (!s->drafter) return 0;
+    int max_n = bs_seq_round_drafts(s);
+    // bs_request_tokens guarantees the anchor's row while tokens are still owed; running out here would be
+    // a bug, and is an error rather than a silently shorter output.
+    if (max_n < 0)
+        return bs_fail(err, "internal error: the context (%d) is full after %d of %d tokens", s->kv->max_ctx, s->n_out, s->n_new);
+    return max_n;
+}
+
+static void take_drafts(bs_seq *s, int max_n, int alone) {
+    int n = s->draft.n < max_n ? s->draft.n : max_n;
+    if (s->confidence_threshold > 0 && s->draft.has_conf) { int k = 0; while (k < n && s->draft.conf[k] >= s->confidence_threshold) k++; n = k; }
+    s->n_draft = n;
+    if (!alone && n > 0) {
+        bs_backend *be = s->eng->be;
+        if (s->draft.dev_tokens) be->download(be, s->ids + 1, s->draft.dev_tokens, sizeof(int32_t) * n);
+        else memcpy(s->ids + 1, s->draft.tokens, sizeof(int32_t) * n);
+    }
+}
+
+static int draft_alone(bs_seq *s, bs_err *err) {
+    int max_n = plan_drafts(s, err);
+    if (max_n <= 0) return max_n;
+    double t0 = bs_now();
+    bs_drafter *d = s->drafter;
+    int rc = !(s->confidence_threshold > 0) && d->propose_on_device
+           ? d->propose_on_device(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err)
+           : d->propose(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err);
+    if (rc) return -1;
+    take_drafts(s, max_n, 1);
+    s->st.t_draft += bs_now() - t0;
+    return 0;
+}
+
+// Every decoding sequence's drafts, in one drafter pass where the drafter has propose_batch.
+static int draft_batch(bs_runtime *rt, bs_err *err) {
+    int n = 0;
+    for (int i = 0; i < rt->n_seqs; i++) {
+        bs_seq *s = rt->seqs[i];
+        if (s->phase != BS_SEQ_DECODE) continue;
+        int max_n = plan_drafts(s, err);
+        if (max_n < 0) return -1;
+        if (max_n == 0) continue;
+        rt->draft_seqs[n] = s; rt->draft_ctx[n] = &s->dctx; rt->draft_anchor[n] = s->anchor; rt->draft_max[n] = max_n;
+        rt->draft_smp[n] = &s->sampling; rt->draft_rng[n] = s->rng;
+        n++;
+    }
+    if (n == 0) return 0;
+    double t0 = bs_now();
+    bs_drafter *d = rt->drafter;
+    if (d->propose_batch) {
+        if (d->propose_batch(d, n, rt->draft_ctx, rt->draft_anchor, rt->draft_max, rt->draft_smp, rt->draft_rng, rt->draft_out, err)) return -1;
+        for (int i = 0; i < n; i++) rt->draft_seqs[i]->draft = rt->draft_out[i];
+    } else {
+        for (int i = 0; i < n; i++) {
+            bs_seq *s = rt->draft_seqs[i];
+            if (d->propose(d, &s->dctx, s->anchor, rt->draft_max[i], &s->sampling, s->rng, &s->draft, err)) return -1;
+        }
+    }
+    // The shared pass counts in full for every sequence in it.
+    double t = bs_now() - t0;
+    for (int i = 0; i < n; i++) { take_drafts(rt->draft_seqs[i], rt->draft_max[i], 0); rt->draft_seqs[i]->st.t_draft += t; }
+    return 0;
+}
+
+// After the verdict: keep the anchor's and the accepted drafts' K/V (the next token has none yet), feed
+// their taps (feat rows) to the drafter, emit.
+static int finish_round(bs_seq *s, int a, int32_t next, const float *feat, bs_err *err) {
+    int n = s->n_draft, s0 = s->kv->n_past - (n + 1);
+    if (bs_kv_rollback(s->kv, s0 + a + 1, err)) return -1;
+    if (s->drafter) {
+        double t0 = bs_now();
+        if (s->drafter->add_context(s->drafter, &s->dctx, feat, a + 1, err)) return -1;
+        s->st.t_draft += bs_now() - t0;
+        record_round(&s->st, n, a);
+    }
+    for (int k = 0; k < a; k++) bs_seq_emit(s, s->ids[1 + k]);
+    bs_seq_emit(s, next);
+    return 0;
+}
+
+static void draw_uniforms(bs_seq *s, double *u) { for (int k = 0; k <= s->n_draft; k++) u[k] = bs_rng_uniform(s->rng); }
+
+// A lone sequence: its verify as a single request always ran it (drafts read in backend memory, one
+// download per round; a recordable forward shape).
+static int verify_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
+    const bs_engine *e = rt->eng;
+    bs_drafter *d = s->drafter;
+    int n = s->n_draft, a = 0;
+    int32_t next;
+    double t0 = bs_now();
+    if (bs_runtime_reserve_rows(rt, n + 1, n + 1, err)) return -1;
+    if (!d) {
+        bs_seq_rows one = { s->kv, &s->anchor, 1 };
+        bs_fwd_out fo = { .logits = rt->logits };
+        if (bs_qwen3_forward_batch(&e->target, &rt->ws, &one, 1, &fo, err)) return -1;
+        next = token_from_row(e->be, s, rt->logits, e->cfg.vocab_size);
+    } else {
+        bs_fwd_out vo = { .logits = rt->logits, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = rt->feat };
+        if (bs_sampling_greedy(&s->sampling)) {
+            int32_t targ[BS_MAX_VERIFY_ROWS];
+            if (bs_verify_greedy(&e->target, &rt->ws, s->kv, s->anchor, &s->draft, n, &vo, rt->dev_scratch, s->ids, targ, err)) return -1;
+            a = bs_accept_greedy(targ, s->ids + 1, n, &next);
+        } else {
+            double u[BS_MAX_VERIFY_ROWS];
+            draw_uniforms(s, u);
+            a = bs_verify_sampled(&e->target, &rt->ws, s->kv, s->anchor, &s->draft, n, &vo, &s->sampling, u, rt->residual, rt->dev_scratch,
+                                  s->ids, &next, err);
+            if (a < 0) return -1;
+        }
+    }
+    s->st.t_target += bs_now() - t0;
+    return finish_round(s, a, next, rt->feat, err);
+}
+
+// Several sequences: one ragged forward over all their rows (verify blocks, and prompt chunks within this
+// step's prefill budget), then each one's verdict from its rows, or its prompt's progress.
+static int forward_batch(bs_runtime *rt, bs_err *err) {
+    const bs_engine *e = rt->eng;
+    bs_backend *be = e->be;
+    const int V = e->cfg.vocab_size;
+    int n_rows = 0, n_logits = 0, n_batch = 0, any_drafter = 0, budget = rt->prefill_rows;
+    double t0 = bs_now();
+    for (int i = 0; i < rt->n_seqs; i++) {
+        bs_seq *s = rt->seqs[i];
+        int rows;
+        if (s->phase == BS_SEQ_PREFILL) {
+            rows = s->n_prompt - s->n_prefilled < budget ? s->n_prompt - s->n_prefilled : budget;
+            s->n_chunk = rows;
+            if (rows == 0) continue;   // waits for a later step's budget
+            if (!s->n_prefilled) s->t_start = t0;
+            budget -= rows;
+            rt->rows[n_batch++] = (bs_seq_rows){ s->kv, s->prompt + s->n_prefilled, rows, 1 };
+        } else if (s->phase == BS_SEQ_DECODE) {
+            rows = s->n_draft + 1;
+            rt->rows[n_batch++] = (bs_seq_rows){ s->kv, s->ids, rows, 0 };
+        } else continue;
+        s->row0 = n_rows; s->lrow = n_logits;
+        n_rows += rows;
+        n_logits += s->phase == BS_SEQ_PREFILL ? 1 : rows;
+        any_drafter |= s->drafter != NULL;
+    }
+    if (n_batch == 0) return 0;
+    if (bs_runtime_reserve_rows(rt, n_logits, n_rows, err)) return -1;
+    bs_fwd_out fo = { .logits = rt->logits, .logits_all = 1 };
+    if (any_drafter) { fo.taps = rt->drafter->taps; fo.n_taps = rt->drafter->n_taps; fo.tap_out = rt->feat; }
+    if (bs_qwen3_forward_batch(&e->target, &rt->ws, rt->rows, n_batch, &fo, err)) return -1;
+    double t_forward = bs_now() - t0;
+    size_t F = any_drafter ? (size_t)rt->drafter->n_taps * e->cfg.hidden_size : 0;
+    for (int i = 0; i < rt->n_seqs; i++) {
+        bs_seq *s = rt->seqs[i];
+        float *rows = rt->logits + (size_t)s->lrow * V, *feat = any_drafter ? rt->feat + (size_t)s->row0 * F : NULL;
+        if (s->phase == BS_SEQ_PREFILL) {
+            if (!s->n_chunk) continue;
+            if (s->drafter && s->drafter->add_context(s->drafter, &s->dctx, feat, s->n_chunk, err)) return -1;
+            s->n_prefilled += s->n_chunk;
+            if (s->n_prefilled == s->n_prompt) prompt_done(s, rows);
+            continue;
+        }
+        if (s->phase != BS_SEQ_DECODE) continue;
+        int a = 0;
+        int32_t next;
+        t0 = bs_now();
+        if (!s->drafter) next = token_from_row(be, s, rows, V);
+        else if (bs_sampling_greedy(&s->sampling)) a = bs_verify_rows_greedy(be, rows, s->ids + 1, s->n_draft, V, &next);
+        else {
+            double u[BS_MAX_VERIFY_ROWS];
+            draw_uniforms(s, u);
+            a = bs_verify_rows_sampled(be, &s->sampling, rows, s->draft.q, s->ids + 1, s->n_draft, V, u, rt->residual, &next);
+        }
+        // The shared forward counts in full for every sequence in it: each waited for all of it.
+        s->st.t_target += t_forward + (bs_now() - t0);
+        if (finish_round(s, a, next, feat, err)) return -1;
+    }
+    return 0;
+}
+
+static void drop_finished(bs_runtime *rt) {
+    int j = 0;
+    for (int i = 0; i < rt->n_seqs; i++) if (!bs_seq_done(rt->seqs[i])) rt->seqs[j++] = rt->seqs[i];
+    rt->n_seqs = j;
+}
+
+int bs_runtime_step(bs_runtime *rt, bs_err *err) {
+    drop_finished(rt);
+    if (rt->n_seqs == 1) {   // alone: the single-request path
+        bs_seq *s = rt->seqs[0];
+        if (s->phase == BS_SEQ_PREFILL && prefill_alone(rt, s, err)) return -1;
+        if (s->phase == BS_SEQ_DECODE && (draft_alone(s, err) || verify_alone(rt, s, err))) return -1;
+    } else if (rt->n_seqs > 1) {
+        // The decoding sequences' drafts were planned from their anchors; sequences still prefilling sit
+        // this round out (drafting needs their whole prompt).
+        if (draft_batch(rt, err) || forward_batch(rt, err)) return -1;
+    }
+    drop_finished(rt);
+    return rt->n_seqs;
+}
