@@ -77,7 +77,6 @@ static void builtin_sampling(int *failed_, int draft_max) {
     for (long r = 0; r < RUNS; r++) {
         bs_rng_seed(&s.rng, 104729ull * r + 11);
         bs_kv_rollback(&s.kv, 0, &err);
-        d->rollback(d, 0, &err);
         int32_t out[3];
         int got = 0;
         bs_spec_opts o = { .draft_max = draft_max };
