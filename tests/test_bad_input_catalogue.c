@@ -27,6 +27,12 @@ typedef struct { const char *name, *setup, *st, *cmd; int exit; const char *need
 #define TARGET "mkdir m && cp %F/target/config.json m/ && "
 #define GOOD_CK "cp -r %F/target m && "
 #define GEN "%B generate -m m --prompt-ids 1,2,3 -n 2"
+// A real 28-token corpus c.bsc (a tokenizer trained on one sentence, then `tokenize --corpus`), and the
+// command that opens it first of all: a corrupt corpus is refused before any model is built.
+#define BSC "printf 'hello world, the corpus says hello again and again' > a.txt && %B tokenizer-train --vocab 270 --out tok.json a.txt >/dev/null && " \
+            "%B tokenize --corpus c.bsc -m tok.json --no-eos a.txt >/dev/null && "
+#define PATCH(at, bytes) "printf '" bytes "' | dd of=c.bsc bs=1 seek=" #at " conv=notrunc 2>/dev/null"
+#define TRAIN "%B train-target --data c.bsc --out o --config %F/target/config.json --tokenizer tok.json"
 #define TOKJ(body) "printf '%s' '" body "' > tok.json"
 
 static const bad_case CASES[] = {
@@ -107,6 +113,16 @@ static const bad_case CASES[] = {
       "%B generate -m %F/target -d %F/dspark --prompt-ids 1,2 --draft-vocab v.json", 1, "v.json", "" },
     { "draft vocabulary is a FIFO", "mkfifo v.json", NULL, "%B generate -m %F/target -d %F/dspark --prompt-ids 1,2 --draft-vocab v.json", 1, "v.json", "not a regular file" },
     { "tokenizer-train corpus is a FIFO", "mkfifo c.txt", NULL, "%B tokenizer-train --vocab 300 --out t.json c.txt", 1, "c.txt", "not a regular file (a FIFO)" },
+    { "training corpus truncated", BSC "head -c 200 c.bsc > t && mv t c.bsc", NULL, TRAIN, 1, "c.bsc: file is 200 bytes", "truncated" },
+    { "training corpus shorter than its header", BSC "head -c 100 c.bsc > t && mv t c.bsc", NULL, TRAIN, 1, "c.bsc: 100 bytes, too short", "corpus header" },
+    { "training corpus with the wrong magic", BSC PATCH(0, "BSCORPUX"), NULL, TRAIN, 1, "c.bsc: not a blockspec corpus", "bad magic" },
+    { "training corpus token count beyond the file", BSC PATCH(24, "\\000\\000\\000\\000\\000\\001\\000\\000"), NULL, TRAIN, 1,
+      "c.bsc: file is 256 bytes, but its header's counts (1099511627776 tokens", "counts beyond the file" },
+    { "training corpus document count beyond the tokens", BSC PATCH(32, "\\000\\000\\000\\000\\000\\001\\000\\000"), NULL, TRAIN, 1,
+      "c.bsc: n_docs 1099511627776 out of range", "" },
+    { "training corpus id beyond the vocabulary", BSC PATCH(128, "\\100\\102\\017\\000"), NULL, TRAIN, 1,
+      "c.bsc: token 0 has id 1000000", "outside the vocabulary [0, 266)" },
+    { "training corpus is a FIFO (blocked forever)", "mkfifo c.bsc", NULL, TRAIN, 1, "c.bsc: not a regular file (a FIFO)", "" },
     { "tokenizer-train corpus missing", "true", NULL, "%B tokenizer-train --vocab 300 --out t.json nonexistent.txt", 1, "nonexistent.txt", "" },
 };
 

@@ -39,6 +39,14 @@ chat)           node -e 'const c=require(process.argv[1]);process.stdout.write(c
                 printf '%s\001user: hi%s\002answer\001thinking%s\000system' "$sep" "$sep" "$sep" >> "$dir/qwen3"
                 put chatml "<|im_start|>{{ role }}<|im_end|>${sep}xhello" ;;
 cli_ids)        put a '1,2,3'; put b '151,23,7,42,99,5,17,256'; put c '2147483647'; put d '0.5' ;;
+corpus)         tmp=$(mktemp -d)   # real corpora from `tokenize --corpus`: plain, several documents, chat (with a loss mask)
+                head -c 1500 README.md > "$tmp/a.txt"
+                printf '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]}\n' > "$tmp/chat.jsonl"
+                "$cli" tokenize --corpus "$dir/plain.bsc" -m "$qwen/tokenizer.json" "$tmp/a.txt" >/dev/null
+                "$cli" tokenize --corpus "$dir/docs.bsc" -m "$qwen/tokenizer.json" --doc-sep '\n\n' "$tmp/a.txt" >/dev/null
+                "$cli" tokenize --corpus "$dir/chat.bsc" -m "$qwen/tokenizer.json" --chat-template qwen3 --chat "$tmp/chat.jsonl" >/dev/null
+                rm -rf "$tmp" ;;
+train_state)    BS_FUZZ_SEED_OUT="$dir/state" build-fuzz/fuzz_train_state ;;
 bpe_train)      head -c 4000 README.md > "$dir/readme"; printf 'aaa bbb aaa bbb \303\251\303\251 <|endoftext|> aaa' > "$dir/small" ;;
 *)              echo "seed.sh: no seeds for '$name' (add a case)" >&2; exit 1 ;;
 esac
