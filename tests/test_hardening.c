@@ -103,6 +103,27 @@ TEST(hardening_json_numbers_checked_before_cast) {
     }
 }
 
+// Found by the long fuzz run (fuzz_config): without "head_dim", the default hidden_size / num_attention_heads
+// was 0 for hidden_size < num_attention_heads (2 / 4) and passed the "even for RoPE" check, so a model
+// with zero-width heads was accepted. It must be refused, naming the fields.
+TEST(hardening_default_head_dim_zero_refused) {
+    const char *cases[] = { ",\"hidden_size\":2", ",\"hidden_size\":7,\"num_attention_heads\":4" };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cJSON *root = config_with(cases[i]);
+        CHECK(root);
+        bs_qwen3_config c; bs_err err;
+        int rc = bs_qwen3_config_parse(&c, root, "config.json", &err);
+        cJSON_Delete(root);
+        CHECK(rc != 0, "%s was accepted (head_dim %d)", cases[i], c.head_dim);
+        CHECK(strstr(err.msg, "config.json: head_dim") && strstr(err.msg, "num_attention_heads"), "%s: %s", cases[i], err.msg);
+    }
+    cJSON *root = config_with(",\"hidden_size\":8");   // 8 / 4 = 2: the smallest head RoPE can rotate
+    CHECK(root);
+    bs_qwen3_config c; bs_err err;
+    CHECK(bs_qwen3_config_parse(&c, root, "config.json", &err) == 0 && c.head_dim == 2, "%s", err.msg);
+    cJSON_Delete(root);
+}
+
 // 4a. A tensor name with an embedded NUL was cut at the NUL and matched the real name.
 TEST(hardening_nul_in_names) {
     const char *hdrs[] = { "{\"model.norm.weight\\u0000junk\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
