@@ -124,6 +124,25 @@ TEST(hardening_default_head_dim_zero_refused) {
     cJSON_Delete(root);
 }
 
+// Numbers as Python's json module reads them: cJSON took 02 (in the crash input of the long fuzz run), -01,
+// 1. and 1.e5, which Python refuses; strings that look like numbers are untouched.
+TEST(hardening_json_number_grammar) {
+    const char *bad[] = { "{\"a\": 02}", "{\"a\": -01}", "{\"a\": 1.}", "{\"a\": 1.e5}", "{\"a\": 00}", "[1, 2, 3.]", "{\"a\": 1e}" };
+    const char *good[] = { "{\"a\": 0}", "{\"a\": -0}", "{\"a\": 0.5}", "{\"a\": 1e5}", "{\"a\": 1E+5}", "[-1.25e-3, 10, 0e0]",
+                           "{\"02\": \"1.\", \"b\": \"\\\"02\"}" };
+    bs_err err;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *v = bs_json_parse(bad[i], strlen(bad[i]), "n.json", &err);
+        CHECK(!v, "%s was accepted", bad[i]);
+        CHECK(strstr(err.msg, "n.json: malformed number at byte"), "%s: %s", bad[i], err.msg);
+    }
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        cJSON *v = bs_json_parse(good[i], strlen(good[i]), "n.json", &err);
+        CHECK(v, "%s was refused: %s", good[i], err.msg);
+        cJSON_Delete(v);
+    }
+}
+
 // 4a. A tensor name with an embedded NUL was cut at the NUL and matched the real name.
 TEST(hardening_nul_in_names) {
     const char *hdrs[] = { "{\"model.norm.weight\\u0000junk\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
