@@ -110,7 +110,7 @@ test-all:
 # libFuzzer harnesses (clang; ASan + UBSan with float-cast-overflow), one per parser or text path:
 # tests/fuzz/fuzz_NAME.c, seeded by tests/fuzz/seed.sh NAME. Adding one = adding NAME to this list.
 # `make fuzz` runs each for FUZZ_SECONDS (docs/reliability.md); test-all runs each for FUZZ_CI_SECONDS.
-FUZZ_HARNESSES := safetensors checkpoint_dir draft_vocab json config tokenizer_load tokenize chat cli_ids bpe_train calibration
+FUZZ_HARNESSES := safetensors checkpoint_dir draft_vocab json config tokenizer_load tokenize chat cli_ids bpe_train calibration corpus train_state
 FUZZ_SECONDS ?= 30
 FUZZ_CI_SECONDS ?= 12
 FUZZ_SAN := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all

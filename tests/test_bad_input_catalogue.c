@@ -29,6 +29,12 @@ typedef struct { const char *name, *setup, *st, *cmd; int exit; const char *need
 #define GEN "%B generate -m m --prompt-ids 1,2,3 -n 2"
 #define DSPARK "mkdir d && cp %F/dspark/config.json %F/dspark/model.safetensors d/ && "
 #define DGEN "%B generate -m %F/target -d d --prompt-ids 1,2,3 -n 2 --confidence-threshold 0.5"
+// A real 28-token corpus c.bsc (a tokenizer trained on one sentence, then `tokenize --corpus`), and the
+// command that opens it first of all: a corrupt corpus is refused before any model is built.
+#define BSC "printf 'hello world, the corpus says hello again and again' > a.txt && %B tokenizer-train --vocab 270 --out tok.json a.txt >/dev/null && " \
+            "%B tokenize --corpus c.bsc -m tok.json --no-eos a.txt >/dev/null && "
+#define PATCH(at, bytes) "printf '" bytes "' | dd of=c.bsc bs=1 seek=" #at " conv=notrunc 2>/dev/null"
+#define TRAIN "%B train-target --data c.bsc --out o --config %F/target/config.json --tokenizer tok.json"
 #define TOKJ(body) "printf '%s' '" body "' > tok.json"
 
 static const bad_case CASES[] = {
@@ -73,6 +79,9 @@ static const bad_case CASES[] = {
     { "config.json is a FIFO", "mkdir m && mkfifo m/config.json", NULL, GEN, 1, "m/config.json", "not a regular file" },
     { "hidden_size 1e300", GOOD_CK "sed -i 's/\"hidden_size\": 64/\"hidden_size\": 1e300/' m/config.json", NULL, GEN, 1, "m/config.json", "\"hidden_size\" must be an integer" },
     { "vocab_size a string", GOOD_CK "sed -i 's/\"vocab_size\": 384/\"vocab_size\": \"many\"/' m/config.json", NULL, GEN, 1, "m/config.json", "\"vocab_size\" must be an integer" },
+    { "head_dim defaulting to 2 / 4 = 0 (found by fuzzing)", GOOD_CK "sed -i '/\"head_dim\"/d; s/\"hidden_size\": 64/\"hidden_size\": 2/' m/config.json", NULL, GEN, 1,
+      "m/config.json: head_dim defaults to hidden_size / num_attention_heads = 2 / 4 = 0", "" },
+    { "a number with a leading zero", GOOD_CK "sed -i 's/\"hidden_size\": 64/\"hidden_size\": 064/' m/config.json", NULL, GEN, 1, "m/config.json: malformed number", "" },
     { "unsupported architecture", GOOD_CK "sed -i 's/Qwen3ForCausalLM/BertModel/' m/config.json", NULL, GEN, 1, "m/config.json", "architectures[0] is \"BertModel\"" },
     { "yarn RoPE", GOOD_CK "sed -i 's/\"rope_type\": \"default\"/\"rope_type\": \"yarn\"/' m/config.json", NULL, GEN, 1, "m/config.json", "rope type \"yarn\"" },
     { "drafter block_size a string inside dflash_config", "mkdir d && sed 's/\"block_size\": [0-9]*/\"block_size\": \"eight\"/' %F/dflash/config.json > d/config.json && cp %F/dflash/model.safetensors d/", NULL,
@@ -117,6 +126,16 @@ static const bad_case CASES[] = {
       DGEN, 1, "d/calibration.json", "field \"temperatures\"[0]" },
     { "calibration.json is a FIFO", DSPARK "mkfifo d/calibration.json", NULL, DGEN, 1, "d/calibration.json", "not a regular file (a FIFO)" },
     { "tokenizer-train corpus is a FIFO", "mkfifo c.txt", NULL, "%B tokenizer-train --vocab 300 --out t.json c.txt", 1, "c.txt", "not a regular file (a FIFO)" },
+    { "training corpus truncated", BSC "head -c 200 c.bsc > t && mv t c.bsc", NULL, TRAIN, 1, "c.bsc: file is 200 bytes", "truncated" },
+    { "training corpus shorter than its header", BSC "head -c 100 c.bsc > t && mv t c.bsc", NULL, TRAIN, 1, "c.bsc: 100 bytes, too short", "corpus header" },
+    { "training corpus with the wrong magic", BSC PATCH(0, "BSCORPUX"), NULL, TRAIN, 1, "c.bsc: not a blockspec corpus", "bad magic" },
+    { "training corpus token count beyond the file", BSC PATCH(24, "\\000\\000\\000\\000\\000\\001\\000\\000"), NULL, TRAIN, 1,
+      "c.bsc: file is 256 bytes, but its header's counts (1099511627776 tokens", "counts beyond the file" },
+    { "training corpus document count beyond the tokens", BSC PATCH(32, "\\000\\000\\000\\000\\000\\001\\000\\000"), NULL, TRAIN, 1,
+      "c.bsc: n_docs 1099511627776 out of range", "" },
+    { "training corpus id beyond the vocabulary", BSC PATCH(128, "\\100\\102\\017\\000"), NULL, TRAIN, 1,
+      "c.bsc: token 0 has id 1000000", "outside the vocabulary [0, 266)" },
+    { "training corpus is a FIFO (blocked forever)", "mkfifo c.bsc", NULL, TRAIN, 1, "c.bsc: not a regular file (a FIFO)", "" },
     { "tokenizer-train corpus missing", "true", NULL, "%B tokenizer-train --vocab 300 --out t.json nonexistent.txt", 1, "nonexistent.txt", "" },
 };
 

@@ -103,6 +103,46 @@ TEST(hardening_json_numbers_checked_before_cast) {
     }
 }
 
+// Found by the long fuzz run (fuzz_config): without "head_dim", the default hidden_size / num_attention_heads
+// was 0 for hidden_size < num_attention_heads (2 / 4) and passed the "even for RoPE" check, so a model
+// with zero-width heads was accepted. It must be refused, naming the fields.
+TEST(hardening_default_head_dim_zero_refused) {
+    const char *cases[] = { ",\"hidden_size\":2", ",\"hidden_size\":7,\"num_attention_heads\":4" };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cJSON *root = config_with(cases[i]);
+        CHECK(root);
+        bs_qwen3_config c; bs_err err;
+        int rc = bs_qwen3_config_parse(&c, root, "config.json", &err);
+        cJSON_Delete(root);
+        CHECK(rc != 0, "%s was accepted (head_dim %d)", cases[i], c.head_dim);
+        CHECK(strstr(err.msg, "config.json: head_dim") && strstr(err.msg, "num_attention_heads"), "%s: %s", cases[i], err.msg);
+    }
+    cJSON *root = config_with(",\"hidden_size\":8");   // 8 / 4 = 2: the smallest head RoPE can rotate
+    CHECK(root);
+    bs_qwen3_config c; bs_err err;
+    CHECK(bs_qwen3_config_parse(&c, root, "config.json", &err) == 0 && c.head_dim == 2, "%s", err.msg);
+    cJSON_Delete(root);
+}
+
+// Numbers as Python's json module reads them: cJSON took 02 (in the crash input of the long fuzz run), -01,
+// 1. and 1.e5, which Python refuses; strings that look like numbers are untouched.
+TEST(hardening_json_number_grammar) {
+    const char *bad[] = { "{\"a\": 02}", "{\"a\": -01}", "{\"a\": 1.}", "{\"a\": 1.e5}", "{\"a\": 00}", "[1, 2, 3.]", "{\"a\": 1e}" };
+    const char *good[] = { "{\"a\": 0}", "{\"a\": -0}", "{\"a\": 0.5}", "{\"a\": 1e5}", "{\"a\": 1E+5}", "[-1.25e-3, 10, 0e0]",
+                           "{\"02\": \"1.\", \"b\": \"\\\"02\"}" };
+    bs_err err;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *v = bs_json_parse(bad[i], strlen(bad[i]), "n.json", &err);
+        CHECK(!v, "%s was accepted", bad[i]);
+        CHECK(strstr(err.msg, "n.json: malformed number at byte"), "%s: %s", bad[i], err.msg);
+    }
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        cJSON *v = bs_json_parse(good[i], strlen(good[i]), "n.json", &err);
+        CHECK(v, "%s was refused: %s", good[i], err.msg);
+        cJSON_Delete(v);
+    }
+}
+
 // 4a. A tensor name with an embedded NUL was cut at the NUL and matched the real name.
 TEST(hardening_nul_in_names) {
     const char *hdrs[] = { "{\"model.norm.weight\\u0000junk\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",

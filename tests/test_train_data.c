@@ -85,7 +85,7 @@ TEST(train_corpus_corrupt_files_refused) {
     long docs_at = (128 + 4 * n_tokens + 7) / 8 * 8;
     int32_t big_id = 500, neg_id = -1;
     uint32_t v2 = 2, flags = 6;
-    uint64_t back = 2, huge = 1ull << 40;
+    uint64_t back = 2, huge = 1ull << 40, wrong_off = 8;
     uint8_t mask2 = 2;
     struct { long at; const void *bytes; size_t len; long truncate; const char *needle; } cases[] = {
         { 0, "BSCORPUX", 8, -1, "bad magic" },
@@ -94,7 +94,8 @@ TEST(train_corpus_corrupt_files_refused) {
         { 0, NULL, 0, 100, "too short" },
         { 0, NULL, 0, docs_at + 20, "truncated" },
         { 0, NULL, 0, -2, "trailing bytes" },
-        { 24, &huge, 8, -1, "not the layout of 1099511627776 tokens" },
+        { 24, &huge, 8, -1, "header's counts (1099511627776 tokens" },
+        { 56, &wrong_off, 8, -1, "section offsets (ids 128, docs 8" },
         { 128 + 4 * 3, &big_id, 4, -1, "token 3 has id 500, outside the vocabulary [0, 500)" },
         { 128, &neg_id, 4, -1, "token 0 has id -1" },
         { docs_at + 16, &back, 8, -1, "not increasing" },          // document 2 starts before document 1 ends

@@ -35,6 +35,10 @@ int bs_qwen3_config_parse(bs_qwen3_config *c, const cJSON *root, const char *fil
         bs_json_bool(root, "tie_word_embeddings", 0, &c->tie_embeddings, file, err)) return -1;
     if (c->n_heads % c->n_kv_heads)
         return bs_fail(err, "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", file, c->n_heads, c->n_kv_heads);
+    // (head_dim given is at least 2; the default can be 0: hidden_size 2 with 4 heads came from the fuzzer)
+    if (c->head_dim < 2)
+        return bs_fail(err, "%s: head_dim defaults to hidden_size / num_attention_heads = %d / %d = %d; a head needs at least 2 "
+                       "dimensions (give \"head_dim\" or fewer heads)", file, c->hidden_size, c->n_heads, c->head_dim);
     if (c->head_dim % 2) return bs_fail(err, "%s: head_dim (%d) must be even for RoPE", file, c->head_dim);
     if (!(eps > 0 && eps < 1)) return bs_fail(err, "%s: rms_norm_eps must be in (0, 1)", file);
     // RoPE: transformers 5 nests it in rope_parameters; transformers 4 keeps rope_theta (and rope_scaling) at the top.

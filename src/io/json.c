@@ -43,6 +43,41 @@ static long find_nul(const char *t, size_t n) {
     return -1;
 }
 
+// cJSON hands any run of [0-9+-.eE] that starts with '-' or a digit to strtod, so it reads 02, -01, 1. and
+// 1.e5, which Python's json module (and the JSON grammar) refuse. Returns the offset of the first number
+// outside strings that is not -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, or -1.
+static long find_bad_number(const char *t, size_t n) {
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = 0;
+            continue;
+        }
+        if (c == '"') { in_str = 1; continue; }
+        if (c != '-' && !(c >= '0' && c <= '9')) continue;
+        size_t j = i, end = i;
+        while (end < n && strchr("0123456789+-.eE", t[end]) && t[end]) end++;
+#define DIGITS(k) ((k) < end && t[k] >= '0' && t[k] <= '9')
+        if (t[j] == '-') j++;
+        if (j < end && t[j] == '0') j++;
+        else if (DIGITS(j)) while (DIGITS(j)) j++;
+        else return (long)i;
+        if (j < end && t[j] == '.') { j++; if (!DIGITS(j)) return (long)i; while (DIGITS(j)) j++; }
+        if (j < end && (t[j] == 'e' || t[j] == 'E')) {
+            j++;
+            if (j < end && (t[j] == '+' || t[j] == '-')) j++;
+            if (!DIGITS(j)) return (long)i;
+            while (DIGITS(j)) j++;
+        }
+#undef DIGITS
+        if (j != end) return (long)i;
+        i = end - 1;
+    }
+    return -1;
+}
+
 // Python's json module keeps the last of repeated keys; cJSON keeps them all and lookups find the first.
 // Removes every earlier duplicate, in every object, recursively (depth is bounded by cJSON's nesting limit).
 static int drop_duplicate_keys(cJSON *v) {
@@ -73,6 +108,8 @@ static int drop_duplicate_keys(cJSON *v) {
 cJSON *bs_json_parse(const char *text, size_t len, const char *name, bs_err *err) {
     long nul = find_nul(text, len);
     if (nul >= 0) { bs_fail(err, "%s: NUL character (raw or \\u0000) at byte %ld: not allowed in names or values", name, nul); return NULL; }
+    long bad = find_bad_number(text, len);
+    if (bad >= 0) { bs_fail(err, "%s: malformed number at byte %ld (JSON numbers have no leading zeros and digits after a '.' or an exponent)", name, bad); return NULL; }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {

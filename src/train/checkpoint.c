@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "io/file.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 
@@ -111,26 +113,38 @@ int bs_train_ckpt_save(const char *dir, const bs_train_task *task, const bs_adam
     return 0;
 }
 
-// The metadata JSON of a safetensors file (parsed from its header), or NULL with err set.
+// The training-state JSON object from a safetensors file's __metadata__, or NULL with err set. Both the
+// header and the state string inside it are untrusted text: parsed strictly (bs_json_parse: no repeated
+// keys, no trailing data, no NUL), and the header length is bounded by the file's size.
 static cJSON *read_meta(const char *path, bs_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { bs_fail(err, "%s: cannot open (%m); is this a training output folder?", path); return NULL; }
-    uint64_t hlen = 0;
-    char *hdr = NULL;
-    cJSON *root = NULL, *out = NULL;
-    if (fread(&hlen, 8, 1, f) != 1 || hlen > (1u << 30) || !(hdr = malloc(hlen + 1)) || fread(hdr, 1, hlen, f) != hlen) {
-        bs_fail(err, "%s: truncated or not a safetensors file", path);
-        goto done;
+    size_t size = 0;
+    int fd = bs_open_regular(path, &size, err);
+    if (fd < 0) {
+        char m[sizeof err->msg];
+        snprintf(m, sizeof m, "%s", err->msg);
+        bs_fail(err, "%s; is this a training output folder?", m);
+        return NULL;
     }
-    root = cJSON_ParseWithLength(hdr, hlen);
-    cJSON *md = root ? cJSON_GetObjectItemCaseSensitive(root, "__metadata__") : NULL;
-    cJSON *s = md ? cJSON_GetObjectItemCaseSensitive(md, META_KEY) : NULL;
+    uint64_t hlen = 0;
+    char *hdr = NULL, name[4200];
+    cJSON *root = NULL, *out = NULL;
+    if (size < 8 || read(fd, &hlen, 8) != 8) { bs_fail(err, "%s: %zu bytes, too short for a safetensors header", path, size); goto done; }
+    if (hlen > size - 8) { bs_fail(err, "%s: header length %llu runs past the end of the %zu-byte file", path, (unsigned long long)hlen, size); goto done; }
+    if (!(hdr = malloc(hlen + 1)) || read(fd, hdr, hlen) != (ssize_t)hlen) { bs_fail(err, "%s: cannot read the %llu-byte header", path, (unsigned long long)hlen); goto done; }
+    if (!(root = bs_json_parse(hdr, hlen, path, err))) goto done;
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    cJSON *s = cJSON_IsObject(md) ? cJSON_GetObjectItemCaseSensitive(md, META_KEY) : NULL;
     if (!cJSON_IsString(s)) { bs_fail(err, "%s: no training state in its metadata (not written by blockspec train)", path); goto done; }
-    if (!(out = cJSON_Parse(s->valuestring))) bs_fail(err, "%s: training state metadata is not valid JSON", path);
+    snprintf(name, sizeof name, "%s: __metadata__.%s", path, META_KEY);
+    if (!(out = bs_json_parse(s->valuestring, strlen(s->valuestring), name, err))) goto done;
+    if (!cJSON_IsObject(out)) { bs_fail(err, "%s is not a JSON object", name); cJSON_Delete(out); out = NULL; }
 done:
-    cJSON_Delete(root); free(hdr); fclose(f);
+    cJSON_Delete(root); free(hdr); close(fd);
     return out;
 }
+
+// Largest integer a JSON number (a double) holds exactly: the bound for steps, positions and sizes.
+#define EXACT_INT 9007199254740992.0
 
 static int shape_str(char *buf, size_t cap, int n, const int64_t *sh) {
     int k = snprintf(buf, cap, "[");
@@ -138,26 +152,45 @@ static int shape_str(char *buf, size_t cap, int n, const int64_t *sh) {
     return snprintf(buf + k, cap - k, "]");
 }
 
+// One entry of the state's "params" list: [name, [shape...], trainable 0/1, decay 0/1], every number an
+// integer checked before it is cast (the checkpoint is a file like any other).
+static int param_entry(const char *path, int idx, const cJSON *e, int64_t *shape, int *nd, int *trainable, bs_err *err) {
+    const cJSON *sh = cJSON_GetArrayItem(e, 1), *tr = cJSON_GetArrayItem(e, 2), *dc = cJSON_GetArrayItem(e, 3);
+    if (cJSON_GetArraySize(e) != 4 || !cJSON_IsArray(sh) || !bs_json_is_int(tr, 0, 1) || !bs_json_is_int(dc, 0, 1))
+        return bs_fail(err, "%s: training state params[%d] is not [name, [shape], trainable 0/1, decay 0/1]", path, idx);
+    *nd = cJSON_GetArraySize(sh);
+    if (*nd > BS_PARAM_MAX_DIMS) return bs_fail(err, "%s: training state params[%d] has %d dimensions (at most %d)", path, idx, *nd, BS_PARAM_MAX_DIMS);
+    for (int k = 0; k < *nd; k++) {
+        const cJSON *d = cJSON_GetArrayItem(sh, k);
+        if (!bs_json_is_int(d, 0, EXACT_INT)) return bs_fail(err, "%s: training state params[%d] shape[%d] is not a size", path, idx, k);
+        shape[k] = (int64_t)d->valuedouble;
+    }
+    *trainable = (int)tr->valuedouble;
+    return 0;
+}
+
 static int check_params(const char *path, const cJSON *list, const bs_param_set *ps, bs_err *err) {
     int n = cJSON_GetArraySize(list);
     for (int i = 0; i < ps->n; i++) {   // every model tensor in the checkpoint with the same shape and role
         const bs_param *p = &ps->p[i];
         const cJSON *e = NULL, *it;
+        int idx = 0, found = -1;
         cJSON_ArrayForEach(it, list) {
             const cJSON *nm = cJSON_GetArrayItem(it, 0);
-            if (cJSON_IsString(nm) && !strcmp(nm->valuestring, p->name)) { e = it; break; }
+            if (cJSON_IsString(nm) && !strcmp(nm->valuestring, p->name)) { e = it; found = idx; break; }
+            idx++;
         }
         if (!e) return bs_fail(err, "%s: the model's tensor %s is not in the checkpoint (another model or architecture?)", path, p->name);
-        const cJSON *sh = cJSON_GetArrayItem(e, 1);
         int64_t cs[BS_PARAM_MAX_DIMS] = { 0 };
-        int nd = cJSON_GetArraySize(sh), same = nd == p->n_dims;
-        for (int k = 0; k < nd && k < BS_PARAM_MAX_DIMS; k++) { cs[k] = (int64_t)cJSON_GetArrayItem(sh, k)->valuedouble; same &= cs[k] == p->shape[k]; }
+        int nd = 0, tr = 0;
+        if (param_entry(path, found, e, cs, &nd, &tr, err)) return -1;
+        int same = nd == p->n_dims;
+        for (int k = 0; k < nd; k++) same &= cs[k] == p->shape[k];
         if (!same) {
             char a[128], b[128];
-            shape_str(a, sizeof a, nd < BS_PARAM_MAX_DIMS ? nd : BS_PARAM_MAX_DIMS, cs); shape_str(b, sizeof b, p->n_dims, p->shape);
+            shape_str(a, sizeof a, nd, cs); shape_str(b, sizeof b, p->n_dims, p->shape);
             return bs_fail(err, "%s: tensor %s has shape %s in the checkpoint, %s in the model", path, p->name, a, b);
         }
-        int tr = (int)cJSON_GetArrayItem(e, 2)->valuedouble;
         if (tr != p->trainable) return bs_fail(err, "%s: tensor %s is %s in the checkpoint, %s in the model", path, p->name, tr ? "trainable" : "frozen", p->trainable ? "trainable" : "frozen");
     }
     if (n != ps->n) {   // the checkpoint has tensors the model lacks: name one
@@ -169,6 +202,15 @@ static int check_params(const char *path, const cJSON *list, const bs_param_set 
         }
         return bs_fail(err, "%s: %d tensors in the checkpoint, %d in the model", path, n, ps->n);
     }
+    return 0;
+}
+
+// A 64-bit generator word written as 1-16 hex digits (strtoull alone would also take a sign, spaces or 0x).
+static int hex64(const cJSON *h, uint64_t *out) {
+    if (!cJSON_IsString(h)) return -1;
+    size_t n = strlen(h->valuestring);
+    if (n < 1 || n > 16 || strspn(h->valuestring, "0123456789abcdefABCDEF") != n) return -1;
+    *out = strtoull(h->valuestring, NULL, 16);
     return 0;
 }
 
@@ -185,9 +227,17 @@ int bs_train_ckpt_load(const char *dir, bs_train_task *task, bs_adamw *opt, bs_t
                 *params = cJSON_GetObjectItemCaseSensitive(meta, "params"), *settings = cJSON_GetObjectItemCaseSensitive(meta, "settings"),
                 *format = cJSON_GetObjectItemCaseSensitive(meta, "format");
     if (!cJSON_IsNumber(format) || format->valuedouble != 1) { bs_fail(err, "%s: training state format %g, this build reads 1", path, cJSON_IsNumber(format) ? format->valuedouble : -1); goto done; }
-    if (!cJSON_IsString(kind) || !cJSON_IsNumber(step) || cJSON_GetArraySize(data) != 3 || cJSON_GetArraySize(rng) != 4 || !cJSON_IsArray(params)) {
+    if (!cJSON_IsString(kind) || !cJSON_IsNumber(step) || !cJSON_IsArray(data) || cJSON_GetArraySize(data) != 3 ||
+        !cJSON_IsArray(rng) || cJSON_GetArraySize(rng) != 4 || !cJSON_IsArray(params)) {
         bs_fail(err, "%s: training state metadata lacks kind, step, data, rng or params", path); goto done;
     }
+    // Range and integrality before any cast: the values become the optimiser's step count and the loader's
+    // position (which bs_loader_seek then fits to the corpus).
+    if (!bs_json_is_int(step, 0, EXACT_INT)) { bs_fail(err, "%s: training state step is not a non-negative integer", path); goto done; }
+    for (int i = 0; i < 3; i++)
+        if (!bs_json_is_int(cJSON_GetArrayItem(data, i), 0, EXACT_INT)) {
+            bs_fail(err, "%s: training state data[%d] (epoch, document, offset) is not a non-negative integer", path, i); goto done;
+        }
     if (strcmp(kind->valuestring, task->kind ? task->kind : "")) {
         bs_fail(err, "%s: a checkpoint of a %s run; this run trains a %s", path, kind->valuestring, task->kind ? task->kind : "(no kind)"); goto done;
     }
@@ -195,11 +245,10 @@ int bs_train_ckpt_load(const char *dir, bs_train_task *task, bs_adamw *opt, bs_t
     st->step = (int64_t)step->valuedouble;
     st->data = (bs_loader_pos){ (int64_t)cJSON_GetArrayItem(data, 0)->valuedouble, (int64_t)cJSON_GetArrayItem(data, 1)->valuedouble,
                                 (int64_t)cJSON_GetArrayItem(data, 2)->valuedouble };
-    for (int i = 0; i < 4; i++) {
-        const cJSON *h = cJSON_GetArrayItem(rng, i);
-        char *end;
-        if (!cJSON_IsString(h) || !*h->valuestring || (st->rng.s[i] = strtoull(h->valuestring, &end, 16), *end)) { bs_fail(err, "%s: rng word %d is not hex", path, i); goto done; }
-    }
+    for (int i = 0; i < 4; i++)
+        if (hex64(cJSON_GetArrayItem(rng, i), &st->rng.s[i])) { bs_fail(err, "%s: rng word %d is not 1-16 hex digits", path, i); goto done; }
+    // xoshiro256's all-zero state is a fixed point: every draw after it would be 0.
+    if (!(st->rng.s[0] | st->rng.s[1] | st->rng.s[2] | st->rng.s[3])) { bs_fail(err, "%s: rng state is all zero (not a generator state)", path); goto done; }
     if (bs_checkpoint_open(&ck, path, err)) goto done;
     static const char *prefix[3] = { "w.", "m.", "v." };
     for (int i = 0; i < task->params.n; i++) {

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "io/file.h"
 #include "train/corpus.h"
 
 typedef struct {
@@ -37,8 +38,10 @@ int bs_tokenizer_file_hash(const char *path_or_dir, uint64_t *hash, bs_err *err)
     struct stat st;
     if (stat(path_or_dir, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(path, sizeof path, "%s/tokenizer.json", path_or_dir);
     else snprintf(path, sizeof path, "%s", path_or_dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return bs_fail(err, "%s: cannot open (%m)", path);
+    int fd = bs_open_regular(path, NULL, err);
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { close(fd); return bs_fail(err, "%s: cannot open (%m)", path); }
     uint64_t h = 0xcbf29ce484222325ull;
     unsigned char buf[1 << 16];
     size_t r;
@@ -81,14 +84,17 @@ static int validate(bs_corpus *c, bs_err *err) {
     int has_mask = h.flags & BS_CORPUS_FLAG_MASK;
     uint64_t docs_off = docs_offset_for(h.n_tokens), mask_off = docs_off + 8 * (h.n_docs + 1);
     uint64_t want_size = mask_off + (has_mask ? h.n_tokens : 0);
+    // The counts against the file's size first: a count the file cannot hold is named as such (and nothing
+    // below reads past the mapping).
+    if (c->size != want_size)
+        return bs_fail(err, "%s: file is %zu bytes, but its header's counts (%llu tokens, %llu documents%s) need %llu (%s)", p, c->size,
+                       (unsigned long long)h.n_tokens, (unsigned long long)h.n_docs, has_mask ? ", a loss mask" : "",
+                       (unsigned long long)want_size, c->size < want_size ? "truncated, or counts beyond the file" : "trailing bytes");
     if (h.ids_offset != BS_CORPUS_HEADER_BYTES || h.docs_offset != docs_off || h.mask_offset != (has_mask ? mask_off : 0))
         return bs_fail(err, "%s: section offsets (ids %llu, docs %llu, mask %llu) are not the layout of %llu tokens and %llu documents "
                        "(ids %d, docs %llu, mask %llu)", p, (unsigned long long)h.ids_offset, (unsigned long long)h.docs_offset,
                        (unsigned long long)h.mask_offset, (unsigned long long)h.n_tokens, (unsigned long long)h.n_docs,
                        BS_CORPUS_HEADER_BYTES, (unsigned long long)docs_off, (unsigned long long)(has_mask ? mask_off : 0));
-    if (c->size != want_size)
-        return bs_fail(err, "%s: file is %zu bytes, its header describes %llu (%s)", p, c->size, (unsigned long long)want_size,
-                       c->size < want_size ? "truncated" : "trailing bytes");
     if (h.file_size != want_size) return bs_fail(err, "%s: header file_size %llu, but its counts need %llu bytes", p, (unsigned long long)h.file_size, (unsigned long long)want_size);
     c->vocab_size = (int64_t)h.vocab_size; c->n_tokens = (int64_t)h.n_tokens; c->n_docs = (int64_t)h.n_docs;
     c->tokenizer_hash = h.tokenizer_hash;
@@ -117,11 +123,9 @@ int bs_corpus_open(bs_corpus **out, const char *path, bs_err *err) {
     bs_corpus *c = bs_calloc(1, sizeof *c, err);
     if (!c) return -1;
     if (!(c->path = strdup(path))) { free(c); return bs_fail(err, "out of memory"); }
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) { bs_fail(err, "%s: cannot open corpus (%m)", path); bs_corpus_close(c); return -1; }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); bs_fail(err, "%s: not a regular file", path); bs_corpus_close(c); return -1; }
-    c->size = (size_t)st.st_size;
+    // bs_open_regular: a plain open(2) of a FIFO named as --data would wait forever for a writer.
+    int fd = bs_open_regular(path, &c->size, err);
+    if (fd < 0) { bs_corpus_close(c); return -1; }
     if (c->size >= BS_CORPUS_HEADER_BYTES) {
         c->map = mmap(NULL, c->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (c->map == MAP_FAILED) { c->map = NULL; close(fd); bs_fail(err, "%s: mmap failed (%m)", path); bs_corpus_close(c); return -1; }

@@ -12,7 +12,11 @@ mkdir -p "$corpus" build-fuzz/artifacts build-fuzz/logs
 # -timeout: one input running 10 s is a hang; -rss_limit_mb: one input may not take 2 GB.
 if "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="build-fuzz/artifacts/$name-" "$@" "$corpus" > "$log" 2>&1; then rc=0; else rc=$?; fi
-if [ $rc = 77 ]; then echo "fuzz $name: SKIPPED ($(grep -a -m1 '^SKIP' "$log"))"; exit 0; fi
+# 77 is also libFuzzer's own exit status for a crash or sanitizer report (-error_exitcode): a skip is 77
+# with the harness's SKIP line in the log, anything else is a finding.
+if [ $rc = 77 ] && grep -aq '^SKIP' "$log" && ! grep -aq 'ERROR: libFuzzer\|ERROR: AddressSanitizer\|runtime error' "$log"; then
+    echo "fuzz $name: SKIPPED ($(grep -a -m1 '^SKIP' "$log"))"; exit 0
+fi
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
 last=$(grep -aE '^#[0-9]+' "$log" | grep -aE 'cov: ' | tail -1)
 cov=$(echo "$last" | sed -n 's/.*cov: \([0-9]*\).*/\1/p'); ft=$(echo "$last" | sed -n 's/.*ft: \([0-9]*\).*/\1/p')

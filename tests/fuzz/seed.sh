@@ -42,6 +42,16 @@ cli_ids)        put a '1,2,3'; put b '151,23,7,42,99,5,17,256'; put c '214748364
 calibration)    printf '\006{"version": 1, "temperatures": [1.5, 0.8, 1, 2.25, 0.5, 3, 1.1]}' > "$dir/seven"
                 printf '\000{"format": "blockspec-calibration", "version": 1, "temperatures": [0.9], "positions": [{"n": 3}]}' > "$dir/one"
                 printf '\001{"version": 1, "temperatures": [0.9, 2], "biases": [-1.5, 0.25]}' > "$dir/biases" ;;
+corpus)         tmp=$(mktemp -d)   # real corpora from `tokenize --corpus`: plain, several documents, chat (with a loss mask)
+                head -c 1500 README.md > "$tmp/a.txt"
+                printf '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]}\n' > "$tmp/chat.jsonl"
+                tok=$qwen/tokenizer.json   # (without the Qwen3 files: a tokenizer trained here)
+                [ -f "$tok" ] || { tok=$tmp/tok.json; "$cli" tokenizer-train --vocab 300 --special '<|endoftext|>' --out "$tok" "$tmp/a.txt" >/dev/null; }
+                "$cli" tokenize --corpus "$dir/plain.bsc" -m "$tok" "$tmp/a.txt" >/dev/null
+                "$cli" tokenize --corpus "$dir/docs.bsc" -m "$tok" --doc-sep '\n\n' "$tmp/a.txt" >/dev/null
+                "$cli" tokenize --corpus "$dir/chat.bsc" -m "$tok" --chat-template qwen3 --chat "$tmp/chat.jsonl" >/dev/null
+                rm -rf "$tmp" ;;
+train_state)    BS_FUZZ_SEED_OUT="$dir/state" build-fuzz/fuzz_train_state ;;
 bpe_train)      head -c 4000 README.md > "$dir/readme"; printf 'aaa bbb aaa bbb \303\251\303\251 <|endoftext|> aaa' > "$dir/small" ;;
 *)              echo "seed.sh: no seeds for '$name' (add a case)" >&2; exit 1 ;;
 esac
