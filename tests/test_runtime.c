@@ -132,7 +132,7 @@ TEST(runtime_batch_invariance_random_target_plain) {
 // requests make batches of more rows than one forward chunk (64).
 TEST(runtime_batch_invariance_builtin_model) {
     struct stat st;
-    if (stat("models/blockspec-30m", &st) || stat("models/blockspec-30m-dflash", &st)) SKIP("no built-in model in models/");
+    if (stat("models/blockspec-30m/config.json", &st) || stat("models/blockspec-30m-dflash/config.json", &st)) SKIP("no built-in model in models/");
     check_batch_invariance(failed_, "cpu", "models/blockspec-30m", "models/blockspec-30m-dflash", 24, 4, 16);
 }
 
@@ -153,14 +153,14 @@ TEST(runtime_batch_invariance_cuda) {
     check_batch_invariance(failed_, "cuda", dir, NULL, 10, 3, 3);
     if (*failed_) return;
     struct stat st;
-    if (!stat("models/blockspec-30m", &st) && !stat("models/blockspec-30m-dflash", &st))
-        check_batch_invariance(failed_, "cuda", "models/blockspec-30m", "models/blockspec-30m-dspark", 32, 4, 16);
+    if (!stat("models/blockspec-30m/config.json", &st) && !stat("models/blockspec-30m-dflash/config.json", &st))
+        check_batch_invariance(failed_, "cuda", "models/blockspec-30m", "models/blockspec-30m-dflash", 32, 4, 16);
 }
 
 // The built-in DSpark drafter (the default) likewise, its prompts prefilled 16 rows per step.
 TEST(runtime_batch_invariance_builtin_dspark) {
     struct stat st;
-    if (stat("models/blockspec-30m", &st) || stat("models/blockspec-30m-dspark", &st)) SKIP("no built-in DSpark drafter in models/");
+    if (stat("models/blockspec-30m/config.json", &st) || stat("models/blockspec-30m-dspark/config.json", &st)) SKIP("no built-in DSpark drafter in models/");
     check_batch_invariance(failed_, "cpu", "models/blockspec-30m", "models/blockspec-30m-dspark", 16, 5, 16);
 }
 
