@@ -143,6 +143,24 @@ TEST(hardening_json_number_grammar) {
     }
 }
 
+// Raw control characters inside strings (Python's json module refuses them; cJSON kept them); escaped ones and
+// whitespace between tokens stay fine.
+TEST(hardening_json_raw_control_in_strings) {
+    const char *bad[] = { "{\"a\": \"x\ty\"}", "{\"a\nb\": 1}", "[\"\x01\"]", "{\"t\": \"\\\\\n\"}" };
+    const char *good[] = { "{\"a\": \"x\\ty\"}", "{\n\t\"a\":\r\n 1}", "[\"\\u0001\", \"\\\\\"]" };
+    bs_err err;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *v = bs_json_parse(bad[i], strlen(bad[i]), "c.json", &err);
+        CHECK(!v, "%s was accepted", bad[i]);
+        CHECK(strstr(err.msg, "c.json: raw control character"), "%s: %s", bad[i], err.msg);
+    }
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        cJSON *v = bs_json_parse(good[i], strlen(good[i]), "c.json", &err);
+        CHECK(v, "%s was refused: %s", good[i], err.msg);
+        cJSON_Delete(v);
+    }
+}
+
 // 4a. A tensor name with an embedded NUL was cut at the NUL and matched the real name.
 TEST(hardening_nul_in_names) {
     const char *hdrs[] = { "{\"model.norm.weight\\u0000junk\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",

@@ -43,6 +43,20 @@ static long find_nul(const char *t, size_t n) {
     return -1;
 }
 
+// cJSON copies raw control characters (bytes below 0x20: tab, newline, ...) inside strings into the value;
+// the JSON grammar, and Python's json module, require them escaped. Returns the offset of the first, or -1.
+static long find_raw_control(const char *t, size_t n) {
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (!in_str) { if (c == '"') in_str = 1; continue; }
+        if (c < 0x20) return (long)i;
+        if (c == '\\') i++;
+        else if (c == '"') in_str = 0;
+    }
+    return -1;
+}
+
 // cJSON hands any run of [0-9+-.eE] that starts with '-' or a digit to strtod, so it reads 02, -01, 1. and
 // 1.e5, which Python's json module (and the JSON grammar) refuse. Returns the offset of the first number
 // outside strings that is not -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, or -1.
@@ -108,6 +122,12 @@ static int drop_duplicate_keys(cJSON *v) {
 cJSON *bs_json_parse(const char *text, size_t len, const char *name, bs_err *err) {
     long nul = find_nul(text, len);
     if (nul >= 0) { bs_fail(err, "%s: NUL character (raw or \\u0000) at byte %ld: not allowed in names or values", name, nul); return NULL; }
+    long ctl = find_raw_control(text, len);
+    if (ctl >= 0) {
+        bs_fail(err, "%s: raw control character 0x%02x inside a string at byte %ld (JSON needs it escaped, e.g. \\n or \\t)", name,
+                (unsigned char)text[ctl], ctl);
+        return NULL;
+    }
     long bad = find_bad_number(text, len);
     if (bad >= 0) { bs_fail(err, "%s: malformed number at byte %ld (JSON numbers have no leading zeros and digits after a '.' or an exponent)", name, bad); return NULL; }
     const char *end = NULL;
