@@ -10,6 +10,9 @@ void bs_test_register(bs_test *t);
 const char *bs_fixtures_dir(void);
 // Path of the built CLI for tests that run it as users do: $BS_BIN or build/blockspec.
 const char *bs_cli_path(void);
+// Runs a shell command with its stdout (and stderr too when merge_stderr; else stderr is dropped) into buf
+// (NUL-terminated, truncated at cap); returns its exit status, -1 if a signal ended it, -2 if it could not start.
+int bs_test_run(const char *cmd, int merge_stderr, char *buf, size_t cap);
 // A fresh empty folder $TMPDIR/bs_<tag>_XXXXXX (TMPDIR unset: /tmp) for the running test, NULL if it cannot
 // be made. It is removed with everything in it when the test returns, passed or failed (a failing CHECK
 // returns at once, so tests cannot clean up after themselves reliably); unique, so concurrent runs never clash.

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include "harness.h"
 #include "util/timer.h"
 
@@ -12,6 +13,17 @@ void bs_test_register(bs_test *t) { t->next = head; head = t; }
 void bs_test_skip(const char *why) { printf("  skipped: %s\n", why); bs_test_skipped_flag = 1; }
 const char *bs_fixtures_dir(void) { const char *d = getenv("BS_FIXTURES"); return d ? d : "../shared/fixtures"; }
 const char *bs_cli_path(void) { const char *d = getenv("BS_BIN"); return d ? d : "build/blockspec"; }
+
+int bs_test_run(const char *cmd, int merge_stderr, char *buf, size_t cap) {
+    char full[8192];
+    snprintf(full, sizeof full, "%s %s", cmd, merge_stderr ? "2>&1" : "2>/dev/null");
+    FILE *p = popen(full, "r");
+    if (!p) return -2;
+    size_t n = fread(buf, 1, cap - 1, p);
+    buf[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 
 static char **tmpdirs;   // made by bs_test_tmpdir for the running test
 static int n_tmpdirs;

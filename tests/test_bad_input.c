@@ -9,17 +9,6 @@
 #include "harness.h"
 #include "test_util_models.h"
 
-// Runs a shell command; returns its exit status (-1 if it died by a signal) and its output in buf.
-static int run_capture(const char *cmd, char *buf, size_t cap) {
-    char full[8192];
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    if (!p) return -2;
-    size_t n = fread(buf, 1, cap - 1, p);
-    buf[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static void write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -45,7 +34,7 @@ static const char *raw_model(const char *header, size_t data_bytes, long header_
 }
 
 #define EXPECT_ERROR(cmd, needle) do {                                                        \
-    char out_[8192]; int st_ = run_capture(cmd, out_, sizeof out_);                           \
+    char out_[8192]; int st_ = bs_test_run(cmd, 1, out_, sizeof out_);                           \
     CHECK(st_ == 1, "`%s` exited with %d (want 1: a clean error); output: %s", cmd, st_, out_); \
     CHECK(strstr(out_, needle), "`%s`: message lacks \"%s\": %s", cmd, needle, out_);         \
 } while (0)
@@ -148,9 +137,9 @@ TEST(bad_prompts_and_flags) {
     EXPECT_ERROR(cmd, "exceed the context length");
     snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids 1,x,3 -n 2", bs_cli_path(), m);
     char out[4096];
-    CHECK(run_capture(cmd, out, sizeof out) == 2 && strstr(out, "--prompt-ids"), "bad id list: %s", out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 2 && strstr(out, "--prompt-ids"), "bad id list: %s", out);
     snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids 1,2 --temp -1", bs_cli_path(), m);
-    CHECK(run_capture(cmd, out, sizeof out) == 2 && strstr(out, "--temp"), "bad temperature: %s", out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 2 && strstr(out, "--temp"), "bad temperature: %s", out);
     snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids 1,2 --device tpu", bs_cli_path(), m);
     EXPECT_ERROR(cmd, "unknown device 'tpu'");
     // draft vocabularies: no drafter, a missing file, an id past the vocabulary

@@ -403,17 +403,6 @@ TEST(calibrate_bad_files) {
     bs_engine_close(e);
 }
 
-// Runs `cmd` with stdout and stderr into buf; returns the exit status.
-static int run_cmd(const char *cmd, char *buf, size_t cap) {
-    char full[8192];
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    if (!p) return -2;
-    size_t n = fread(buf, 1, cap - 1, p);
-    buf[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 // `blockspec calibrate` on the fixture DSpark drafter and its target (with a tokenizer trained here) over a
 // tokenised held-out corpus and over plain text: a valid calibration.json the drafter loads, then greedy
@@ -433,13 +422,13 @@ TEST(calibrate_cli_end_to_end) {
                 i % 3 ? "again" : "indeed");
     fclose(f);
     snprintf(cmd, sizeof cmd, "%s tokenizer-train --vocab 384 --special '<|endoftext|>' %s --out %s/tokenizer.json", bs_cli_path(), path, m);
-    CHECK(run_cmd(cmd, out, sizeof out) == 0, "%s", out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 0, "%s", out);
     snprintf(cmd, sizeof cmd, "%s tokenize --corpus %s/held.bsc -m %s --doc-sep '\\n' %s", bs_cli_path(), m, m, path);
-    CHECK(run_cmd(cmd, out, sizeof out) == 0, "%s", out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 0, "%s", out);
     const char *d = dspark_with("dspark", NULL);
     CHECK(d);
     snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/held.bsc --max-seqs 60 --anchors 6 --seed 3", bs_cli_path(), m, d, m);
-    CHECK(run_cmd(cmd, out, sizeof out) == 0, "`%s`: %s", cmd, out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 0, "`%s`: %s", cmd, out);
     CHECK(strstr(out, "mean ECE over positions") && strstr(out, "reliability of the cumulative survival a_1") && strstr(out, "wrote "), "%s", out);
     bs_calibration cal;
     bs_err err = {0};
@@ -459,7 +448,7 @@ TEST(calibrate_cli_end_to_end) {
     // Plain text as --data, --draft-max 3 and --out: positions 4..7 keep T = 1.
     snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/corpus.txt --draft-max 3 --max-seqs 4 --anchors 20 --out %s/c3.json", bs_cli_path(),
              m, d, m, m);
-    CHECK(run_cmd(cmd, out, sizeof out) == 0, "`%s`: %s", cmd, out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 0, "`%s`: %s", cmd, out);
     snprintf(path, sizeof path, "%s/c3.json", m);
     j = bs_json_load(path, &err);
     CHECK(j, "%s", err.msg);
@@ -469,7 +458,7 @@ TEST(calibrate_cli_end_to_end) {
     cJSON_Delete(j);
     // --bias: a bias per position as well, written as "biases".
     snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/held.bsc --max-seqs 20 --anchors 6 --bias --out %s/b.json", bs_cli_path(), m, d, m, m);
-    CHECK(run_cmd(cmd, out, sizeof out) == 0 && strstr(out, "with a bias"), "`%s`: %s", cmd, out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 0 && strstr(out, "with a bias"), "`%s`: %s", cmd, out);
     snprintf(path, sizeof path, "%s/b.json", m);
     j = bs_json_load(path, &err);
     CHECK(j, "%s", err.msg);
@@ -478,7 +467,7 @@ TEST(calibrate_cli_end_to_end) {
     // --generate: prompts continued by the target, the anchors in the continuation.
     snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/held.bsc --generate 20 --prompt-len 6 --max-seqs 5 --anchors 4 --out %s/g.json",
              bs_cli_path(), m, d, m, m);
-    CHECK(run_cmd(cmd, out, sizeof out) == 0, "`%s`: %s", cmd, out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 0, "`%s`: %s", cmd, out);
     snprintf(path, sizeof path, "%s/g.json", m);
     j = bs_json_load(path, &err);
     CHECK(j, "%s", err.msg);
@@ -487,20 +476,20 @@ TEST(calibrate_cli_end_to_end) {
     // Losslessness: greedy output with the calibrated (and the raw) confidence cut is plain decoding's.
     const char *gen = "%s generate -m %s %s --prompt-ids 11,22,33,44,55 -n 40 --print-ids --ignore-eos %s 2>/dev/null";
     snprintf(cmd, sizeof cmd, gen, bs_cli_path(), m, "-d none", "");
-    CHECK(run_cmd(cmd, ref, sizeof ref) == 0, "%s", ref);
+    CHECK(bs_test_run(cmd, 1, ref, sizeof ref) == 0, "%s", ref);
     const char *variants[] = { "--confidence-threshold 0.5", "--confidence-threshold 0.3 --draft-max 7", "--confidence-threshold 0.5 --no-calibration" };
     for (int v = 0; v < 3; v++) {
         char dflag[1100];
         snprintf(dflag, sizeof dflag, "-d %s", d);
         snprintf(cmd, sizeof cmd, gen, bs_cli_path(), m, dflag, variants[v]);
-        CHECK(run_cmd(cmd, out, sizeof out) == 0, "`%s`: %s", cmd, out);
+        CHECK(bs_test_run(cmd, 1, out, sizeof out) == 0, "`%s`: %s", cmd, out);
         CHECK(!strcmp(out, ref), "%s: speculative output differs from plain decoding:\n%s\nvs\n%s", variants[v], out, ref);
     }
     // Usage and input errors.
     snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s", bs_cli_path(), m, d);
-    CHECK(run_cmd(cmd, out, sizeof out) == 2 && strstr(out, "--data"), "%s", out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 2 && strstr(out, "--data"), "%s", out);
     snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s/dflash --data %s/held.bsc", bs_cli_path(), m, F, m);
-    CHECK(run_cmd(cmd, out, sizeof out) == 1 && strstr(out, "needs a DSpark drafter with a confidence head"), "%s", out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 1 && strstr(out, "needs a DSpark drafter with a confidence head"), "%s", out);
     snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/held.bsc --anchors 0", bs_cli_path(), m, d, m);
-    CHECK(run_cmd(cmd, out, sizeof out) == 2 && strstr(out, "--anchors"), "%s", out);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 2 && strstr(out, "--anchors"), "%s", out);
 }

@@ -9,17 +9,6 @@
 #include "harness.h"
 #include "test_util_models.h"
 
-// Runs `cmd` with stdout (and stderr too when merge) into buf; returns the exit status, -1 on a signal.
-static int run_cmd(const char *cmd, int merge, char *buf, size_t cap) {
-    char full[8192];
-    snprintf(full, sizeof full, "%s %s", cmd, merge ? "2>&1" : "2>/dev/null");
-    FILE *p = popen(full, "r");
-    if (!p) return -2;
-    size_t n = fread(buf, 1, cap - 1, p);
-    buf[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 // "a,b,c" -> ids; returns the count.
 static int parse_ids(const char *s, int32_t *ids, int cap) {
@@ -54,7 +43,7 @@ static const char *text_model(int *failed_) {
     fclose(f);
     snprintf(cmd, sizeof cmd, "%s tokenizer-train --vocab 384 --special '<|endoftext|>,<|im_start|>,<|im_end|>' %s --out %s/tokenizer.json",
              bs_cli_path(), path, dir);
-    int rc = run_cmd(cmd, 1, out, sizeof out);
+    int rc = bs_test_run(cmd, 1, out, sizeof out);
     if (rc != 0) { fprintf(stderr, "  tokenizer-train exited %d: %s\n", rc, out); return NULL; }
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     if (tu_write_text(path, "{\"eos_token\": \"<|im_end|>\", \"chat_template\": \"{% for m in messages %}<|im_start|>{{ m.role }}\\n"
@@ -70,7 +59,7 @@ TEST(cli_tokenize_round_trip_and_train) {
     const char *texts[] = { "hello world", "the quick brown fox, again!", "<|im_start|>user\nwhat is the answer?<|im_end|>", "zebra 42 ü" };
     for (int i = 0; i < 4; i++) {
         snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p '%s'", bs_cli_path(), dir, texts[i]);
-        CHECK(run_cmd(cmd, 0, out, sizeof out) == 0, "`%s` failed: %s", cmd, out);
+        CHECK(bs_test_run(cmd, 0, out, sizeof out) == 0, "`%s` failed: %s", cmd, out);
         int n = parse_ids(out, ids, 256);
         CHECK(n > 0, "`%s` printed no ids: %s", cmd, out);
         for (int k = 0; k < n; k++) CHECK(ids[k] >= 0 && ids[k] < 384, "id %d outside the trained vocabulary of 384", ids[k]);
@@ -79,7 +68,7 @@ TEST(cli_tokenize_round_trip_and_train) {
         char list[2048] = "";
         for (int k = 0; k < n; k++) snprintf(list + strlen(list), sizeof list - strlen(list), k ? ",%d" : "%d", ids[k]);
         snprintf(cmd, sizeof cmd, "%s tokenize -m %s --decode %s", bs_cli_path(), dir, list);
-        CHECK(run_cmd(cmd, 0, out, sizeof out) == 0, "`%s` failed: %s", cmd, out);
+        CHECK(bs_test_run(cmd, 0, out, sizeof out) == 0, "`%s` failed: %s", cmd, out);
         size_t len = strlen(out);
         if (len && out[len - 1] == '\n') out[--len] = 0;
         CHECK(!strcmp(out, texts[i]), "decode(encode(\"%s\")) = \"%s\"", texts[i], out);
@@ -87,18 +76,18 @@ TEST(cli_tokenize_round_trip_and_train) {
     // --skip-special leaves the ChatML markers out of the text (tokenizer-train puts the specials in the model
     // vocab as well, as Hugging Face's trainer does: they were decoded regardless until the loader marked them).
     snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p A --no-special", bs_cli_path(), dir);
-    CHECK(run_cmd(cmd, 0, out, sizeof out) == 0 && parse_ids(out, ids, 256) == 1, "%s", out);
+    CHECK(bs_test_run(cmd, 0, out, sizeof out) == 0 && parse_ids(out, ids, 256) == 1, "%s", out);
     snprintf(cmd, sizeof cmd, "%s tokenize -m %s --decode 1,%d,2 --skip-special", bs_cli_path(), dir, ids[0]);
-    CHECK(run_cmd(cmd, 0, out, sizeof out) == 0 && !strcmp(out, "A\n"), "the specials were not skipped: \"%s\"", out);
+    CHECK(bs_test_run(cmd, 0, out, sizeof out) == 0 && !strcmp(out, "A\n"), "the specials were not skipped: \"%s\"", out);
 }
 
 // generate --json once; returns the parsed object (NULL on failure, with the output printed).
 static cJSON *generate_json(const char *args, char *out, size_t cap) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s generate %s --json", bs_cli_path(), args);
-    int rc = run_cmd(cmd, 0, out, cap);
+    int rc = bs_test_run(cmd, 0, out, cap);
     cJSON *j = rc == 0 ? cJSON_Parse(out) : NULL;
-    if (!j) { run_cmd(cmd, 1, out, cap); fprintf(stderr, "  `%s` exited %d: %s\n", cmd, rc, out); }
+    if (!j) { bs_test_run(cmd, 1, out, cap); fprintf(stderr, "  `%s` exited %d: %s\n", cmd, rc, out); }
     return j;
 }
 static int json_ids(const cJSON *j, int32_t *ids, int cap) {
@@ -133,13 +122,13 @@ TEST(cli_generate_sampling_json_and_chat) {
         char list[1024] = "";
         for (int i = 0; i < na; i++) snprintf(list + strlen(list), sizeof list - strlen(list), i ? ",%d" : "%d", a[i]);
         snprintf(cmd, sizeof cmd, "%s tokenize -m %s --decode %s --skip-special", bs_cli_path(), dir, list);
-        CHECK(run_cmd(cmd, 0, out2, sizeof out2) == 0, "%s", out2);
+        CHECK(bs_test_run(cmd, 0, out2, sizeof out2) == 0, "%s", out2);
         size_t len = strlen(out2);
         if (len && out2[len - 1] == '\n') out2[--len] = 0;
         CHECK(!strcmp(json_str(j, "text"), out2), "JSON text \"%s\" != decode of its ids \"%s\"", json_str(j, "text"), out2);
         // Without --json the same request streams that text (plus a newline).
         snprintf(cmd, sizeof cmd, "%s generate %s", bs_cli_path(), args);
-        CHECK(run_cmd(cmd, 0, out2, sizeof out2) == 0, "%s", out2);
+        CHECK(bs_test_run(cmd, 0, out2, sizeof out2) == 0, "%s", out2);
         CHECK(strlen(out2) == len + 1 && !strncmp(out2, json_str(j, "text"), len), "streamed \"%s\", JSON text \"%s\"", out2, json_str(j, "text"));
         cJSON_Delete(j); cJSON_Delete(k);
     }
@@ -151,7 +140,7 @@ TEST(cli_generate_sampling_json_and_chat) {
     snprintf(path, sizeof path, "%s/chat.txt", dir);
     CHECK(tu_write_text(path, "<|im_start|>user\nwhat is the answer?<|im_end|>\n<|im_start|>assistant\n") == 0);
     snprintf(cmd, sizeof cmd, "%s tokenize -m %s --prompt-file %s", bs_cli_path(), dir, path);
-    CHECK(run_cmd(cmd, 0, out2, sizeof out2) == 0, "%s", out2);
+    CHECK(bs_test_run(cmd, 0, out2, sizeof out2) == 0, "%s", out2);
     int n_chat = parse_ids(out2, a, 64);
     double n_prompt = json_num(cJSON_GetObjectItem(j, "stats"), "n_prompt");
     CHECK(n_chat > 5 && n_prompt == n_chat, "--chat fed %g prompt tokens; the ChatML rendering is %d", n_prompt, n_chat);
@@ -167,9 +156,9 @@ TEST(cli_context_end_same_with_drafter) {
     const char *reqs[] = { "--prompt-ids 1,2,3 -c 12 -n 100", "--prompt-ids 1,2,3 -n 600", "--prompt-ids 1,2,3 -c 12 -n 11" };
     for (int i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, "%s generate -m %s/target %s", bs_cli_path(), F, reqs[i]);
-        int rp = run_cmd(cmd, 1, plain, sizeof plain);
+        int rp = bs_test_run(cmd, 1, plain, sizeof plain);
         snprintf(cmd, sizeof cmd, "%s generate -m %s/target -d %s/dspark %s", bs_cli_path(), F, F, reqs[i]);
-        int rs = run_cmd(cmd, 1, spec, sizeof spec);
+        int rs = bs_test_run(cmd, 1, spec, sizeof spec);
         CHECK(rp == 1 && rs == 1, "`%s`: plain exited %d, speculative %d (want 1 for both): %s", reqs[i], rp, rs, spec);
         CHECK(!strcmp(plain, spec) && strstr(plain, "exceed the context length"), "messages differ: plain \"%s\", speculative \"%s\"", plain, spec);
     }
@@ -231,7 +220,7 @@ TEST(cli_usage_errors) {
         char args[1024], cmd[2048], out[8192];
         snprintf(args, sizeof args, cases[i].args, F);
         snprintf(cmd, sizeof cmd, "%s %s", B, args);
-        int st = run_cmd(cmd, 1, out, sizeof out);
+        int st = bs_test_run(cmd, 1, out, sizeof out);
         CHECK(st == cases[i].status, "`%s` exited %d (want %d): %s", args, st, cases[i].status, out);
         CHECK(strstr(out, cases[i].needle), "`%s`: the message does not name \"%s\": %s", args, cases[i].needle, out);
     }
@@ -239,7 +228,7 @@ TEST(cli_usage_errors) {
     {
         char cmd[2048], out[8192];
         snprintf(cmd, sizeof cmd, "BS_MODELS=/nonexistent %s generate --prompt-ids 1,2", B);
-        int st = run_cmd(cmd, 1, out, sizeof out);
+        int st = bs_test_run(cmd, 1, out, sizeof out);
         CHECK(st == 2 && strstr(out, "no built-in model"), "`%s` exited %d: %s", cmd, st, out);
     }
     printf("  %d error cases\n", n + 1);
@@ -254,15 +243,15 @@ TEST(cli_builtin_model_speculative_equals_plain) {
     char cmd[1024], a[65536], b[65536];
     for (int i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, "%s generate -p \"%s\" %s -n 48 --ignore-eos --print-ids -d none", bs_cli_path(), prompts[i], extra[i]);
-        CHECK(run_cmd(cmd, 0, a, sizeof a) == 0, "%s failed", cmd);
+        CHECK(bs_test_run(cmd, 0, a, sizeof a) == 0, "%s failed", cmd);
         snprintf(cmd, sizeof cmd, "%s generate -p \"%s\" %s -n 48 --ignore-eos --print-ids", bs_cli_path(), prompts[i], extra[i]);
-        CHECK(run_cmd(cmd, 0, b, sizeof b) == 0, "%s failed", cmd);
+        CHECK(bs_test_run(cmd, 0, b, sizeof b) == 0, "%s failed", cmd);
         int32_t x[64], y[64];
         int nx = parse_ids(a, x, 64), ny = parse_ids(b, y, 64);
         CHECK(nx == 48 && ny == 48 && !memcmp(x, y, sizeof x[0] * 48), "prompt %d: speculative output differs from plain (%d / %d ids)", i, nx, ny);
     }
     snprintf(cmd, sizeof cmd, "%s generate -p \"static int\" -n 48 --ignore-eos --json", bs_cli_path());
-    CHECK(run_cmd(cmd, 0, a, sizeof a) == 0, "%s failed", cmd);
+    CHECK(bs_test_run(cmd, 0, a, sizeof a) == 0, "%s failed", cmd);
     cJSON *j = cJSON_Parse(a), *st = j ? cJSON_GetObjectItem(j, "stats") : NULL;
     CHECK(st, "--json printed no stats: %.200s", a);
     cJSON *tau = cJSON_GetObjectItem(st, "tau"), *tps = cJSON_GetObjectItem(st, "decode_tok_per_s");
@@ -287,7 +276,7 @@ TEST(cli_generate_prompts_batch) {
         "{\"prompt\": \"int main(void) {\", \"temperature\": 1.0, \"top_k\": 40, \"top_p\": 0.9, \"seed\": 11}\n"
         "{\"prompt\": \"The\", \"max_tokens\": 30}\n") == 0);
     snprintf(cmd, sizeof cmd, "%s generate --prompts %s -n 20 --ignore-eos --max-concurrency 3", bs_cli_path(), path);
-    CHECK(run_cmd(cmd, 0, out, sizeof out) == 0, "%s failed", cmd);
+    CHECK(bs_test_run(cmd, 0, out, sizeof out) == 0, "%s failed", cmd);
     const char *single[] = {
         "-p \"static int\" -n 20", "--prompt-ids 10,20,30 -n 5", "-p \"It is a truth\" --temp 0.8 --seed 3 -n 12",
         "-p \"int main(void) {\" --temp 1.0 --top-k 40 --top-p 0.9 --seed 11 -n 20", "-p \"The\" -n 30" };
@@ -300,7 +289,7 @@ TEST(cli_generate_prompts_batch) {
         CHECK(ids && cJSON_IsNumber(idx) && idx->valueint == i && cJSON_GetObjectItem(j, "text") && cJSON_GetObjectItem(j, "stats"),
               "line %d: %s", i, line);
         snprintf(cmd, sizeof cmd, "%s generate %s --ignore-eos --print-ids", bs_cli_path(), single[i]);
-        CHECK(run_cmd(cmd, 0, one, sizeof one) == 0, "%s failed", cmd);
+        CHECK(bs_test_run(cmd, 0, one, sizeof one) == 0, "%s failed", cmd);
         int32_t want[64];
         int n = parse_ids(one, want, 64);
         CHECK(n == cJSON_GetArraySize(ids), "prompt %d: %d ids in the batch, %d alone", i, cJSON_GetArraySize(ids), n);
@@ -323,6 +312,6 @@ TEST(cli_generate_prompts_batch) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         CHECK(tu_write_text(path, bad[i].text) == 0);
         snprintf(cmd, sizeof cmd, "%s generate --prompts %s", bs_cli_path(), path);
-        CHECK(run_cmd(cmd, 1, out, sizeof out) == 1 && strstr(out, bad[i].want), "bad input %zu: want \"%s\", got: %s", i, bad[i].want, out);
+        CHECK(bs_test_run(cmd, 1, out, sizeof out) == 1 && strstr(out, bad[i].want), "bad input %zu: want \"%s\", got: %s", i, bad[i].want, out);
     }
 }

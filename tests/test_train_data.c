@@ -22,16 +22,6 @@ static int write_pattern_corpus(const char *path, int n_docs, int with_mask, bs_
     return bs_corpus_writer_finish(w, err);
 }
 
-static int run_capture(const char *cmd, char *buf, size_t cap) {
-    char full[8192];
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    if (!p) return -2;
-    size_t n = fread(buf, 1, cap - 1, p);
-    buf[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 TEST(train_corpus_roundtrip) {
     const char *dir = bs_test_tmpdir("corpus");
@@ -185,7 +175,7 @@ static int make_tokenizer(const char *dir, char *tok, size_t cap) {
     if (system(cmd)) return -1;
     snprintf(tok, cap, "%s/tokenizer.json", dir);
     snprintf(cmd, sizeof cmd, "%s tokenizer-train --vocab 300 --special '<|endoftext|>,<|im_start|>,<|im_end|>' --out %s %s/f1.c %s/f2.c", bs_cli_path(), tok, dir, dir);
-    return run_capture(cmd, out, sizeof out);
+    return bs_test_run(cmd, 1, out, sizeof out);
 }
 
 TEST(train_tokenize_corpus_cli) {
@@ -201,7 +191,7 @@ TEST(train_tokenize_corpus_cli) {
     // --heldout FILE: f3.c is the held-out corpus, one document per file, each ending in <|endoftext|>.
     snprintf(path, sizeof path, "%s/train.bsc", dir);
     snprintf(cmd, sizeof cmd, "%s tokenize --corpus %s -m %s --heldout %s/f3.c %s/f1.c %s/f2.c %s/f3.c %s/f4.c", bs_cli_path(), path, tok, dir, dir, dir, dir, dir);
-    int st = run_capture(cmd, out, sizeof out);
+    int st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 0, "%s", out);
     bs_corpus *c, *h;
     snprintf(held, sizeof held, "%s.heldout", path);
@@ -231,7 +221,7 @@ TEST(train_tokenize_corpus_cli) {
     for (int rep = 0; rep < 2; rep++) {
         snprintf(cmd, sizeof cmd, "%s tokenize --corpus %s/s%d.bsc -m %s --doc-sep '\\n\\n' --heldout-frac 0.25 --seed 5 %s/f1.c %s/f2.c %s/f3.c %s/f4.c",
                  bs_cli_path(), dir, rep, tok, dir, dir, dir, dir);
-        st = run_capture(cmd, out, sizeof out);
+        st = bs_test_run(cmd, 1, out, sizeof out);
         CHECK(st == 0, "%s", out);
     }
     snprintf(path, sizeof path, "%s/s0.bsc", dir); snprintf(held, sizeof held, "%s/s0.bsc.heldout", dir);
@@ -244,7 +234,7 @@ TEST(train_tokenize_corpus_cli) {
     // A chat file: only the assistant's reply (and its end-of-turn) are labels.
     snprintf(cmd, sizeof cmd, "printf '{\"messages\":[{\"role\":\"user\",\"content\":\"int f\"},{\"role\":\"assistant\",\"content\":\"return x;\"}]}\\n' > %s/c.jsonl && "
              "%s tokenize --corpus %s/chat.bsc -m %s --chat-template chatml --chat %s/c.jsonl %s/f1.c", dir, bs_cli_path(), dir, tok, dir, dir);
-    st = run_capture(cmd, out, sizeof out);
+    st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 0, "%s", out);
     snprintf(path, sizeof path, "%s/chat.bsc", dir);
     CHECK(bs_corpus_open(&c, path, &err) == 0, "%s", err.msg);
@@ -262,10 +252,10 @@ TEST(train_tokenize_corpus_cli) {
     bs_corpus_close(c);
     // Refusals: an empty split, an unknown --heldout file.
     snprintf(cmd, sizeof cmd, "%s tokenize --corpus %s/x.bsc -m %s --heldout-frac 0.01 %s/f1.c", bs_cli_path(), dir, tok, dir);
-    st = run_capture(cmd, out, sizeof out);
+    st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 1 && strstr(out, "held-out split empty"), "exit %d: %s", st, out);
     snprintf(cmd, sizeof cmd, "%s tokenize --corpus %s/x.bsc -m %s --heldout nothere.c %s/f1.c", bs_cli_path(), dir, tok, dir);
-    st = run_capture(cmd, out, sizeof out);
+    st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 2 && strstr(out, "not among the input files"), "exit %d: %s", st, out);
     bs_tokenizer_free(t);
 }
@@ -288,20 +278,20 @@ TEST(train_cli_bad_corpus) {
     snprintf(cmd, sizeof cmd, "cp %s %s && printf XXXXXXXX | dd of=%s conv=notrunc 2>/dev/null", path, bad, bad);
     CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof cmd, "%s train-target --config %s --tokenizer %s --data %s --out %s/o", bs_cli_path(), fixture_cfg, tok, bad, dir);
-    int st = run_capture(cmd, out, sizeof out);
+    int st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 1 && strstr(out, "bad magic") && strstr(out, "bad.bsc"), "exit %d: %s", st, out);
     snprintf(cmd, sizeof cmd, "%s train-drafter -m %s/target --arch dspark --data %s/c.bsc --heldout %s --out %s/o", bs_cli_path(), bs_fixtures_dir(), dir, bad, dir);
-    st = run_capture(cmd, out, sizeof out);
+    st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 1 && strstr(out, "bad magic"), "exit %d: %s", st, out);
     // A truncated one.
     snprintf(cmd, sizeof cmd, "head -c 300 %s > %s", path, bad);
     CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof cmd, "%s train-target --config %s --tokenizer %s --data %s --out %s/o", bs_cli_path(), fixture_cfg, tok, bad, dir);
-    st = run_capture(cmd, out, sizeof out);
+    st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 1 && strstr(out, "truncated"), "exit %d: %s", st, out);
     // Made with another tokenizer.
     snprintf(cmd, sizeof cmd, "%s train-target --config %s --tokenizer %s --data %s --out %s/o", bs_cli_path(), fixture_cfg, tok2, path, dir);
-    st = run_capture(cmd, out, sizeof out);
+    st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 1 && strstr(out, "made with another tokenizer") && strstr(out, "other.json"), "exit %d: %s", st, out);
     // A vocabulary larger than the model's (the fixture target has 384 rows).
     bs_err err;
@@ -310,13 +300,13 @@ TEST(train_cli_bad_corpus) {
     snprintf(bad, sizeof bad, "%s/big.bsc", dir);
     CHECK(bs_corpus_writer_open(&w, bad, 1000, 1, 0, &err) == 0 && bs_corpus_writer_add(w, ids, NULL, 3, &err) == 0 && bs_corpus_writer_finish(w, &err) == 0, "%s", err.msg);
     snprintf(cmd, sizeof cmd, "%s train-drafter -m %s/target --arch dflash --data %s --out %s/o", bs_cli_path(), bs_fixtures_dir(), bad, dir);
-    st = run_capture(cmd, out, sizeof out);
+    st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 1 && strstr(out, "vocab_size is 384"), "exit %d: %s", st, out);
     // Usage errors: exit 2.
     snprintf(cmd, sizeof cmd, "%s train-drafter -m %s/target --arch eagle --data %s --out %s/o", bs_cli_path(), bs_fixtures_dir(), path, dir);
-    st = run_capture(cmd, out, sizeof out);
+    st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 2 && strstr(out, "--arch is dspark, dflash or zlab-dflash"), "exit %d: %s", st, out);
     snprintf(cmd, sizeof cmd, "%s train-target --config %s --tokenizer %s --data %s --out %s/o --lr abc", bs_cli_path(), fixture_cfg, tok, path, dir);
-    st = run_capture(cmd, out, sizeof out);
+    st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 2 && strstr(out, "--lr"), "exit %d: %s", st, out);
 }
