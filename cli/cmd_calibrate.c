@@ -367,7 +367,8 @@ int cmd_calibrate(int argc, char **argv) {
     print_tables(&sd, T, a.bias ? B : NULL, pos, (int)a.bins);
 
     j = result_json(&a, gamma, K, n_seqs, &sd, T, B, pos, ece0, ece1);
-    if (!j || bs_calibration_write(j, out_path, &err)) goto out;
+    // atomic (bs_json_write_file): a drafter folder never holds a half-written calibration
+    if (!j || bs_json_write_file(j, out_path, &err)) goto out;
     printf("\nwrote %s\n", out_path);
     rc = 0;
 out:

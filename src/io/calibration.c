@@ -65,16 +65,3 @@ int bs_calibration_load_dir(bs_calibration *c, const char *dir, int n_expected, 
     return 1;
 }
 
-int bs_calibration_write(const cJSON *root, const char *path, bs_err *err) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    char *txt = cJSON_Print(root);
-    if (!txt) return bs_fail(err, "out of memory");
-    FILE *f = fopen(tmp, "w");
-    int ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f) != 0) ok = 0;
-    free(txt);
-    // Written beside and renamed over: a drafter folder never holds a half-written calibration.
-    if (!ok || rename(tmp, path) != 0) { unlink(tmp); return bs_fail(err, "%s: cannot write (%m)", path); }
-    return 0;
-}

@@ -27,5 +27,3 @@ typedef struct bs_calibration {
 int bs_calibration_parse(bs_calibration *c, const cJSON *root, int n_expected, const char *file, bs_err *err);
 // Loads dir/calibration.json when it exists: 1 = loaded, 0 = no such file (c untouched), -1 = error.
 int bs_calibration_load_dir(bs_calibration *c, const char *dir, int n_expected, bs_err *err);
-// Writes root as path atomically (a temporary file renamed over it); the calibrate command builds root.
-int bs_calibration_write(const cJSON *root, const char *path, bs_err *err);

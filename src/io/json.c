@@ -9,6 +9,19 @@
 #include "io/tok_map.h"
 #include "io/file.h"
 
+int bs_json_write_file(const cJSON *root, const char *path, bs_err *err) {
+    char tmp[4200];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) return bs_fail(err, "%s: path too long", path);
+    char *txt = cJSON_Print(root);
+    if (!txt) return bs_fail(err, "out of memory");
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0) ok = 0;
+    free(txt);
+    if (!ok || rename(tmp, path) != 0) { unlink(tmp); return bs_fail(err, "%s: write failed (%m)", path); }
+    return 0;
+}
+
 char *bs_read_file(const char *path, size_t *len, bs_err *err) {
     size_t size;
     int fd = bs_open_regular(path, &size, err);

@@ -5,6 +5,9 @@
 
 // Parses a whole JSON file (strictly, see bs_json_parse); the root must be an object.
 cJSON *bs_json_load(const char *path, bs_err *err);
+// Writes root (indented, newline-terminated) to path atomically: a temporary path.tmp renamed over it, so a
+// reader never sees a half-written file.
+int bs_json_write_file(const cJSON *root, const char *path, bs_err *err);
 // Reads a whole regular file into a NUL-terminated buffer (NULL + message on failure; FIFOs and devices
 // are refused). The allocation is the file size + 1.
 char *bs_read_file(const char *path, size_t *len, bs_err *err);

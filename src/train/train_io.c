@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "io/json.h"
 #include "train/train_io.h"
 #include "util/dtype.h"
 
@@ -64,15 +65,7 @@ out:
 
 int bs_train_write_config(const cJSON *root, const char *dir, bs_err *err) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return bs_fail(err, "%s: cannot create the folder (%m)", dir);
-    char path[4200], tmp[4300];
+    char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    char *txt = cJSON_Print(root);
-    if (!txt) return bs_fail(err, "out of memory");
-    FILE *f = fopen(tmp, "w");
-    int ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f) != 0) ok = 0;
-    free(txt);
-    if (!ok || rename(tmp, path) != 0) { unlink(tmp); return bs_fail(err, "%s: write failed (%m)", path); }
-    return 0;
+    return bs_json_write_file(root, path, err);
 }
