@@ -124,23 +124,31 @@ TEST(hardening_default_head_dim_zero_refused) {
     cJSON_Delete(root);
 }
 
+// bs_json_parse refuses every text of bad[] with a message starting "F: <why>" and accepts every one of good[].
+static void json_cases(int *failed_, const char *const *bad, size_t n_bad, const char *const *good, size_t n_good, const char *why) {
+    char want[128];
+    snprintf(want, sizeof want, "t.json: %s", why);
+    bs_err err;
+    for (size_t i = 0; i < n_bad; i++) {
+        cJSON *v = bs_json_parse(bad[i], strlen(bad[i]), "t.json", &err);
+        CHECK(!v, "%s was accepted", bad[i]);
+        CHECK(strstr(err.msg, want), "%s: %s", bad[i], err.msg);
+    }
+    for (size_t i = 0; i < n_good; i++) {
+        cJSON *v = bs_json_parse(good[i], strlen(good[i]), "t.json", &err);
+        CHECK(v, "%s was refused: %s", good[i], err.msg);
+        cJSON_Delete(v);
+    }
+}
+#define JSON_CASES(bad, good, why) json_cases(failed_, bad, sizeof bad / sizeof *bad, good, sizeof good / sizeof *good, why)
+
 // Numbers as Python's json module reads them: cJSON took 02 (in the crash input of the long fuzz run), -01,
 // 1. and 1.e5, which Python refuses; strings that look like numbers are untouched.
 TEST(hardening_json_number_grammar) {
     const char *bad[] = { "{\"a\": 02}", "{\"a\": -01}", "{\"a\": 1.}", "{\"a\": 1.e5}", "{\"a\": 00}", "[1, 2, 3.]", "{\"a\": 1e}" };
     const char *good[] = { "{\"a\": 0}", "{\"a\": -0}", "{\"a\": 0.5}", "{\"a\": 1e5}", "{\"a\": 1E+5}", "[-1.25e-3, 10, 0e0]",
                            "{\"02\": \"1.\", \"b\": \"\\\"02\"}" };
-    bs_err err;
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        cJSON *v = bs_json_parse(bad[i], strlen(bad[i]), "n.json", &err);
-        CHECK(!v, "%s was accepted", bad[i]);
-        CHECK(strstr(err.msg, "n.json: malformed number at byte"), "%s: %s", bad[i], err.msg);
-    }
-    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-        cJSON *v = bs_json_parse(good[i], strlen(good[i]), "n.json", &err);
-        CHECK(v, "%s was refused: %s", good[i], err.msg);
-        cJSON_Delete(v);
-    }
+    JSON_CASES(bad, good, "malformed number at byte");
 }
 
 // Raw control characters inside strings (Python's json module refuses them; cJSON kept them); escaped ones and
@@ -148,17 +156,7 @@ TEST(hardening_json_number_grammar) {
 TEST(hardening_json_raw_control_in_strings) {
     const char *bad[] = { "{\"a\": \"x\ty\"}", "{\"a\nb\": 1}", "[\"\x01\"]", "{\"t\": \"\\\\\n\"}" };
     const char *good[] = { "{\"a\": \"x\\ty\"}", "{\n\t\"a\":\r\n 1}", "[\"\\u0001\", \"\\\\\"]" };
-    bs_err err;
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        cJSON *v = bs_json_parse(bad[i], strlen(bad[i]), "c.json", &err);
-        CHECK(!v, "%s was accepted", bad[i]);
-        CHECK(strstr(err.msg, "c.json: raw control character"), "%s: %s", bad[i], err.msg);
-    }
-    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-        cJSON *v = bs_json_parse(good[i], strlen(good[i]), "c.json", &err);
-        CHECK(v, "%s was refused: %s", good[i], err.msg);
-        cJSON_Delete(v);
-    }
+    JSON_CASES(bad, good, "raw control character");
 }
 
 // 4a. A tensor name with an embedded NUL was cut at the NUL and matched the real name.
