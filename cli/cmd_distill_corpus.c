@@ -113,6 +113,15 @@ static int append_corpus(bs_corpus_writer *cw, const bs_corpus *c, double keep, 
     return 0;
 }
 
+// Every document of the corpus file at path, which must share src's tokenizer (data: src's name, for messages).
+static int append_file(bs_corpus_writer *cw, const char *path, const bs_corpus *src, const char *data, bs_err *err) {
+    bs_corpus *c = NULL;
+    int rc = bs_corpus_open(&c, path, err) || bs_corpus_check_tokenizer(c, src->tokenizer_hash, src->vocab_size, data, err) ||
+             append_corpus(cw, c, 1, NULL, err) ? -1 : 0;
+    bs_corpus_close(c);
+    return rc;
+}
+
 int cmd_distill_corpus(int argc, char **argv) {
     args a = { .prompt_len = 64, .n_new = 192, .docs = 1000, .workers = 1, .seed = 1, .source_fraction = 1 };
     for (int i = 1; i < argc; i++) {
@@ -172,18 +181,12 @@ reap:;
     if (bs_corpus_writer_open(&cw, a.out, src->vocab_size, src->tokenizer_hash, src->mask != NULL, &err)) goto fail;
     // the included corpora, then the workers' parts
     char *inc = a.include ? strdup(a.include) : NULL, *save = NULL;
-    if (a.include && !inc) { bs_fail(&err, "out of memory"); bs_corpus_writer_abort(cw); goto fail; }
-    const char *path = inc ? strtok_r(inc, ",", &save) : NULL;
-    for (int w = 0; path || w < nw; ) {
-        if (!path) path = parts[w++];
-        bs_corpus *pc = NULL;
-        int arc = bs_corpus_open(&pc, path, &err) || bs_corpus_check_tokenizer(pc, src->tokenizer_hash, src->vocab_size, a.data, &err) ||
-                  append_corpus(cw, pc, 1, NULL, &err);
-        bs_corpus_close(pc);
-        if (arc) { free(inc); bs_corpus_writer_abort(cw); goto fail; }
-        path = inc && w == 0 ? strtok_r(NULL, ",", &save) : NULL;
-    }
+    int mrc = a.include && !inc ? bs_fail(&err, "out of memory") : 0;
+    for (const char *p = inc ? strtok_r(inc, ",", &save) : NULL; p && !mrc; p = strtok_r(NULL, ",", &save))
+        mrc = append_file(cw, p, src, a.data, &err);
+    for (int w = 0; w < nw && !mrc; w++) mrc = append_file(cw, parts[w], src, a.data, &err);
     free(inc);
+    if (mrc) { bs_corpus_writer_abort(cw); goto fail; }
     int64_t gen_docs = bs_corpus_writer_docs(cw), gen_tokens = bs_corpus_writer_tokens(cw);
     bs_rng sr;
     bs_rng_seed(&sr, (uint64_t)a.seed ^ 0x5eed5eedULL);
