@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "train/corpus.h"
 #include "util/rng.h"
+#include "util/threadpool.h"
 #include "util/timer.h"
 
 static void usage(void) {
@@ -164,7 +165,7 @@ int cmd_distill_corpus(int argc, char **argv) {
         if (p < 0) { perror("blockspec distill-corpus: fork"); goto reap; }
         if (p == 0) {
             int cuda = w >= a.workers;
-            if (!cuda) setenv("BS_THREADS", "1", 1);   // read when the child's thread pool starts
+            if (!cuda) bs_pool_init(1);   // one thread per CPU worker: the workers are the parallelism
             _exit(worker(&a, src, w, cuda ? "cuda" : "cpu", parts[w]));
         }
         pids[w] = p;
