@@ -16,14 +16,15 @@ endif
 CFLAGS  ?= $(OPT) $(ARCH) -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers -fno-strict-aliasing -Wno-format-zero-length \
            -Iinclude -Isrc -I. -D_GNU_SOURCE
-LDLIBS  += -lcjson -lonig -lutf8proc -lpthread -lm
+LDLIBS  += -lcjson -lonig -lutf8proc -lmicrohttpd -lpthread -lm
 # For machines where the Debian libraries live elsewhere (e.g. unpacked .debs on the GPU machine).
 CFLAGS  += $(EXTRA_CFLAGS)
 LDLIBS  := $(EXTRA_LDFLAGS) $(LDLIBS)
 
 # Every .c under src/ is part of the library; CUDA sources are added only by `make cuda`.
 LIB_SRC  := $(shell find src -name '*.c' | sort)
-CLI_SRC  := $(wildcard cli/*.c)
+# The HTTP server (server/) is an application of the public API, linked into the program beside cli/.
+CLI_SRC  := $(wildcard cli/*.c) $(wildcard server/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 BENCH_SRC:= $(wildcard bench/*.c)
 
@@ -82,8 +83,8 @@ cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/back
 # Everything a fresh Debian 12 machine needs (run as root): compilers, the Debian libraries blockspec
 # links, and the npm packages the tokenizer tests compare against.
 deps:
-	@if ! dpkg -s libcjson-dev libonig-dev libutf8proc-dev build-essential clang >/dev/null 2>&1; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential clang libcjson-dev libonig-dev libutf8proc-dev; fi
+	@if ! dpkg -s libcjson-dev libonig-dev libutf8proc-dev libmicrohttpd-dev curl build-essential clang >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential clang libcjson-dev libonig-dev libutf8proc-dev libmicrohttpd-dev curl; fi
 	@printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }\n' > /tmp/bs_fuzz_probe.c && \
 	  clang -fsanitize=fuzzer,address,undefined /tmp/bs_fuzz_probe.c -o /tmp/bs_fuzz_probe && rm -f /tmp/bs_fuzz_probe /tmp/bs_fuzz_probe.c || \
 	  { echo "make deps: clang cannot link -fsanitize=fuzzer (libFuzzer runtime missing)"; exit 1; }

@@ -117,6 +117,44 @@ void blockspec_request_free(blockspec *bs, blockspec_request *r);
 int blockspec_tokenize(blockspec *bs, const char *text, int32_t **ids, size_t *n, char *err, size_t err_len);
 int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **text, char *err, size_t err_len);
 
+// ---- For servers: chat rendering, streamed text, speculative counters ----
+// One thread drives a handle, as for the rest of this header (a server keeps it on one engine thread), with
+// one exception: blockspec_tokenize, blockspec_detokenize, blockspec_chat_render, blockspec_vocab_size and
+// blockspec_max_context only read what was loaded, and any thread may call them at any time.
+
+// Renders messages with the model's chat template (tokenizer_config.json's, recognised natively: Qwen3 and
+// ChatML), adding the assistant's generation prompt. enable_thinking 0: Qwen3's empty <think></think>
+// block. role: "system", "user", "assistant" or "tool". *text is malloc'ed.
+typedef struct blockspec_chat_message { const char *role; const char *content; } blockspec_chat_message;
+int blockspec_chat_render(blockspec *bs, const blockspec_chat_message *msgs, size_t n, int enable_thinking, char **text,
+                          char *err, size_t err_len);
+
+// A streaming detokenizer: feed the ids as they come; it returns the text that is complete so far (a UTF-8
+// character split across tokens is held until whole; special tokens are skipped). NULL: no tokenizer.
+typedef struct blockspec_detokenizer blockspec_detokenizer;
+blockspec_detokenizer *blockspec_detokenizer_new(blockspec *bs);
+// Appends the new text for token to out (cap >= 256 + the longest token is always enough; NUL-terminated).
+// Returns its length, or -1 when cap is too small.
+int  blockspec_detokenizer_push(blockspec_detokenizer *d, int32_t token, char *out, size_t cap);
+// What is still held back (an incomplete character comes out as U+FFFD).
+int  blockspec_detokenizer_flush(blockspec_detokenizer *d, char *out, size_t cap);
+void blockspec_detokenizer_free(blockspec_detokenizer *d);
+
+// A request's speculative counters so far (vLLM's spec_decode metrics, per request): rounds with drafts,
+// drafts verified, drafts accepted, and per draft position k (0-based) how often it was verified and
+// accepted. n_pos: positions with data (the arrays stay valid until the request is freed).
+typedef struct blockspec_spec_counts {
+    long rounds, drafted, accepted;
+    int n_pos;
+    const long *pos_tried, *pos_accepted;
+    int kv_rows;                 // context rows this request holds in its KV cache
+} blockspec_spec_counts;
+void blockspec_request_spec_counts(const blockspec_request *r, blockspec_spec_counts *c);
+// The target's vocabulary size: prompt ids must lie in [0, it).
+int  blockspec_vocab_size(const blockspec *bs);
+// Target rows in the latest blockspec_step's forward (prompt chunks and verify rows of every request).
+int  blockspec_last_step_rows(const blockspec *bs);
+
 #ifdef __cplusplus
 }
 #endif

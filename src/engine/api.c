@@ -4,6 +4,7 @@
 #include <string.h>
 #include "blockspec.h"
 #include "engine/engine.h"
+#include "io/chat.h"
 #include "io/weight_check.h"
 #include "runtime/runtime.h"
 #include "spec/spec_loop.h"
@@ -203,3 +204,42 @@ int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **tex
 
 const char *blockspec_warnings(const blockspec *bs) { return bs->warnings[0] ? bs->warnings : NULL; }
 int blockspec_max_context(const blockspec *bs) { return bs->eng->cfg.max_position; }
+
+// ---- For servers ----
+
+int blockspec_chat_render(blockspec *bs, const blockspec_chat_message *msgs, size_t n, int enable_thinking, char **text,
+                          char *err, size_t err_len) {
+    bs_err e = {0};
+    *text = NULL;
+    if (!bs->eng->tok) return fail(err, err_len, bs->eng->tok_error[0] ? bs->eng->tok_error : "this model folder has no tokenizer.json");
+    bs_chat_msg *m = calloc(n ? n : 1, sizeof *m);
+    if (!m) return fail(err, err_len, "out of memory");
+    for (size_t i = 0; i < n; i++) m[i] = (bs_chat_msg){ msgs[i].role, msgs[i].content, NULL };
+    bs_chat_opts o = { BS_CHAT_AUTO, 1, enable_thinking };
+    int rc = bs_chat_render(bs->eng->tok, m, n, &o, text, &e);
+    free(m);
+    return rc ? fail(err, err_len, e.msg) : 0;
+}
+
+struct blockspec_detokenizer { bs_detok dt; };
+
+blockspec_detokenizer *blockspec_detokenizer_new(blockspec *bs) {
+    if (!bs->eng->tok) return NULL;
+    blockspec_detokenizer *d = calloc(1, sizeof *d);
+    if (d) bs_detok_init(&d->dt, bs->eng->tok, 1);
+    return d;
+}
+int blockspec_detokenizer_push(blockspec_detokenizer *d, int32_t token, char *out, size_t cap) { return bs_detok_push(&d->dt, token, out, cap); }
+int blockspec_detokenizer_flush(blockspec_detokenizer *d, char *out, size_t cap) { return bs_detok_flush(&d->dt, out, cap); }
+void blockspec_detokenizer_free(blockspec_detokenizer *d) { free(d); }
+
+void blockspec_request_spec_counts(const blockspec_request *r, blockspec_spec_counts *c) {
+    const bs_spec_stats *s = &r->seq.st;
+    int n_pos = 0;
+    for (int k = 0; k < BS_MAX_DRAFT; k++) if (s->pos_tried[k]) n_pos = k + 1;
+    *c = (blockspec_spec_counts){ s->rounds, s->drafted, s->accepted, n_pos, s->pos_tried, s->pos_accepted,
+                                  r->seq.kv ? r->seq.kv->max_ctx : 0 };
+}
+
+int blockspec_last_step_rows(const blockspec *bs) { return bs->has_rt ? bs->rt.last_rows : 0; }
+int blockspec_vocab_size(const blockspec *bs) { return bs->eng->cfg.vocab_size; }

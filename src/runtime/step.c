@@ -46,6 +46,7 @@ static int prefill_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     if (bs_runtime_reserve_rows(rt, 1, BS_PREFILL_CHUNK, err)) return -1;
     bs_fwd_out fo = { .logits = rt->logits };
     if (d) { fo.taps = d->taps; fo.n_taps = d->n_taps; fo.tap_out = rt->feat; }
+    rt->last_rows = s->n_prompt - s->n_prefilled;
     for (int r = s->n_prefilled; r < s->n_prompt; r += BS_PREFILL_CHUNK) {
         bs_seq_rows chunk = { s->kv, s->prompt + r, s->n_prompt - r < BS_PREFILL_CHUNK ? s->n_prompt - r : BS_PREFILL_CHUNK };
         if (bs_qwen3_forward_batch(&e->target, &rt->ws, &chunk, 1, &fo, err)) return -1;
@@ -156,6 +157,7 @@ static int verify_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     int32_t next;
     double t0 = bs_now();
     if (bs_runtime_reserve_rows(rt, n + 1, n + 1, err)) return -1;
+    rt->last_rows += n + 1;
     if (!d) {
         bs_seq_rows one = { s->kv, &s->anchor, 1 };
         bs_fwd_out fo = { .logits = rt->logits };
@@ -207,6 +209,7 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
         any_drafter |= s->drafter != NULL;
     }
     if (n_batch == 0) return 0;
+    rt->last_rows = n_rows;
     if (bs_runtime_reserve_rows(rt, n_logits, n_rows, err)) return -1;
     bs_fwd_out fo = { .logits = rt->logits, .logits_all = 1 };
     if (any_drafter) { fo.taps = rt->drafter->taps; fo.n_taps = rt->drafter->n_taps; fo.tap_out = rt->feat; }
@@ -249,6 +252,7 @@ static void drop_finished(bs_runtime *rt) {
 
 int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     drop_finished(rt);
+    rt->last_rows = 0;
     if (rt->n_seqs == 1) {   // alone: the single-request path
         bs_seq *s = rt->seqs[0];
         if (s->phase == BS_SEQ_PREFILL && prefill_alone(rt, s, err)) return -1;
