@@ -111,7 +111,7 @@ test-all:
 # libFuzzer harnesses (clang; ASan + UBSan with float-cast-overflow), one per parser or text path:
 # tests/fuzz/fuzz_NAME.c, seeded by tests/fuzz/seed.sh NAME. Adding one = adding NAME to this list.
 # `make fuzz` runs each for FUZZ_SECONDS (docs/reliability.md); test-all runs each for FUZZ_CI_SECONDS.
-FUZZ_HARNESSES := safetensors checkpoint_dir draft_vocab json config tokenizer_load tokenize chat cli_ids bpe_train calibration corpus train_state
+FUZZ_HARNESSES := safetensors checkpoint_dir draft_vocab json config tokenizer_load tokenize chat cli_ids bpe_train calibration corpus train_state request
 FUZZ_SECONDS ?= 30
 FUZZ_CI_SECONDS ?= 12
 FUZZ_SAN := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
@@ -119,7 +119,7 @@ fuzz-build:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)" build-fuzz/libblockspec.a build-fuzz/blockspec
 	@for h in $(FUZZ_HARNESSES); do \
 	  clang -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer $(FUZZ_SAN) -Iinclude -Isrc -I. -D_GNU_SOURCE \
-	        tests/fuzz/fuzz_$$h.c cli/args.c build-fuzz/libblockspec.a $(LDLIBS) -o build-fuzz/fuzz_$$h || exit 1; done
+	        tests/fuzz/fuzz_$$h.c cli/args.c server/request.c server/response.c build-fuzz/libblockspec.a $(LDLIBS) -o build-fuzz/fuzz_$$h || exit 1; done
 fuzz: fuzz-build
 	@for h in $(FUZZ_HARNESSES); do BS_BIN=build-fuzz/blockspec tests/fuzz/run.sh $$h $(FUZZ_SECONDS) || exit 1; done
 

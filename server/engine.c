@@ -22,6 +22,24 @@ static void req_free(srv_req *q) {
 
 void srv_req_release(srv_req *q) { if (--q->refs == 0) req_free(q); }
 
+void srv_abandon(srv *s, srv_req *q) {
+    q->gone = 1;
+    if (q->state == RQ_QUEUED) {   // never started: out of the queue now, so it holds no place there
+        srv_req **pp = &s->queue, *prev = NULL;
+        while (*pp && *pp != q) { prev = *pp; pp = &(*pp)->next; }
+        if (*pp) {
+            *pp = q->next;
+            if (s->queue_tail == q) s->queue_tail = prev;
+            s->n_waiting--;
+            s->m.waiting = s->n_waiting;
+            s->m.requests_cancelled++;
+            q->state = RQ_DONE;
+            srv_req_release(q);   // the engine's reference
+        }
+    }
+    pthread_cond_signal(&s->work);   // a running one is cancelled by the engine thread before its next step
+}
+
 int srv_enqueue(srv *s, srv_req *q, srv_error *e) {
     if (s->stopping) return srv_fail(e, 503, "server_error", "", "the server is shutting down");
     if (s->n_waiting >= s->o.max_waiting && s->n_running >= s->o.max_running)
@@ -187,7 +205,12 @@ static void *engine_main(void *arg) {
         int overdue = s->stopping && srv_now() > s->deadline;
         for (srv_req *q = s->running, *nx; q; q = nx) {
             nx = q->next;
-            if ((q->gone || overdue) && q->r && !blockspec_request_done(q->r)) blockspec_cancel(s->bs, q->r);
+            if (!(q->gone || overdue) || !q->r || blockspec_request_done(q->r)) continue;
+            if (overdue && !q->gone) {   // its client is still there: tell it why the answer stops short
+                q->failed = 1;
+                srv_fail(&q->err, 503, "server_error", "", "the server shut down before this request finished");
+            }
+            blockspec_cancel(s->bs, q->r);
         }
         while (s->queue && s->n_running < s->o.max_running) {
             srv_req *q = s->queue;

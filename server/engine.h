@@ -56,6 +56,9 @@ void srv_engine_stop(srv *s);      // after stopping is set: waits for the engin
 // Queues q (its refs count the caller and the engine). Returns 0, or -1 with *e (queue full: 429;
 // shutting down: 503).
 int  srv_enqueue(srv *s, srv_req *q, srv_error *e);
+// The client went away (locked): a queued request leaves the queue at once; a running one is cancelled
+// before the next step.
+void srv_abandon(srv *s, srv_req *q);
 // Drops the caller's reference (locked); frees q when the engine is done with it too.
 void srv_req_release(srv_req *q);
 // Bytes of q->text that are final (locked): all of it once done, else short of any tail that could still

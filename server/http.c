@@ -179,8 +179,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         while (!next_event(st, s->o.model_name)) {
             wait_slice(st->q);
             if (client_gone(st->fd)) {
-                st->q->gone = 1;
-                pthread_cond_signal(&s->work);
+                srv_abandon(s, st->q);
                 pthread_mutex_unlock(&s->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
@@ -198,7 +197,7 @@ static void stream_free(void *cls) {
     stream *st = cls;
     srv *s = st->q->s;
     pthread_mutex_lock(&s->mu);
-    if (st->q->state != RQ_DONE) { st->q->gone = 1; pthread_cond_signal(&s->work); }
+    if (st->q->state != RQ_DONE) srv_abandon(s, st->q);
     srv_req_release(st->q);
     pthread_mutex_unlock(&s->mu);
     free(st->out);
@@ -229,7 +228,7 @@ static enum MHD_Result completion(srv *s, struct MHD_Connection *c, conn *k, int
         stream *st = calloc(1, sizeof *st);
         struct MHD_Response *r = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free) : NULL;
         if (!r) {
-            pthread_mutex_lock(&s->mu); q->gone = 1; pthread_cond_signal(&s->work); srv_req_release(q); pthread_mutex_unlock(&s->mu);
+            pthread_mutex_lock(&s->mu); srv_abandon(s, q); srv_req_release(q); pthread_mutex_unlock(&s->mu);
             free(st);
             return MHD_NO;
         }
@@ -245,8 +244,7 @@ static enum MHD_Result completion(srv *s, struct MHD_Connection *c, conn *k, int
     while (q->state != RQ_DONE) {
         wait_slice(q);
         if (client_gone(fd)) {   // nobody to answer: cancel and close
-            q->gone = 1;
-            pthread_cond_signal(&s->work);
+            srv_abandon(s, q);
             srv_req_release(q);
             pthread_mutex_unlock(&s->mu);
             return MHD_NO;

@@ -52,6 +52,10 @@ corpus)         tmp=$(mktemp -d)   # real corpora from `tokenize --corpus`: plai
                 "$cli" tokenize --corpus "$dir/chat.bsc" -m "$tok" --chat-template qwen3 --chat "$tmp/chat.jsonl" >/dev/null
                 rm -rf "$tmp" ;;
 train_state)    BS_FUZZ_SEED_OUT="$dir/state" build-fuzz/fuzz_train_state ;;
+request)        put completion '0{"model": "m", "prompt": "static int", "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "top_k": 5, "seed": -3, "stop": ["\\n", "}"], "stream": true, "stream_options": {"include_usage": true}, "ignore_eos": false, "n": 1, "logprobs": null, "user": "u"}'
+                put ids '0{"prompt": [[1, 2, 3]], "max_tokens": null, "echo": false, "best_of": 1, "logit_bias": {}}'
+                put chat '1{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "caf\u00e9 "}, {"type": "text", "text": "\u4f60\u597d"}]}, {"role": "assistant", "content": null, "name": "a"}], "max_completion_tokens": 8, "chat_template_kwargs": {"enable_thinking": false}, "stop": "x"}'
+                put bad '1{"messages": [{"role": "wizard"}], "tools": [1], "bogus": 1}' ;;
 bpe_train)      head -c 4000 README.md > "$dir/readme"; printf 'aaa bbb aaa bbb \303\251\303\251 <|endoftext|> aaa' > "$dir/small" ;;
 *)              echo "seed.sh: no seeds for '$name' (add a case)" >&2; exit 1 ;;
 esac
