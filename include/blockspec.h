@@ -87,7 +87,10 @@ int blockspec_generate_text(blockspec *bs, const char *prompt, const blockspec_p
 // blockspec_step advances every running request by one round (its prefill first, then one speculative or
 // plain round), with ONE target forward over all their rows. Requests join and leave between steps. A
 // request's tokens are exactly those blockspec_generate gives it alone, whatever else is running (greedy
-// and seeded sampling alike). One thread drives a handle; free every request before blockspec_close.
+// and seeded sampling alike). Threads may share a handle: the calls that run or change requests (submit,
+// step, cancel, free, generate, and the request_* readers) take turns on the handle's lock, and a token
+// callback may call them too (e.g. cancel another request) from inside blockspec_step. Free every request
+// before blockspec_close; nothing may be called on a handle after it is closed.
 //
 //   blockspec_request *r[4];
 //   for (i ...) blockspec_submit(bs, prompt[i], n[i], &p, NULL, NULL, &r[i], err, sizeof err);
@@ -118,9 +121,10 @@ int blockspec_tokenize(blockspec *bs, const char *text, int32_t **ids, size_t *n
 int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **text, char *err, size_t err_len);
 
 // ---- For servers: chat rendering, streamed text, speculative counters ----
-// One thread drives a handle, as for the rest of this header (a server keeps it on one engine thread), with
-// one exception: blockspec_tokenize, blockspec_detokenize, blockspec_chat_render, blockspec_vocab_size and
-// blockspec_max_context only read what was loaded, and any thread may call them at any time.
+// blockspec_tokenize, blockspec_detokenize, blockspec_chat_render, blockspec_vocab_size and
+// blockspec_max_context only read what was loaded: any thread may call them at any time, without the lock
+// (a server tokenizes on its connection threads while its engine thread steps). A detokenizer belongs to
+// one thread at a time.
 
 // Renders messages with the model's chat template (tokenizer_config.json's, recognised natively: Qwen3 and
 // ChatML), adding the assistant's generation prompt. enable_thinking 0: Qwen3's empty <think></think>

@@ -1,4 +1,5 @@
 // The public API (include/blockspec.h): a thin layer over the engine, sessions and the speculative loop.
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +12,33 @@
 
 // The loaded target and drafter are shared by every request: each request's state (KV cache, drafter
 // context, RNG) is its own sequence. Submitted requests run in the handle's runtime (made on first use).
-struct blockspec { bs_engine *eng; bs_drafter *drafter; char warnings[1024]; bs_runtime rt; int has_rt; };
-struct blockspec_request { bs_seq seq; };
+// Every call that runs or changes requests holds the handle's lock (recursive: a token callback may cancel
+// or read requests from inside blockspec_step), so threads may share a handle; they take turns.
+// A token callback runs inside a step, while the runtime walks its sequences: requests submitted or freed
+// from there join or are freed once the step is over (cancelling only marks the sequence, which the step
+// drops at its end).
+struct blockspec {
+    bs_engine *eng; bs_drafter *drafter; char warnings[1024];
+    bs_runtime rt; int has_rt;
+    pthread_mutex_t mu;
+    int in_step;
+    struct blockspec_request **join_later, **free_later;
+    int n_join, cap_join, n_free, cap_free;
+};
+struct blockspec_request { bs_seq seq; blockspec *bs; };
 
 static int fail(char *err, size_t len, const char *msg) { if (err && len) snprintf(err, len, "%s", msg); return -1; }
+
+static int push(struct blockspec_request ***list, int *n, int *cap, struct blockspec_request *r) {
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 8;
+        struct blockspec_request **l = realloc(*list, sizeof *l * (size_t)c);
+        if (!l) return -1;
+        *list = l; *cap = c;
+    }
+    (*list)[(*n)++] = r;
+    return 0;
+}
 
 blockspec_params blockspec_default_params(void) {
     return (blockspec_params){ .n_new = 128, .top_p = 1.0f, .stop_at_eos = 1, .use_drafter = 1 };
@@ -30,6 +54,11 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
     bs_err e = {0};
     blockspec *bs = calloc(1, sizeof *bs);
     if (!bs) return fail(err, err_len, "out of memory");
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&bs->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     if (bs_engine_open(&bs->eng, target_dir, device ? device : "cpu", &e)) { free(bs); return fail(err, err_len, e.msg); }
     // Context rows up to the model's limit: host buffers fill lazily, so only what is used costs memory.
     bs_drafter_opts dop = { .lossy_weights = o && o->drafter_fp8 ? 1 : -1, .draft_vocab = o ? o->draft_vocab : NULL,
@@ -53,8 +82,10 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
 void blockspec_close(blockspec *bs) {
     if (!bs) return;
     if (bs->has_rt) bs_runtime_free(&bs->rt);
+    free(bs->join_later); free(bs->free_later);
     if (bs->drafter) bs->drafter->free(bs->drafter);
     bs_engine_close(bs->eng);
+    pthread_mutex_destroy(&bs->mu);
     free(bs);
 }
 
@@ -65,8 +96,8 @@ static bs_seq_params seq_params(const blockspec_params *p, blockspec_token_fn on
                             .max_ctx = p->n_ctx, .cb = on_token, .cb_ctx = ctx };
 }
 
-int blockspec_submit(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p, blockspec_token_fn on_token,
-                     void *ctx, blockspec_request **out, char *err, size_t err_len) {
+static int submit_locked(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p, blockspec_token_fn on_token,
+                         void *ctx, blockspec_request **out, char *err, size_t err_len) {
     blockspec_params dp = blockspec_default_params();
     if (!p) p = &dp;
     *out = NULL;
@@ -80,46 +111,82 @@ int blockspec_submit(blockspec *bs, const int32_t *prompt, size_t n_prompt, cons
     if (!r) return fail(err, err_len, "out of memory");
     bs_seq_params sp = seq_params(p, on_token, ctx);
     if (bs_seq_init(&r->seq, bs->eng, bs->drafter, prompt, (int)n_prompt, &sp, &e)) { free(r); return fail(err, err_len, e.msg); }
+    r->bs = bs;
+    if (bs->in_step) {   // from a token callback: it joins when this step is over
+        if (push(&bs->join_later, &bs->n_join, &bs->cap_join, r)) { bs_seq_free(&r->seq); free(r); return fail(err, err_len, "out of memory"); }
+        *out = r;
+        return 0;
+    }
     if (bs_runtime_add(&bs->rt, &r->seq, &e)) { bs_seq_free(&r->seq); free(r); return fail(err, err_len, e.msg); }
     *out = r;
     return 0;
 }
 
-int blockspec_step(blockspec *bs, char *err, size_t err_len) {
+static void request_free_now(blockspec_request *r) { bs_seq_free(&r->seq); free(r); }
+
+static int step_locked(blockspec *bs, char *err, size_t err_len) {
     if (!bs->has_rt) return 0;
+    if (bs->in_step) return fail(err, err_len, "blockspec_step called from inside a token callback");
     bs_err e = {0};
+    bs->in_step = 1;
     int n = bs_runtime_step(&bs->rt, &e);
+    bs->in_step = 0;
+    for (int i = 0; i < bs->n_free; i++) { bs_runtime_remove(&bs->rt, &bs->free_later[i]->seq); request_free_now(bs->free_later[i]); }
+    bs->n_free = 0;
+    for (int i = 0; i < bs->n_join; i++) {
+        blockspec_request *r = bs->join_later[i];
+        if (bs_seq_done(&r->seq)) continue;   // cancelled before it joined
+        if (bs_runtime_add(&bs->rt, &r->seq, &e)) { bs_seq_cancel(&r->seq); if (n >= 0) { n = -1; } }
+        else if (n >= 0) n++;
+    }
+    bs->n_join = 0;
     return n < 0 ? fail(err, err_len, e.msg) : n;
 }
 
-int blockspec_request_done(const blockspec_request *r) { return bs_seq_done(&r->seq); }
+int blockspec_request_done(const blockspec_request *r) {
+    pthread_mutex_lock(&r->bs->mu);
+    int d = bs_seq_done(&r->seq);
+    pthread_mutex_unlock(&r->bs->mu);
+    return d;
+}
 
 const int32_t *blockspec_request_tokens(const blockspec_request *r, size_t *n) {
+    pthread_mutex_lock(&r->bs->mu);
     *n = (size_t)r->seq.n_out;
-    return r->seq.out;
+    const int32_t *t = r->seq.out;
+    pthread_mutex_unlock(&r->bs->mu);
+    return t;
 }
 
 void blockspec_request_stats(const blockspec_request *r, blockspec_stats *st) {
+    pthread_mutex_lock(&r->bs->mu);
     const bs_spec_stats *s = &r->seq.st;
     double t_gen = bs_seq_done(&r->seq) ? s->t_total - s->t_prefill : 0;
     *st = (blockspec_stats){ s->n_prompt, r->seq.n_out, s->rounds, bs_spec_tau(s), s->t_prefill, t_gen, bs_finish_name(s->finish) };
+    pthread_mutex_unlock(&r->bs->mu);
 }
 
-void blockspec_cancel(blockspec *bs, blockspec_request *r) {
+static void cancel_locked(blockspec *bs, blockspec_request *r) {
     bs_seq_cancel(&r->seq);
-    if (bs->has_rt) bs_runtime_remove(&bs->rt, &r->seq);
+    if (bs->has_rt && !bs->in_step) bs_runtime_remove(&bs->rt, &r->seq);   // in a step: dropped at its end
 }
 
-void blockspec_request_free(blockspec *bs, blockspec_request *r) {
+static void request_free_locked(blockspec *bs, blockspec_request *r) {
     if (!r) return;
-    blockspec_cancel(bs, r);
-    bs_seq_free(&r->seq);
-    free(r);
+    cancel_locked(bs, r);
+    if (bs->in_step) {   // the step may still hold it: freed when the step is over
+        for (int i = 0; i < bs->n_join; i++) if (bs->join_later[i] == r) { bs->join_later[i] = bs->join_later[--bs->n_join]; request_free_now(r); return; }
+        if (!push(&bs->free_later, &bs->n_free, &bs->cap_free, r)) return;
+        // Out of memory for the list: the sequence is cancelled and leaves at the step's end, but its memory
+        // must outlive the step; it is leaked rather than freed under the runtime's feet.
+        return;
+    }
+    request_free_now(r);
 }
 
-int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p,
-                       int32_t *out, size_t cap, size_t *n_out, blockspec_token_fn on_token, void *ctx,
-                       blockspec_stats *stats, char *err, size_t err_len) {
+static int generate_locked(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p,
+                           int32_t *out, size_t cap, size_t *n_out, blockspec_token_fn on_token, void *ctx,
+                           blockspec_stats *stats, char *err, size_t err_len) {
     blockspec_params dp = blockspec_default_params();
     if (!p) p = &dp;
     bs_err e = {0};
@@ -234,12 +301,58 @@ int blockspec_detokenizer_flush(blockspec_detokenizer *d, char *out, size_t cap)
 void blockspec_detokenizer_free(blockspec_detokenizer *d) { free(d); }
 
 void blockspec_request_spec_counts(const blockspec_request *r, blockspec_spec_counts *c) {
+    pthread_mutex_lock(&r->bs->mu);
     const bs_spec_stats *s = &r->seq.st;
     int n_pos = 0;
     for (int k = 0; k < BS_MAX_DRAFT; k++) if (s->pos_tried[k]) n_pos = k + 1;
     *c = (blockspec_spec_counts){ s->rounds, s->drafted, s->accepted, n_pos, s->pos_tried, s->pos_accepted,
                                   r->seq.kv ? r->seq.kv->max_ctx : 0 };
+    pthread_mutex_unlock(&r->bs->mu);
 }
 
-int blockspec_last_step_rows(const blockspec *bs) { return bs->has_rt ? bs->rt.last_rows : 0; }
+int blockspec_last_step_rows(const blockspec *bs) {
+    pthread_mutex_lock((pthread_mutex_t *)&bs->mu);
+    int n = bs->has_rt ? bs->rt.last_rows : 0;
+    pthread_mutex_unlock((pthread_mutex_t *)&bs->mu);
+    return n;
+}
 int blockspec_vocab_size(const blockspec *bs) { return bs->eng->cfg.vocab_size; }
+
+// ---- The entry points that run or change requests, each under the handle's lock ----
+
+int blockspec_submit(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p, blockspec_token_fn on_token,
+                     void *ctx, blockspec_request **out, char *err, size_t err_len) {
+    pthread_mutex_lock(&bs->mu);
+    int rc = submit_locked(bs, prompt, n_prompt, p, on_token, ctx, out, err, err_len);
+    pthread_mutex_unlock(&bs->mu);
+    return rc;
+}
+
+int blockspec_step(blockspec *bs, char *err, size_t err_len) {
+    pthread_mutex_lock(&bs->mu);
+    int rc = step_locked(bs, err, err_len);
+    pthread_mutex_unlock(&bs->mu);
+    return rc;
+}
+
+void blockspec_cancel(blockspec *bs, blockspec_request *r) {
+    pthread_mutex_lock(&bs->mu);
+    cancel_locked(bs, r);
+    pthread_mutex_unlock(&bs->mu);
+}
+
+void blockspec_request_free(blockspec *bs, blockspec_request *r) {
+    pthread_mutex_lock(&bs->mu);
+    request_free_locked(bs, r);
+    pthread_mutex_unlock(&bs->mu);
+}
+
+int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p,
+                       int32_t *out, size_t cap, size_t *n_out, blockspec_token_fn on_token, void *ctx,
+                       blockspec_stats *stats, char *err, size_t err_len) {
+    pthread_mutex_lock(&bs->mu);
+    int rc = bs->in_step ? fail(err, err_len, "blockspec_generate called from inside a token callback (submit a request instead)")
+                         : generate_locked(bs, prompt, n_prompt, p, out, cap, n_out, on_token, ctx, stats, err, err_len);
+    pthread_mutex_unlock(&bs->mu);
+    return rc;
+}

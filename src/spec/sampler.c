@@ -9,6 +9,7 @@
 #include "spec/sampler.h"
 #include "util/threadpool.h"
 #include "backend/backend.h"
+#include "util/thread_scratch.h"
 
 static inline uint32_t bs_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
@@ -272,6 +273,7 @@ static void rows_task(void *ctx, int t, int nt) {
     rows_job *j = ctx;
     size_t need = 2 * (size_t)j->vocab;
     if (row_scratch_n < need) {
+        if (!row_scratch) bs_thread_scratch_register((void **)&row_scratch);
         free(row_scratch);
         row_scratch = malloc(sizeof(float) * need);
         row_scratch_n = row_scratch ? need : 0;

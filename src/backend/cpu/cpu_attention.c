@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_simd_avx2.h"
 #include "util/threadpool.h"
+#include "util/thread_scratch.h"
 
 // Blocking (why): K and V rows of one kv head are 4 KiB apart in the cache layout ([pos][kv head][hd]), so
 // every row is on a new page, where the hardware prefetchers stop: without help each row is a demand miss.
@@ -418,6 +419,7 @@ static __thread size_t scratch_cap, chunk_cap;
 static float *chunk_buf(int hd) {
     size_t need = (size_t)JB * hd;
     if (need > chunk_cap) {
+        if (!chunk) bs_thread_scratch_register((void **)&chunk);
         free(chunk);
         if (posix_memalign((void **)&chunk, 64, sizeof(float) * need)) abort();
         chunk_cap = need;
@@ -459,6 +461,7 @@ static void attn_task(void *p, int t, int nt) {
     const int V = nr * G;   // packed query vectors per kv head: row r, group member g -> r * G + g
     size_t L = (size_t)(jhi - jlo), per = (size_t)V * (L + 1) + 2 * (size_t)V * hd, need = per * nh;
     if (need > scratch_cap) {
+        if (!scratch) bs_thread_scratch_register((void **)&scratch);
         free(scratch);
         scratch_cap = need * 2;
         scratch = malloc(sizeof(float) * scratch_cap);

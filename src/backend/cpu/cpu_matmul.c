@@ -13,6 +13,7 @@
 #include <string.h>
 #include "backend/cpu/cpu.h"
 #include "util/threadpool.h"
+#include "util/thread_scratch.h"
 
 void bs_mm_prep_evenodd(float *xp, const float *x, int n, int K, int chunk) {
     int kf = K / chunk * chunk, h = chunk / 2;
@@ -106,6 +107,7 @@ void bs_cpu_matmul_multi_with(const bs_mm_kernel *kt, int m, float *const *y, co
     if (k->prep) {
         size_t need = (size_t)n * K * k->xp_elem + 64;
         if (need > xp_cap) {
+            if (!xp_buf) bs_thread_scratch_register(&xp_buf);
             free(xp_buf);
             xp_cap = need * 2;
             if (posix_memalign(&xp_buf, 64, xp_cap)) { xp_buf = NULL; xp_cap = 0; abort(); }
@@ -140,6 +142,7 @@ void bs_cpu_matmul_multi_with(const bs_mm_kernel *kt, int m, float *const *y, co
         n_tasks += (size_t)((W[i]->rows + per[i] - 1) / per[i]) * n_chunks;
     }
     if (n_tasks > task_cap) {
+        if (!task_buf) bs_thread_scratch_register((void **)&task_buf);
         free(task_buf);
         task_cap = n_tasks * 2;
         if (!(task_buf = malloc(sizeof(mm_task_t) * task_cap))) abort();
