@@ -34,7 +34,7 @@ static uint64_t phash(uint64_t k) { k ^= k >> 31; k *= 0x7fb5d329728ea185ull; k 
 
 static int32_t pair_get(trainer *T, int32_t a, int32_t b, int create) {
     if ((T->n_p + 1) * 2 > T->pcap) {
-        size_t cap = T->pcap ? T->pcap * 2 : 1 << 16;
+        size_t cap = T->pcap ? T->pcap * 2 : 1024;   // doubles as pairs come; small corpora (tests, fuzz inputs) have few
         uint64_t *k = malloc(cap * sizeof *k); int32_t *v = malloc(cap * sizeof *v);
         if (!k || !v) { free(k); free(v); return -2; }
         for (size_t i = 0; i < cap; i++) v[i] = -1;

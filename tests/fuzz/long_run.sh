@@ -4,6 +4,7 @@
 #   tests/fuzz/long_run.sh RUNS SECONDS NAME...
 # Scratch files go to $TMPDIR (use a tmpfs such as /dev/shm: several harnesses write files per input).
 # Prints run.sh's summary line per harness plus its wall time; stops at the first finding.
+# On a many-core machine, tests/fuzz/parallel_run.sh runs each harness as several processes at once.
 set -e
 runs=$1; secs=$2; shift 2
 for name in "$@"; do

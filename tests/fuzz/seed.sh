@@ -19,8 +19,10 @@ json)           for f in "$fx"/*/config.json "$fx"/target/generation_config.json
                 put dup.json '{"a": 1, "a": [2, {"b": 3, "b": 4}], "c": "\u00e9\\"}' ;;
 config)         for d in target dflash dspark; do cp "$fx/$d/config.json" "$dir/$d.json"; done
                 { cat "$fx/target/config.json"; printf '%s' "$sep"; cat "$fx/target/generation_config.json"; } > "$dir/target_gen.json" ;;
-checkpoint_dir) tmp=$(mktemp -d)
-                "$cli" make-random -c "$fx/target/config.json" --out "$tmp/sh" --shards 2 >/dev/null
+checkpoint_dir) tmp=$(mktemp -d)   # the fixture target's layout (every tensor, 2 shards) at tiny sizes: 14 KB, not 500 KB
+                sed -E 's/"(hidden_size|intermediate_size)": [0-9]+/"\1": 8/; s/"vocab_size": [0-9]+/"vocab_size": 16/; s/"head_dim": [0-9]+/"head_dim": 4/' \
+                    "$fx/target/config.json" > "$tmp/config.json"
+                "$cli" make-random -c "$tmp/config.json" --out "$tmp/sh" --shards 2 >/dev/null
                 { cat "$tmp/sh/model.safetensors.index.json"; printf '%s' "$sep"; cat "$tmp/sh/model-00001-of-00002.safetensors";
                   printf '%s' "$sep"; cat "$tmp/sh/model-00002-of-00002.safetensors"; } > "$dir/sharded"
                 cp "$fx/dflash.expect.safetensors" "$dir/single"

@@ -2,7 +2,7 @@
 # Greedy vs sampled decoding on the GPU, plain and speculative: what host-side sampling costs.
 # Run on the GPU machine after a CUDA build and make-random of a target and a drafter:
 #   tests/gpu/sampling_bench.sh MODEL DRAFTER [BLOCKSPEC]
-# (docs/benchmarks.md, "Sampler": the figures and the A/B they came from.)
+# (docs/benchmarks.md, "Sampler": the figures; docs/history/benchmarks-diary.md, "Sampler": the A/B they came from.)
 set -u
 M=$1; D=$2; B=${3:-./build-cuda/blockspec}
 P=$(seq -s, 1 500)

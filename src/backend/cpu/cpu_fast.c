@@ -99,7 +99,7 @@ int bs_cpu_install_path(bs_backend *be, bs_cpu_path p) {
     be->weight_lossy = fast_weight_lossy;
     be->weight_lossy_view = fast_weight_lossy_view;
     // Twice the multiply-add rate from 4 rows on: 7 drafts beat 3 from acceptance ~0.7 up (bench --round,
-    // docs/benchmarks.md, session 14: implied speedup at 0.8 2.36x vs 1.93x; avx2 1.68x vs 1.93x).
+    // docs/history/benchmarks-diary.md, session 14: implied speedup at 0.8 2.36x vs 1.93x; avx2 1.68x vs 1.93x).
     be->default_draft_max = p == BS_CPU_AVX512 || p == BS_CPU_AVX512BF16 ? 7 : 4;
     if (p == BS_CPU_SCALAR) bs_cpu_install_ops_scalar(be);
     else bs_cpu_install_ops_avx2(be);

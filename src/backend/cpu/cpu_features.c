@@ -64,7 +64,7 @@ bs_cpu_path bs_cpu_default_path(void) {
     // The exact (fp32-activation) paths only: avx512bf16 rounds activations and stays opt-in.
     // avx512 computes the avx2 path's results bit for bit (cpu_matmul_avx512.c, cpu_attention.c), so
     // choosing it is a question of speed only, and it was measured faster wherever it ran (session 14,
-    // docs/benchmarks.md): a Zen 5 EPYC (2 vCPUs): 4-16-row forwards 1.2-1.6x, prefill 1.6-2x, 1-2 rows the
+    // docs/history/benchmarks-diary.md): a Zen 5 EPYC (2 vCPUs): 4-16-row forwards 1.2-1.7x, prefill 1.6-2x, 1-2 rows the
     // same code; the GPU host's Xeon (16 threads): a 16-row 6144 x 1024 matmul 1.25x, 1-4 rows equal or
     // better. (The earlier AVX-512 kernels, with their own 16-lane sums and no prefetch, were slower than
     // AVX2 on an AVX-512 Xeon and at 1 row on the EPYC; they are gone.)

@@ -12,7 +12,7 @@
 // paths changes no result. F16 and F32 weights use the AVX2 kernels unchanged.
 // Why not AVX-512's own 16-lane chains (this file until session 14): their sums differ from AVX2's, so the
 // path was a second arithmetic to test, and its 1-row kernel streamed ~8% slower than AVX2's on a Zen 5
-// EPYC; the paired block computes the AVX2 sums at the zmm kernels' rate (docs/benchmarks.md, session 14).
+// EPYC; the paired block computes the AVX2 sums at the zmm kernels' rate (docs/history/benchmarks-diary.md, session 14).
 //
 // BS_CPU_AVX512BF16 (BF16 weights only): x is rounded to bf16 (round-to-nearest-even) once per call and
 // each 32-weight step is one vdpbf16ps (pairwise bf16 products accumulated in fp32). Error: bf16 keeps 8

@@ -31,7 +31,7 @@
 // are requested before griddepcontrol.wait; x, y and the workspaces only after it.
 #include "backend/cuda/cuda_internal.cuh"
 
-#define TT_STAGES 4                  // pipeline depth (16 KiB of weights each; 5 and 6 measured, docs/benchmarks.md session 12)
+#define TT_STAGES 4                  // pipeline depth (16 KiB of weights each; 5 and 6 measured, docs/history/benchmarks-diary.md session 12)
 #define TT_XSTRIDE 80                // floats per staged x row: 64 + 16 keeps the float4 fragment loads conflict-free
 #define TT_THREADS 128
 
@@ -646,7 +646,7 @@ static bool tt_every_tile_cut(cuda_impl *c, int count, const bs_mat *const *W) {
 }
 
 // q/k/v with qk_norm_rope_store's step in the q/k/v fixup (backend.h, qkv_norm_rope_store): one kernel
-// less on a layer's chain (H200 measurements in docs/benchmarks.md, session 12). Declined (-1: the model
+// less on a layer's chain (H200 measurements in docs/history/benchmarks-diary.md, session 12). Declined (-1: the model
 // runs matmul_multi + qk_norm_rope_store, the same bits) unless the heads are 128 wide (one tile), the
 // weights tiled alike, every tile cut (tt_every_tile_cut), the fixup kernel on. BS_CUDA_QKV_FUSE=0 declines
 // always (A/B runs).

@@ -158,7 +158,7 @@ void qknrs_launched(cuda_impl *c, int n) {
     c->kv_settled = 1;
     // Above one row the attention after it launches with PDL, so that its blocks start, and load the K/V
     // rows of earlier forwards, while this kernel runs (BS_CUDA_ATT_PDL=0: never; =all: at one row too).
-    // Measured on the H200 (docs/benchmarks.md, session 11): 16-row forward 5.21 vs 5.25 ms at 512 keys,
+    // Measured on the H200 (docs/history/benchmarks-diary.md, session 11): 16-row forward 5.21 vs 5.25 ms at 512 keys,
     // 5.91 vs 5.99 at 4096; decode +0.5% at 512 keys but -4.6% at 4096.
     static int att_pdl = -1;
     if (att_pdl < 0) { const char *e = getenv("BS_CUDA_ATT_PDL"); att_pdl = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "all") ? 2 : 1; }
