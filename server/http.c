@@ -297,7 +297,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (!(k = calloc(1, sizeof *k))) return MHD_NO;
         *con_cls = k;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) k->too_big = 1;
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {   // refused before reading a byte of it
+            srv_error e = { 0 };
+            srv_fail(&e, 413, "invalid_request_error", "", "the request body is %.30s bytes; at most %zu are accepted", cl, s->o.max_body);
+            return send_error(s, c, &e);
+        }
         return MHD_YES;
     }
     if (*upload_size) {
