@@ -5,12 +5,18 @@
 #include "blockspec.h"
 #include "engine/engine.h"
 #include "io/weight_check.h"
+#include "runtime/profile.h"
 #include "runtime/runtime.h"
 #include "spec/spec_loop.h"
 
 // The loaded target and drafter are shared by every request: each request's state (KV cache, drafter
 // context, RNG) is its own sequence. Submitted requests run in the handle's runtime (made on first use).
-struct blockspec { bs_engine *eng; bs_drafter *drafter; char warnings[1024]; bs_runtime rt; int has_rt; };
+// sched / sps: the scheduler every request runs under (blockspec_set_schedule); on_round: the round observer.
+struct blockspec {
+    bs_engine *eng; bs_drafter *drafter; char warnings[1024]; bs_runtime rt; int has_rt;
+    bs_sched_mode sched; double *sps; int n_sps;
+    blockspec_round_fn on_round; void *on_round_ctx;
+};
 struct blockspec_request { bs_seq seq; };
 
 static int fail(char *err, size_t len, const char *msg) { if (err && len) snprintf(err, len, "%s", msg); return -1; }
@@ -54,6 +60,7 @@ void blockspec_close(blockspec *bs) {
     if (bs->has_rt) bs_runtime_free(&bs->rt);
     if (bs->drafter) bs->drafter->free(bs->drafter);
     bs_engine_close(bs->eng);
+    free(bs->sps);
     free(bs);
 }
 
@@ -63,6 +70,8 @@ static bs_seq_params seq_params(const blockspec_params *p, blockspec_token_fn on
                             .use_drafter = p->use_drafter, .draft_max = p->draft_max, .confidence_threshold = p->confidence_threshold,
                             .max_ctx = p->n_ctx, .cb = on_token, .cb_ctx = ctx };
 }
+
+static void runtime_observe(blockspec *bs);
 
 int blockspec_submit(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p, blockspec_token_fn on_token,
                      void *ctx, blockspec_request **out, char *err, size_t err_len) {
@@ -74,6 +83,8 @@ int blockspec_submit(blockspec *bs, const int32_t *prompt, size_t n_prompt, cons
     if (!bs->has_rt) {
         if (bs_runtime_init(&bs->rt, bs->eng, bs->drafter, &e)) return fail(err, err_len, e.msg);
         bs->has_rt = 1;
+        if (bs_runtime_set_schedule(&bs->rt, bs->sched, bs->sps, bs->n_sps, &e)) return fail(err, err_len, e.msg);
+        runtime_observe(bs);
     }
     blockspec_request *r = calloc(1, sizeof *r);
     if (!r) return fail(err, err_len, "out of memory");
@@ -138,7 +149,8 @@ int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, co
     }
     if (d) {
         bs_spec_stats st = {0};
-        bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos };
+        bs_spec_sched sch = { bs->sched, bs->sps, bs->n_sps };
+        bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos, &sch };
         if (bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
         if (stats) *stats = (blockspec_stats){ st.n_prompt, st.n_generated, st.rounds, bs_spec_tau(&st), st.t_prefill, st.t_total - st.t_prefill,
                                                bs_finish_name(st.finish) };
@@ -203,3 +215,66 @@ int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **tex
 
 const char *blockspec_warnings(const blockspec *bs) { return bs->warnings[0] ? bs->warnings : NULL; }
 int blockspec_max_context(const blockspec *bs) { return bs->eng->cfg.max_position; }
+
+// ---- Confidence schedulers (issue 26; docs/scheduling.md) ----
+
+int blockspec_schedule_parse(const char *name, blockspec_schedule *out) {
+    bs_sched_mode m;
+    if (bs_sched_parse(name, &m)) return -1;
+    *out = (blockspec_schedule)m;
+    return 0;
+}
+
+const char *blockspec_schedule_name(blockspec_schedule s) { return bs_sched_name((bs_sched_mode)s); }
+
+int blockspec_set_schedule(blockspec *bs, blockspec_schedule mode, const double *sps, size_t n_sps, char *err, size_t err_len) {
+    bs_err e = {0};
+    if (n_sps > 4096) return fail(err, err_len, "cost model: more than 4096 rows");
+    // The handle's runtime checks and copies the table (and refuses while requests run); a scratch runtime
+    // does the same checks when there is none yet.
+    bs_runtime tmp, *rt = bs->has_rt ? &bs->rt : &tmp;
+    memset(&tmp, 0, sizeof tmp);
+    if (bs_runtime_set_schedule(rt, (bs_sched_mode)mode, sps, (int)n_sps, &e)) return fail(err, err_len, e.msg);
+    if (rt == &tmp) free(tmp.sps);
+    double *copy = NULL;
+    if (sps && n_sps) {
+        if (!(copy = malloc(sizeof(double) * n_sps))) return fail(err, err_len, "out of memory");
+        memcpy(copy, sps, sizeof(double) * n_sps);
+    }
+    free(bs->sps);
+    bs->sps = copy; bs->n_sps = copy ? (int)n_sps : 0; bs->sched = (bs_sched_mode)mode;
+    return 0;
+}
+
+int blockspec_profile(blockspec *bs, const int *rows, size_t n, int ctx, int block, int reps, double *sps, char *err, size_t err_len) {
+    bs_err e = {0};
+    if (n > 4096) return fail(err, err_len, "profile: more than 4096 row counts");
+    if (bs_profile_forwards(bs->eng, rows, (int)n, ctx, block, reps, sps, &e)) return fail(err, err_len, e.msg);
+    return 0;
+}
+
+const char *blockspec_device_name(const blockspec *bs) { return bs->eng->be->name; }
+
+int blockspec_model_shape(const blockspec *bs, char *buf, size_t len) {
+    const bs_qwen3_config *c = &bs->eng->cfg;
+    int n = snprintf(buf, len, "L%d-H%d-I%d-A%dx%dx%d-V%d-%s", c->n_layers, c->hidden_size, c->intermediate_size, c->n_heads, c->n_kv_heads,
+                     c->head_dim, c->vocab_size, bs_dtype_name(bs->eng->target.layers[0].wq.dtype));
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+// The runtime's observer hands out the sequence; a request is its sequence (the first member).
+static void on_round(void *ctx, const bs_seq *s, int n_drafted, int n_verified, int n_accepted) {
+    blockspec *bs = ctx;
+    blockspec_round r = { n_drafted, n_verified, n_accepted, s->draft.has_conf ? s->draft.conf : NULL };
+    bs->on_round(bs->on_round_ctx, (const blockspec_request *)s, &r);
+}
+
+static void runtime_observe(blockspec *bs) {
+    bs->rt.on_round = bs->on_round ? on_round : NULL;
+    bs->rt.on_round_ctx = bs;
+}
+
+void blockspec_set_round_observer(blockspec *bs, blockspec_round_fn fn, void *ctx) {
+    bs->on_round = fn; bs->on_round_ctx = ctx;
+    if (bs->has_rt) runtime_observe(bs);
+}
