@@ -16,6 +16,7 @@ static const struct { const char *name, *help; int (*run)(int argc, char **argv)
     { "distill-corpus",  "the target's own greedy continuations of corpus prompts, as a corpus for drafter training", cmd_distill_corpus },
     { "draft-vocab",     "pick a draft vocabulary (the drafter's proposable tokens) from sample text", cmd_draft_vocab },
     { "loss",            "evaluate one drafter training step (loss terms, logits, gradients) for a fixed batch", cmd_loss },
+    { "profile",         "measure the target's forwards per second by rows: the schedulers' cost model", cmd_profile },
     { "calibrate",       "fit a DSpark drafter's confidences to held-out survival (docs/calibration.md)", cmd_calibrate },
 };
 

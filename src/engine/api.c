@@ -255,12 +255,7 @@ int blockspec_profile(blockspec *bs, const int *rows, size_t n, int ctx, int blo
 
 const char *blockspec_device_name(const blockspec *bs) { return bs->eng->be->name; }
 
-int blockspec_model_shape(const blockspec *bs, char *buf, size_t len) {
-    const bs_qwen3_config *c = &bs->eng->cfg;
-    int n = snprintf(buf, len, "L%d-H%d-I%d-A%dx%dx%d-V%d-%s", c->n_layers, c->hidden_size, c->intermediate_size, c->n_heads, c->n_kv_heads,
-                     c->head_dim, c->vocab_size, bs_dtype_name(bs->eng->target.layers[0].wq.dtype));
-    return n < 0 || (size_t)n >= len ? -1 : 0;
-}
+int blockspec_model_shape(const blockspec *bs, char *buf, size_t len) { return bs_model_shape(bs->eng, buf, len); }
 
 // The runtime's observer hands out the sequence; a request is its sequence (the first member).
 static void on_round(void *ctx, const bs_seq *s, int n_drafted, int n_verified, int n_accepted) {

@@ -1,6 +1,7 @@
 // The cost model's measurement (profile.h). The best of several forwards, not their mean: on a shared
 // machine a mean mixes in forwards that lost their time slice, and the scheduler wants what the forward
 // costs when it runs.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/profile.h"
@@ -59,4 +60,11 @@ out:
     if (ws.be) bs_qwen3_ws_free(&ws);
     free(kv); free(sr); free(ids);
     return rc;
+}
+
+int bs_model_shape(const bs_engine *e, char *buf, size_t len) {
+    const bs_qwen3_config *c = &e->cfg;
+    int n = snprintf(buf, len, "L%d-H%d-I%d-A%dx%dx%d-V%d-%s", c->n_layers, c->hidden_size, c->intermediate_size, c->n_heads, c->n_kv_heads,
+                     c->head_dim, c->vocab_size, bs_dtype_name(e->target.layers[0].wq.dtype));
+    return n < 0 || (size_t)n >= len ? -1 : 0;
 }
