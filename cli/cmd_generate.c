@@ -55,7 +55,7 @@ static void usage(void) {
         "  --schedule S             which drafts each round verifies (docs/scheduling.md): none (plain decoding),\n"
         "                           fixed (all), threshold (each request's --confidence-threshold; the default),\n"
         "                           alg1 (DSpark's Algorithm 1 across the batch), async (top-K, K planned a step ahead)\n"
-        "  --profile FILE           the cost model alg1 / async use (`blockspec profile --out FILE`); default: the\n"
+        "  --cost-model FILE        the cost model alg1 / async use (`blockspec profile --out FILE`); default: the\n"
         "                           cached one for this device and target, measured now when there is none\n"
         "  --trace FILE             with --prompts: one JSON line per speculative round of every request (its\n"
         "                           confidences, drafted / verified / accepted counts): docs/scheduling.md\n");
@@ -63,7 +63,7 @@ static void usage(void) {
 
 typedef struct gen_args {
     const char *model, *drafter, *device, *text, *prompt_file, *system, *chat_template, *draft_vocab, *prompts;
-    const char *schedule, *profile, *trace;
+    const char *schedule, *cost_model, *trace;
     long max_concurrency;
     int chat, no_think;
     int32_t *prompt; int n_prompt;
@@ -96,7 +96,7 @@ static int parse(int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "--prompts")) { if (!(a->prompts = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--max-concurrency")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 4096, &a->max_concurrency)) return 2; }
         else if (!strcmp(o, "--schedule")) { if (!(a->schedule = cli_value(argc, argv, &i))) return 2; }
-        else if (!strcmp(o, "--profile")) { if (!(a->profile = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--cost-model")) { if (!(a->cost_model = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--trace")) { if (!(a->trace = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--prompt-file")) { if (!(a->prompt_file = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--system")) { if (!(a->system = cli_value(argc, argv, &i))) return 2; }
@@ -230,18 +230,11 @@ static cJSON *stats_json(const bs_session *s, const bs_spec_stats *st, int specu
     return j;
 }
 
-// The cost model measured on the engine this command opened (cli/cost_model.h).
-static int measure_engine(void *ctx, const int *rows, int n, int ctx_rows, int block, int reps, double *sps, char *err, size_t len) {
-    bs_err e = {0};
-    if (bs_profile_forwards(ctx, rows, n, ctx_rows, block, reps, sps, &e)) { snprintf(err, len, "%s", e.msg); return -1; }
-    return 0;
-}
-
 // --prompts FILE: through the public runtime API (cli/generate_prompts.c).
 static int generate_prompts(const gen_args *a) {
     cli_prompts_opts o = { .model = a->model, .drafter = a->drafter, .device = a->device, .draft_vocab = a->draft_vocab,
                            .prompts_file = a->prompts, .drafter_fp8 = a->drafter_fp8, .max_concurrency = (int)a->max_concurrency,
-                           .no_calibration = a->no_calibration, .sched = a->sched, .profile = a->profile, .trace = a->trace,
+                           .no_calibration = a->no_calibration, .sched = a->sched, .cost_model = a->cost_model, .trace = a->trace,
                            .defaults = blockspec_default_params() };
     o.defaults.confidence_threshold = (float)a->conf_thr;
     o.defaults.n_new = (int)a->n_new;
@@ -290,7 +283,7 @@ int cmd_generate(int argc, char **argv) {
     if (d && bs_sched_needs_sps((bs_sched_mode)a.sched)) {
         char dev[512], shape[256], cerr[1024];
         int block = 1 + (a.draft_max ? (int)a.draft_max : d->max_drafts);
-        cli_cost_opts co = { .file = a.profile, .max_rows = block, .ctx = 256, .block = block, .reps = 3, .measure = measure_engine, .measure_ctx = e };
+        cli_cost_opts co = { .file = a.cost_model, .max_rows = block, .ctx = 256, .block = block, .reps = 3, .measure = cli_measure_engine, .measure_ctx = e };
         cli_cost_device_key(e->be->name, dev, sizeof dev);
         if (bs_model_shape(e, shape, sizeof shape)) snprintf(shape, sizeof shape, "unknown");
         co.device = dev; co.shape = shape;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include "cli/cost_model.h"
 #include "io/json.h"
+#include "runtime/profile.h"
 #include "util/threadpool.h"
 
 #define PROFILE_FORMAT "blockspec-profile-1"
@@ -175,4 +176,10 @@ void cli_cost_keys(blockspec *bs, cli_cost_opts *o, char *dev, size_t dev_len, c
     if (blockspec_model_shape(bs, shape, shape_len)) snprintf(shape, shape_len, "unknown");
     o->device = dev; o->shape = shape;
     o->measure = cli_measure_handle; o->measure_ctx = bs;
+}
+
+int cli_measure_engine(void *ctx, const int *rows, int n, int ctx_rows, int block, int reps, double *sps, char *err, size_t len) {
+    bs_err e = {0};
+    if (bs_profile_forwards(ctx, rows, n, ctx_rows, block, reps, sps, &e)) { snprintf(err, len, "%s", e.msg); return -1; }
+    return 0;
 }

@@ -39,3 +39,5 @@ void cli_cost_device_key(const char *device_name, char *buf, size_t len);
 int cli_measure_handle(void *ctx, const int *rows, int n, int ctx_rows, int block, int reps, double *sps, char *err, size_t len);
 // o->device / o->shape (pointing into dev / shape) and the measurement through bs; other fields untouched.
 void cli_cost_keys(blockspec *bs, cli_cost_opts *o, char *dev, size_t dev_len, char *shape, size_t shape_len);
+// cli_measure_fn over an engine the command opened itself (ctx: the const bs_engine *).
+int cli_measure_engine(void *ctx, const int *rows, int n, int ctx_rows, int block, int reps, double *sps, char *err, size_t len);

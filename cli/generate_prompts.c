@@ -171,7 +171,7 @@ static int set_schedule(blockspec *bs, const cli_prompts_opts *o, char *err, siz
     if (o->sched == BLOCKSPEC_SCHEDULE_ALG1 || o->sched == BLOCKSPEC_SCHEDULE_ASYNC) {
         char dev[512], shape[256];
         int block = 1 + (o->defaults.draft_max ? o->defaults.draft_max : 16);
-        cli_cost_opts co = { .file = o->profile, .max_rows = o->max_concurrency * block, .ctx = 256, .block = block, .reps = 3 };
+        cli_cost_opts co = { .file = o->cost_model, .max_rows = o->max_concurrency * block, .ctx = 256, .block = block, .reps = 3 };
         cli_cost_keys(bs, &co, dev, sizeof dev, shape, sizeof shape);
         if (cli_cost_model(&co, &sps, &n_sps, err, len)) return -1;
     }
