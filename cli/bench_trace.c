@@ -92,8 +92,10 @@ int bench_trace(const bench_trace_opts *o) {
         if (!(prompts[i] = malloc(sizeof(int32_t) * o->prompt_len)) || !(refs[i] = calloc(n_ref, sizeof(int32_t)))) { bs_fail(&err, "out of memory"); goto out; }
         for (int k = 0; k < o->prompt_len; k++) prompts[i][k] = (int32_t)(bs_rng_u64(&g) % V);
     }
-    printf("trace %s: %d requests, %d rounds over all, longest %d drafts; target %s on %s; %d drafts per round, %d tokens per request, "
-           "prompts of %d random ids\n", o->trace, t.n_req, 0, t.max_n, o->model, e->be->name, K, o->n_new, o->prompt_len);
+    long n_rounds = 0;
+    for (int r = 0; r < t.n_req; r++) n_rounds += t.n_rounds[r];
+    printf("trace %s: %d requests, %ld rounds over all, longest %d drafts; target %s on %s; %d drafts per round, %d tokens per request, "
+           "prompts of %d random ids\n", o->trace, t.n_req, n_rounds, t.max_n, o->model, e->be->name, K, o->n_new, o->prompt_len);
     // The references: every request's greedy continuation, decoded plainly (all at once).
     double t0 = bs_now();
     figures ff;
