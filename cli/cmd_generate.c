@@ -256,7 +256,8 @@ int cmd_generate(int argc, char **argv) {
     bs_drafter *d = NULL;
     bs_spec_stats st = {0};
     int32_t *out = NULL;
-    int n_out = 0;
+    int n_out = 0, n_sps = 0;
+    double *sps = NULL;   // the cost model (alg1 / async)
     rc = 1;
     if (bs_engine_open(&e, a.model, a.device, &err) || tokenize_prompt(&a, e, &err)) goto out;
     if (e->weight_warning[0]) fprintf(stderr, "blockspec: warning: %s\n", e->weight_warning);
@@ -278,8 +279,6 @@ int cmd_generate(int argc, char **argv) {
     bs_detok dt;
     if (e->tok) bs_detok_init(&dt, e->tok, 1);
     printer pr = { .print_ids = !a.json && (a.print_ids || !e->tok), .n = 0, .dt = !a.json && e->tok ? &dt : NULL };
-    double *sps = NULL;
-    int n_sps = 0;
     if (d && bs_sched_needs_sps((bs_sched_mode)a.sched)) {
         char dev[512], shape[256], cerr[1024];
         int block = 1 + (a.draft_max ? (int)a.draft_max : d->max_drafts);
