@@ -43,3 +43,21 @@ int cli_float(const char *flag, const char *s, double lo, double hi, double *out
     *out = v;
     return 0;
 }
+
+int cli_schedule_arg(const char *cmd, const char *name, double conf_thr, blockspec_schedule *out) {
+    *out = BLOCKSPEC_SCHEDULE_THRESHOLD;
+    if (!name) return 0;
+    if (blockspec_schedule_parse(name, out)) {
+        fprintf(stderr, "%s: --schedule must be one of none, fixed, threshold, alg1, async (got '%s')\n", cmd, name);
+        return -1;
+    }
+    if (conf_thr > 0 && *out != BLOCKSPEC_SCHEDULE_THRESHOLD) {
+        fprintf(stderr, "%s: --confidence-threshold belongs to --schedule threshold, not %s\n", cmd, name);
+        return -1;
+    }
+    if (*out == BLOCKSPEC_SCHEDULE_THRESHOLD && !(conf_thr > 0)) {
+        fprintf(stderr, "%s: --schedule threshold needs --confidence-threshold C (> 0)\n", cmd);
+        return -1;
+    }
+    return 0;
+}

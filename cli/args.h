@@ -9,3 +9,9 @@ const char *cli_value(int argc, char **argv, int *i);
 // Strict number parsing: the whole string must be a number in range, else an error naming the flag.
 int cli_int(const char *flag, const char *s, long lo, long hi, long *out);
 int cli_float(const char *flag, const char *s, double lo, double hi, double *out);
+
+#include "blockspec.h"
+// --schedule NAME (NULL: the default, threshold) checked against --confidence-threshold: an unknown name, a
+// threshold without the threshold schedule, or the threshold schedule without a threshold is an error
+// (printed, prefixed by cmd). 0 and *out, or -1.
+int cli_schedule_arg(const char *cmd, const char *name, double conf_thr, blockspec_schedule *out);

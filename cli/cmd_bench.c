@@ -15,6 +15,7 @@
 #include <string.h>
 #include "cli/args.h"
 #include "cli/bench_batch.h"
+#include "cli/bench_trace.h"
 #include "cli/builtin_model.h"
 #include "cli/commands.h"
 #include "backend/cpu/cpu.h"
@@ -166,12 +167,41 @@ static int bench_attention(const int32_t *rows, int n_rows, const bs_roofline *r
     return 0;
 }
 
-// --concurrency: the built-in model unless --model / --drafter say otherwise.
-static int bench_concurrency(const char *list, const char *model, const char *drafter, long n_new, long draft_max, long reps) {
+// The options of --concurrency beyond the levels (schedules, the replay trace).
+typedef struct conc_opts { const char *schedules, *trace, *cost_model, *prompts; double threshold; long prompt_len; } conc_opts;
+
+// "none,fixed,alg1" into modes (at most 16); the count, or -1 (message printed, naming the bad one).
+static int parse_schedules(const char *list, bs_sched_mode *out) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    int n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == 16) { fprintf(stderr, "bench: --schedule lists at most 16 schedules\n"); return -1; }
+        if (bs_sched_parse(tok, &out[n])) { fprintf(stderr, "bench: --schedule: unknown schedule '%s' (none, fixed, threshold, alg1, async)\n", tok); return -1; }
+        n++;
+    }
+    if (!n) { fprintf(stderr, "bench: --schedule needs a list (none, fixed, threshold, alg1, async)\n"); return -1; }
+    return n;
+}
+
+// --concurrency: the built-in model unless --model / --drafter say otherwise; --trace: the replay on --model.
+static int bench_concurrency(const char *list, const char *model, const char *drafter, long n_new, long draft_max, long reps, const conc_opts *co) {
     int32_t *levels = NULL;
     int n = cli_parse_ids("--concurrency", list, &levels);
     if (n <= 0) return 2;
     for (int i = 0; i < n; i++) if (levels[i] < 1 || levels[i] > 4096) { fprintf(stderr, "bench: --concurrency values must be 1..4096\n"); free(levels); return 2; }
+    bs_sched_mode sch[16];
+    int n_sch = 0;
+    if (co->schedules && (n_sch = parse_schedules(co->schedules, sch)) < 0) { free(levels); return 2; }
+    if (co->trace) {
+        if (!model || drafter) { fprintf(stderr, "bench: --trace replays on --model DIR (a target; no --drafter: the trace drafts)\n"); free(levels); return 2; }
+        bs_sched_mode all[5] = { BS_SCHED_NONE, BS_SCHED_FIXED, BS_SCHED_THRESHOLD, BS_SCHED_ALG1, BS_SCHED_ASYNC };
+        bench_trace_opts t = { model, bench_device ? bench_device : "cpu", co->trace, co->cost_model, (const int *)levels, n,
+                               n_sch ? sch : all, n_sch ? n_sch : 5, (int)n_new, (int)draft_max, (int)co->prompt_len, (int)reps, (float)co->threshold };
+        int rc = bench_trace(&t);
+        free(levels);
+        return rc;
+    }
     static char target[4096], builtin_drafter[4096];
     if (!model) {
         if (cli_builtin_model(target, builtin_drafter, sizeof target)) { fprintf(stderr, "bench: no --model and no built-in model\n"); free(levels); return 2; }
@@ -180,6 +210,9 @@ static int bench_concurrency(const char *list, const char *model, const char *dr
     }
     if (drafter && !strcmp(drafter, "none")) drafter = NULL;
     bench_batch_opts o = { model, drafter, bench_device ? bench_device : "cpu", (const int *)levels, n, (int)n_new, (int)draft_max, (int)reps };
+    blockspec_schedule bsch[16];
+    for (int i = 0; i < n_sch; i++) bsch[i] = (blockspec_schedule)sch[i];
+    o.scheds = bsch; o.n_scheds = n_sch; o.threshold = (float)co->threshold; o.cost_model = co->cost_model; o.prompts = co->prompts;
     int rc = bench_batch(&o);
     free(levels);
     return rc;
@@ -189,12 +222,19 @@ int cmd_bench(int argc, char **argv) {
     int ops = 0, ctx = 512, prefill = 512, profile = 0, sampler = 0;
     long bw_mib = 1024, n_new = 128, draft_max = 0, reps = 3;
     const char *model = NULL, *dts = "bf16", *rows_s = NULL, *round = NULL, *concurrency = NULL, *drafter = NULL;
+    conc_opts co = { .threshold = 0.5, .prompt_len = 64 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--sampler")) sampler = 1;
         else if (!strcmp(a, "--ops")) ops = 1;
         else if (!strcmp(a, "--concurrency")) { if (!(concurrency = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--drafter")) { if (!(drafter = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--schedule")) { if (!(co.schedules = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--trace")) { if (!(co.trace = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--cost-model")) { if (!(co.cost_model = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--prompts")) { if (!(co.prompts = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--confidence-threshold")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(a, v, 1e-6, 1, &co.threshold)) return 2; }
+        else if (!strcmp(a, "--prompt-len")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1 << 16, &co.prompt_len)) return 2; }
         else if (!strcmp(a, "-n")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1 << 20, &n_new)) return 2; }
         else if (!strcmp(a, "--draft-max")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 64, &draft_max)) return 2; }
         else if (!strcmp(a, "--reps")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 100, &reps)) return 2; }
@@ -216,8 +256,14 @@ int cmd_bench(int argc, char **argv) {
                    "       blockspec bench --model DIR --round DRAFTER[,DRAFTER...] [--ctx 512] [--draft-vocab FILE]\n"
                    "       blockspec bench --sampler   (logits -> tokens at a 151936-token vocabulary, 1 and 16 rows)\n"
                    "       blockspec bench --concurrency 1,2,4,8 [--model DIR] [--drafter DIR|none] [-n 128] [--draft-max K] [--reps 3]\n"
-                   "             (requests decoded together: total and per-request tok/s, plain and speculative;\n"
-                   "             default: the built-in model and its drafter)\n"
+                   "             [--schedule none,fixed,threshold,alg1,async] [--confidence-threshold 0.5] [--cost-model FILE]\n"
+                   "             [--prompts FILE]\n"
+                   "             (requests decoded together: total and per-request tok/s per schedule, medians of --reps\n"
+                   "             interleaved runs; default: the built-in model and its drafter, schedules none and fixed)\n"
+                   "       blockspec bench --concurrency 1,4,16 --trace TRACE --model TARGET [--schedule ...] [-n 128]\n"
+                   "             [--draft-max K] [--prompt-len 64] [--reps 3] [--cost-model FILE]\n"
+                   "             (trace-driven: a recorded drafter's rounds, `generate --prompts F --trace TRACE --schedule\n"
+                   "             fixed`, replayed on TARGET by a test-only replay drafter; docs/scheduling.md)\n"
                    "--device cpu|cuda[:N] runs --model/--round/--sampler there (the rooflines printed stay this CPU's;\n"
                    "GPU figures beside the GPU's copy bandwidth: build-cuda/backend_bench, docs/benchmarks.md).\n"
                    "Prints figures beside the rooflines (read GB/s, GFMA/s) measured first on all threads.\n"
@@ -227,7 +273,11 @@ int cmd_bench(int argc, char **argv) {
         } else { fprintf(stderr, "bench: unknown option '%s' (see --help)\n", a); return 2; }
     }
     if (sampler) return bench_sampler(151936, bench_device);
-    if (concurrency) return bench_concurrency(concurrency, model, drafter, n_new, draft_max, reps);
+    if ((co.schedules || co.trace || co.cost_model || co.prompts) && !concurrency) {
+        fprintf(stderr, "bench: --schedule, --trace, --cost-model and --prompts go with --concurrency LIST\n");
+        return 2;
+    }
+    if (concurrency) return bench_concurrency(concurrency, model, drafter, n_new, draft_max, reps, &co);
     if (!ops && !model) { fprintf(stderr, "bench: give --ops, --model DIR or --sampler (see --help)\n"); return 2; }
     bs_dtype dt;
     if (!strcmp(dts, "bf16")) dt = BS_BF16; else if (!strcmp(dts, "f16")) dt = BS_F16;

@@ -8,11 +8,14 @@
 #include "cli/args.h"
 #include "cli/builtin_model.h"
 #include "cli/commands.h"
+#include "cli/cost_model.h"
 #include "cli/generate_prompts.h"
 #include "engine/engine.h"
 #include "io/chat.h"
 #include "io/json.h"
 #include "model/dflash.h"
+#include "runtime/profile.h"
+#include "runtime/schedule.h"
 #include "spec/spec_loop.h"
 
 static void usage(void) {
@@ -48,11 +51,19 @@ static void usage(void) {
         "                           {\"prompt_ids\": [IDS]}, optional \"max_tokens\", \"temperature\", \"top_p\",\n"
         "                           \"top_k\", \"seed\" per line (defaults: -n, --temp, ...); one JSON line out per\n"
         "                           prompt, in input order (index, text, ids, finish_reason, stats)\n"
-        "  --max-concurrency N      with --prompts: at most N requests decoded at once (default 8)\n");
+        "  --max-concurrency N      with --prompts: at most N requests decoded at once (default 8)\n"
+        "  --schedule S             which drafts each round verifies (docs/scheduling.md): none (plain decoding),\n"
+        "                           fixed (all), threshold (each request's --confidence-threshold; the default),\n"
+        "                           alg1 (DSpark's Algorithm 1 across the batch), async (top-K, K planned a step ahead)\n"
+        "  --cost-model FILE        the cost model alg1 / async use (`blockspec profile --out FILE`); default: the\n"
+        "                           cached one for this device and target, measured now when there is none\n"
+        "  --trace FILE             with --prompts: one JSON line per speculative round of every request (its\n"
+        "                           confidences, drafted / verified / accepted counts): docs/scheduling.md\n");
 }
 
 typedef struct gen_args {
     const char *model, *drafter, *device, *text, *prompt_file, *system, *chat_template, *draft_vocab, *prompts;
+    const char *schedule, *cost_model, *trace;
     long max_concurrency;
     int chat, no_think;
     int32_t *prompt; int n_prompt;
@@ -60,6 +71,7 @@ typedef struct gen_args {
     double conf_thr;
     bs_sampling sampling;
     int print_ids, stats, json, ignore_eos, drafter_fp8, no_calibration;
+    blockspec_schedule sched;
 } gen_args;
 
 static int parse(int argc, char **argv, gen_args *a) {
@@ -83,6 +95,9 @@ static int parse(int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) { if (!(a->text = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--prompts")) { if (!(a->prompts = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--max-concurrency")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 4096, &a->max_concurrency)) return 2; }
+        else if (!strcmp(o, "--schedule")) { if (!(a->schedule = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--cost-model")) { if (!(a->cost_model = cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(o, "--trace")) { if (!(a->trace = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--prompt-file")) { if (!(a->prompt_file = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--system")) { if (!(a->system = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--chat-template")) { if (!(a->chat_template = cli_value(argc, argv, &i))) return 2; }
@@ -111,10 +126,13 @@ static int parse(int argc, char **argv, gen_args *a) {
     if (!!a->n_prompt + !!a->text + !!a->prompt_file + !!a->prompts != 1) {
         fprintf(stderr, "blockspec generate: give exactly one of -p TEXT, --prompt-file F, --prompt-ids IDS, --prompts FILE\n"); usage(); return 2;
     }
-    if (a->prompts && (a->chat || a->json || a->print_ids || a->stats || a->ctx || a->conf_thr > 0)) {
-        fprintf(stderr, "blockspec generate: --prompts takes no --chat, --json, --print-ids, --stats, -c or --confidence-threshold (its output is JSON lines with stats)\n");
+    if (a->prompts && (a->chat || a->json || a->print_ids || a->stats || a->ctx)) {
+        fprintf(stderr, "blockspec generate: --prompts takes no --chat, --json, --print-ids, --stats or -c (its output is JSON lines with stats)\n");
         return 2;
     }
+    if (a->trace && !a->prompts) { fprintf(stderr, "blockspec generate: --trace needs --prompts FILE\n"); return 2; }
+    if (cli_schedule_arg("blockspec generate", a->schedule, a->conf_thr, &a->sched)) return 2;
+    if (a->sched == BLOCKSPEC_SCHEDULE_NONE && !a->prompts) a->drafter = NULL;   // plain decoding: no drafter to open
     if (a->chat && a->n_prompt) { fprintf(stderr, "blockspec generate: --chat needs a text prompt (-p or --prompt-file)\n"); return 2; }
     return 0;
 }
@@ -216,7 +234,9 @@ static cJSON *stats_json(const bs_session *s, const bs_spec_stats *st, int specu
 static int generate_prompts(const gen_args *a) {
     cli_prompts_opts o = { .model = a->model, .drafter = a->drafter, .device = a->device, .draft_vocab = a->draft_vocab,
                            .prompts_file = a->prompts, .drafter_fp8 = a->drafter_fp8, .max_concurrency = (int)a->max_concurrency,
+                           .no_calibration = a->no_calibration, .sched = a->sched, .cost_model = a->cost_model, .trace = a->trace,
                            .defaults = blockspec_default_params() };
+    o.defaults.confidence_threshold = (float)a->conf_thr;
     o.defaults.n_new = (int)a->n_new;
     o.defaults.temperature = a->sampling.temperature; o.defaults.top_k = a->sampling.top_k; o.defaults.top_p = a->sampling.top_p;
     o.defaults.seed = a->sampling.seed;
@@ -236,7 +256,8 @@ int cmd_generate(int argc, char **argv) {
     bs_drafter *d = NULL;
     bs_spec_stats st = {0};
     int32_t *out = NULL;
-    int n_out = 0;
+    int n_out = 0, n_sps = 0;
+    double *sps = NULL;   // the cost model (alg1 / async)
     rc = 1;
     if (bs_engine_open(&e, a.model, a.device, &err) || tokenize_prompt(&a, e, &err)) goto out;
     if (e->weight_warning[0]) fprintf(stderr, "blockspec: warning: %s\n", e->weight_warning);
@@ -258,8 +279,18 @@ int cmd_generate(int argc, char **argv) {
     bs_detok dt;
     if (e->tok) bs_detok_init(&dt, e->tok, 1);
     printer pr = { .print_ids = !a.json && (a.print_ids || !e->tok), .n = 0, .dt = !a.json && e->tok ? &dt : NULL };
+    if (d && bs_sched_needs_sps((bs_sched_mode)a.sched)) {
+        char dev[512], shape[256], cerr[1024];
+        int block = 1 + (a.draft_max ? (int)a.draft_max : d->max_drafts);
+        cli_cost_opts co = { .file = a.cost_model, .max_rows = block, .ctx = 256, .block = block, .reps = 3, .measure = cli_measure_engine, .measure_ctx = e };
+        cli_cost_device_key(e->be->name, dev, sizeof dev);
+        if (bs_model_shape(e, shape, sizeof shape)) snprintf(shape, sizeof shape, "unknown");
+        co.device = dev; co.shape = shape;
+        if (cli_cost_model(&co, &sps, &n_sps, cerr, sizeof cerr)) { bs_fail(&err, "%s", cerr); goto out; }
+    }
     if (d) {
-        bs_spec_opts o = { .draft_max = (int)a.draft_max, .confidence_threshold = (float)a.conf_thr, .stop_at_eos = !a.ignore_eos };
+        bs_spec_sched sch = { (int)a.sched, sps, n_sps };
+        bs_spec_opts o = { .draft_max = (int)a.draft_max, .confidence_threshold = (float)a.conf_thr, .stop_at_eos = !a.ignore_eos, .sched = &sch };
         if (bs_generate_spec(&s, d, a.prompt, a.n_prompt, (int)a.n_new, &o, out, &n_out, on_token, &pr, &st, &err)) goto out;
     } else if (bs_generate_plain(&s, a.prompt, a.n_prompt, (int)a.n_new, !a.ignore_eos, out, &n_out, on_token, &pr, &err)) goto out;
     if (pr.dt && !pr.print_ids) { char buf[64]; int n = bs_detok_flush(&dt, buf, sizeof buf); if (n > 0) fwrite(buf, 1, (size_t)n, stdout); }
@@ -283,6 +314,7 @@ int cmd_generate(int argc, char **argv) {
 out:
     if (rc) fprintf(stderr, "blockspec generate: %s\n", err.msg);
     if (d) d->free(d);
+    free(sps);
     bs_spec_stats_free(&st);
     if (s.eng) bs_session_free(&s);
     bs_engine_close(e);

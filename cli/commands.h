@@ -14,3 +14,4 @@ int cmd_loss(int argc, char **argv);
 int cmd_distill_corpus(int argc, char **argv);   // the target's greedy text as a corpus (cli/cmd_distill_corpus.c)
 int cmd_calibrate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);        // the OpenAI-compatible HTTP server (server/)
+int cmd_profile(int argc, char **argv);         // the schedulers' cost model (cli/cmd_profile.c)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "blockspec.h"
+#include "cli/cost_model.h"
 #include "cli/generate_prompts.h"
 #include "io/json.h"
 
@@ -18,14 +19,14 @@ typedef struct prompt_line {
     char *result;                // the output JSON line once finished
 } prompt_line;
 
-static const char *const known_keys[] = { "prompt", "prompt_ids", "max_tokens", "temperature", "top_p", "top_k", "seed" };
+static const char *const known_keys[] = { "prompt", "prompt_ids", "max_tokens", "temperature", "top_p", "top_k", "seed", "confidence_threshold" };
 
 static int check_keys(const cJSON *o, const char *where, char *err, size_t len) {
     for (const cJSON *it = o->child; it; it = it->next) {
         int ok = 0;
         for (size_t k = 0; k < sizeof known_keys / sizeof *known_keys; k++) ok |= !strcmp(it->string, known_keys[k]);
         if (!ok) {
-            snprintf(err, len, "%s: unknown field \"%s\" (known: prompt, prompt_ids, max_tokens, temperature, top_p, top_k, seed)", where, it->string);
+            snprintf(err, len, "%s: unknown field \"%s\" (known: prompt, prompt_ids, max_tokens, temperature, top_p, top_k, seed, confidence_threshold)", where, it->string);
             return -1;
         }
     }
@@ -66,11 +67,12 @@ static int parse_line(blockspec *bs, const char *text, size_t len, const char *f
         if (!pl->n_ids) { snprintf(err, err_len, "%s: field \"prompt\" encodes to no tokens", where); goto out; }
     } else if (read_ids(pi, where, pl, err, err_len)) goto out;
     int n_new = pl->p.n_new, top_k = pl->p.top_k, seed_set = 0;
-    double t = pl->p.temperature, tp = pl->p.top_p;
+    double t = pl->p.temperature, tp = pl->p.top_p, thr = pl->p.confidence_threshold;
     long seed = (long)pl->p.seed;
     const cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "seed");
     if (bs_json_int(o, "max_tokens", 0, -1, 1 << 24, &n_new, where, &e) || bs_json_num(o, "temperature", 0, &t, where, &e) ||
-        bs_json_num(o, "top_p", 0, &tp, where, &e) || bs_json_int(o, "top_k", 0, 0, 1 << 24, &top_k, where, &e)) {
+        bs_json_num(o, "top_p", 0, &tp, where, &e) || bs_json_int(o, "top_k", 0, 0, 1 << 24, &top_k, where, &e) ||
+        bs_json_num(o, "confidence_threshold", 0, &thr, where, &e)) {
         snprintf(err, err_len, "%s", e.msg); goto out;
     }
     if (sv) {
@@ -79,6 +81,8 @@ static int parse_line(blockspec *bs, const char *text, size_t len, const char *f
     }
     if (!(t >= 0 && t <= 100)) { snprintf(err, err_len, "%s: field \"temperature\" must be in [0, 100]", where); goto out; }
     if (!(tp > 0 && tp <= 1)) { snprintf(err, err_len, "%s: field \"top_p\" must be in (0, 1]", where); goto out; }
+    if (!(thr >= 0 && thr <= 1)) { snprintf(err, err_len, "%s: field \"confidence_threshold\" must be in [0, 1]", where); goto out; }
+    pl->p.confidence_threshold = (float)thr;
     pl->p.n_new = n_new; pl->p.top_k = top_k; pl->p.temperature = (float)t; pl->p.top_p = (float)tp;
     if (seed_set) pl->p.seed = (uint64_t)seed;
     rc = 0;
@@ -145,16 +149,55 @@ static char *result_json(blockspec *bs, int index, const prompt_line *pl) {
     return out;
 }
 
+// --trace: one JSON line per speculative round: the request's index (its line's place in the input), its
+// round number, the drafts proposed (n) with their confidences, verified (l) and accepted (a).
+typedef struct tracer { FILE *f; prompt_line *pl; int n; int *rounds; } tracer;
+
+static void trace_round(void *ctx, const blockspec_request *r, const blockspec_round *rd) {
+    tracer *t = ctx;
+    int i = 0;
+    while (i < t->n && t->pl[i].req != r) i++;
+    if (i == t->n) return;
+    fprintf(t->f, "{\"request\":%d,\"round\":%d,\"n\":%d,\"l\":%d,\"a\":%d,\"conf\":[", i, t->rounds[i]++, rd->n_drafted, rd->n_verified,
+            rd->n_accepted);
+    for (int k = 0; rd->conf && k < rd->n_drafted; k++) fprintf(t->f, "%s%.6g", k ? "," : "", rd->conf[k]);
+    fprintf(t->f, "]}\n");
+}
+
+// The schedule, and for alg1 / async its cost model (sized for max_concurrency blocks of the drafter's).
+static int set_schedule(blockspec *bs, const cli_prompts_opts *o, char *err, size_t len) {
+    double *sps = NULL;
+    int n_sps = 0;
+    if (o->sched == BLOCKSPEC_SCHEDULE_ALG1 || o->sched == BLOCKSPEC_SCHEDULE_ASYNC) {
+        char dev[512], shape[256];
+        int block = 1 + (o->defaults.draft_max ? o->defaults.draft_max : 16);
+        cli_cost_opts co = { .file = o->cost_model, .max_rows = o->max_concurrency * block, .ctx = 256, .block = block, .reps = 3 };
+        cli_cost_keys(bs, &co, dev, sizeof dev, shape, sizeof shape);
+        if (cli_cost_model(&co, &sps, &n_sps, err, len)) return -1;
+    }
+    int rc = blockspec_set_schedule(bs, o->sched, sps, (size_t)n_sps, err, len);
+    free(sps);
+    return rc;
+}
+
 int cli_generate_prompts(const cli_prompts_opts *o) {
     char err[2048] = "";
     blockspec *bs = NULL;
     prompt_line *pl = NULL;
     int n = 0, rc = 1;
-    blockspec_open_options oo = { .draft_vocab = o->draft_vocab, .drafter_fp8 = o->drafter_fp8 };
+    tracer tr = { 0 };
+    blockspec_open_options oo = { .draft_vocab = o->draft_vocab, .drafter_fp8 = o->drafter_fp8, .no_calibration = o->no_calibration };
     if (blockspec_open_ex(&bs, o->model, o->drafter, o->device, &oo, err, sizeof err)) goto out;
     const char *w = blockspec_warnings(bs);
     if (w) fprintf(stderr, "blockspec: warning: %s\n", w);
     if (read_prompts(bs, o->prompts_file, &o->defaults, &pl, &n, err, sizeof err)) goto out;
+    if (set_schedule(bs, o, err, sizeof err)) goto out;
+    if (o->trace) {
+        if (!(tr.f = fopen(o->trace, "w"))) { snprintf(err, sizeof err, "%s: cannot write the trace", o->trace); goto out; }
+        if (!(tr.rounds = calloc(n, sizeof(int)))) { snprintf(err, sizeof err, "out of memory"); goto out; }
+        tr.pl = pl; tr.n = n;
+        blockspec_set_round_observer(bs, trace_round, &tr);
+    }
     // At most max_concurrency requests run; each finished one makes room for the next, and results are
     // printed in input order as soon as every earlier one is printed.
     int next = 0, printed = 0, running = 0;
@@ -183,5 +226,7 @@ out:
     for (int i = 0; i < n; i++) { blockspec_request_free(bs, pl[i].req); free(pl[i].ids); free(pl[i].result); }
     free(pl);
     blockspec_close(bs);
+    if (tr.f && fclose(tr.f) && !rc) { fprintf(stderr, "blockspec generate: %s: writing the trace failed\n", o->trace); rc = 1; }
+    free(tr.rounds);
     return rc;
 }

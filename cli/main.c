@@ -17,6 +17,7 @@ static const struct { const char *name, *help; int (*run)(int argc, char **argv)
     { "draft-vocab",     "pick a draft vocabulary (the drafter's proposable tokens) from sample text", cmd_draft_vocab },
     { "loss",            "evaluate one drafter training step (loss terms, logits, gradients) for a fixed batch", cmd_loss },
     { "serve",           "an OpenAI-compatible HTTP server with batched speculative decoding (docs/serving.md)", cmd_serve },
+    { "profile",         "measure the target's forwards per second by rows: the schedulers' cost model", cmd_profile },
     { "calibrate",       "fit a DSpark drafter's confidences to held-out survival (docs/calibration.md)", cmd_calibrate },
 };
 

@@ -159,6 +159,38 @@ int  blockspec_vocab_size(const blockspec *bs);
 // Target rows in the latest blockspec_step's forward (prompt chunks and verify rows of every request).
 int  blockspec_last_step_rows(const blockspec *bs);
 
+// ---- Confidence schedulers (issue 26; docs/scheduling.md) ----
+// Which drafted tokens each step verifies, for every request of the handle. Every mode verifies a prefix of
+// each request's drafted block, so output stays exact: greedy output equals plain decoding under every mode.
+typedef enum blockspec_schedule {
+    BLOCKSPEC_SCHEDULE_THRESHOLD = 0,  // the default: each request's confidence_threshold cut (0: every draft)
+    BLOCKSPEC_SCHEDULE_NONE,           // plain decoding: no drafter pass
+    BLOCKSPEC_SCHEDULE_FIXED,          // every drafted token (up to draft_max)
+    BLOCKSPEC_SCHEDULE_ALG1,           // DSpark's Algorithm 1 across the batch: needs the cost model
+    BLOCKSPEC_SCHEDULE_ASYNC,          // top-K by prefix survival, K planned one step ahead: needs the cost model
+} blockspec_schedule;
+// "threshold", "none", "fixed", "alg1", "async" <-> the enum; parse returns -1 for an unknown name.
+int blockspec_schedule_parse(const char *name, blockspec_schedule *out);
+const char *blockspec_schedule_name(blockspec_schedule s);
+// Sets the schedule of the requests submitted from now on, and of blockspec_generate. sps[i]: the target's
+// forwards per second with i + 1 rows in one forward (blockspec_profile measures it), n_sps entries (copied);
+// alg1 and async need it, the other modes ignore it (NULL, 0). Refused while requests are running.
+int blockspec_set_schedule(blockspec *bs, blockspec_schedule mode, const double *sps, size_t n_sps, char *err, size_t err_len);
+// Measures the cost model on this handle's device: sps[i] for rows[i] rows, a verify-shaped forward of
+// rows[i] rows spread over sequences of `block` rows (anchor + drafts), each after a ctx-row context; the
+// best of reps forwards. Takes seconds; the caller caches it (per blockspec_device_name + blockspec_model_shape).
+int blockspec_profile(blockspec *bs, const int *rows, size_t n, int ctx, int block, int reps, double *sps, char *err, size_t err_len);
+// The device the handle runs on ("cpu", "cuda:0 (NVIDIA H200)", ...) and the target's shape
+// ("L36-H4096-I12288-A32x8x128-V151936-bf16"): together they key a cached cost model.
+const char *blockspec_device_name(const blockspec *bs);
+int blockspec_model_shape(const blockspec *bs, char *buf, size_t len);
+// One speculative round of a submitted request: drafts proposed (conf[0..n_drafted): their calibrated
+// confidences, NULL without a confidence head; valid during the call), verified (after the scheduler's
+// cut) and accepted. Called during blockspec_step for every request's every round (e.g. to record traces).
+typedef struct blockspec_round { int n_drafted, n_verified, n_accepted; const float *conf; } blockspec_round;
+typedef void (*blockspec_round_fn)(void *ctx, const blockspec_request *r, const blockspec_round *round);
+void blockspec_set_round_observer(blockspec *bs, blockspec_round_fn fn, void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "io/chat.h"
 #include "io/weight_check.h"
+#include "runtime/profile.h"
 #include "runtime/runtime.h"
 #include "spec/spec_loop.h"
 
@@ -16,7 +17,8 @@
 // or read requests from inside blockspec_step), so threads may share a handle; they take turns.
 // A token callback runs inside a step, while the runtime walks its sequences: requests submitted or freed
 // from there join or are freed once the step is over (cancelling only marks the sequence, which the step
-// drops at its end).
+// drops at its end). sched / sps: the scheduler every request runs under (blockspec_set_schedule);
+// on_round: the round observer.
 struct blockspec {
     bs_engine *eng; bs_drafter *drafter; char warnings[1024];
     bs_runtime rt; int has_rt;
@@ -24,6 +26,8 @@ struct blockspec {
     int in_step;
     struct blockspec_request **join_later, **free_later;
     int n_join, cap_join, n_free, cap_free;
+    bs_sched_mode sched; double *sps; int n_sps;
+    blockspec_round_fn on_round; void *on_round_ctx;
 };
 struct blockspec_request { bs_seq seq; blockspec *bs; };
 
@@ -86,6 +90,7 @@ void blockspec_close(blockspec *bs) {
     if (bs->drafter) bs->drafter->free(bs->drafter);
     bs_engine_close(bs->eng);
     pthread_mutex_destroy(&bs->mu);
+    free(bs->sps);
     free(bs);
 }
 
@@ -95,6 +100,8 @@ static bs_seq_params seq_params(const blockspec_params *p, blockspec_token_fn on
                             .use_drafter = p->use_drafter, .draft_max = p->draft_max, .confidence_threshold = p->confidence_threshold,
                             .max_ctx = p->n_ctx, .cb = on_token, .cb_ctx = ctx };
 }
+
+static void runtime_observe(blockspec *bs);
 
 static int submit_locked(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p, blockspec_token_fn on_token,
                          void *ctx, blockspec_request **out, char *err, size_t err_len) {
@@ -106,6 +113,8 @@ static int submit_locked(blockspec *bs, const int32_t *prompt, size_t n_prompt, 
     if (!bs->has_rt) {
         if (bs_runtime_init(&bs->rt, bs->eng, bs->drafter, &e)) return fail(err, err_len, e.msg);
         bs->has_rt = 1;
+        if (bs_runtime_set_schedule(&bs->rt, bs->sched, bs->sps, bs->n_sps, &e)) return fail(err, err_len, e.msg);
+        runtime_observe(bs);
     }
     blockspec_request *r = calloc(1, sizeof *r);
     if (!r) return fail(err, err_len, "out of memory");
@@ -206,7 +215,8 @@ static int generate_locked(blockspec *bs, const int32_t *prompt, size_t n_prompt
     }
     if (d) {
         bs_spec_stats st = {0};
-        bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos };
+        bs_spec_sched sch = { bs->sched, bs->sps, bs->n_sps };
+        bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos, &sch };
         if (bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
         if (stats) *stats = (blockspec_stats){ st.n_prompt, st.n_generated, st.rounds, bs_spec_tau(&st), st.t_prefill, st.t_total - st.t_prefill,
                                                bs_finish_name(st.finish) };
@@ -355,4 +365,73 @@ int blockspec_generate(blockspec *bs, const int32_t *prompt, size_t n_prompt, co
                          : generate_locked(bs, prompt, n_prompt, p, out, cap, n_out, on_token, ctx, stats, err, err_len);
     pthread_mutex_unlock(&bs->mu);
     return rc;
+}
+
+// ---- Confidence schedulers (issue 26; docs/scheduling.md) ----
+
+int blockspec_schedule_parse(const char *name, blockspec_schedule *out) {
+    bs_sched_mode m;
+    if (bs_sched_parse(name, &m)) return -1;
+    *out = (blockspec_schedule)m;
+    return 0;
+}
+
+const char *blockspec_schedule_name(blockspec_schedule s) { return bs_sched_name((bs_sched_mode)s); }
+
+static int set_schedule_locked(blockspec *bs, blockspec_schedule mode, const double *sps, size_t n_sps, char *err, size_t err_len) {
+    bs_err e = {0};
+    if (n_sps > 4096) return fail(err, err_len, "cost model: more than 4096 rows");
+    // The handle's runtime checks and copies the table (and refuses while requests run); a scratch runtime
+    // does the same checks when there is none yet.
+    bs_runtime tmp, *rt = bs->has_rt ? &bs->rt : &tmp;
+    memset(&tmp, 0, sizeof tmp);
+    if (bs_runtime_set_schedule(rt, (bs_sched_mode)mode, sps, (int)n_sps, &e)) return fail(err, err_len, e.msg);
+    if (rt == &tmp) free(tmp.sps);
+    double *copy = NULL;
+    if (sps && n_sps) {
+        if (!(copy = malloc(sizeof(double) * n_sps))) return fail(err, err_len, "out of memory");
+        memcpy(copy, sps, sizeof(double) * n_sps);
+    }
+    free(bs->sps);
+    bs->sps = copy; bs->n_sps = copy ? (int)n_sps : 0; bs->sched = (bs_sched_mode)mode;
+    return 0;
+}
+
+int blockspec_set_schedule(blockspec *bs, blockspec_schedule mode, const double *sps, size_t n_sps, char *err, size_t err_len) {
+    pthread_mutex_lock(&bs->mu);
+    int rc = set_schedule_locked(bs, mode, sps, n_sps, err, err_len);
+    pthread_mutex_unlock(&bs->mu);
+    return rc;
+}
+
+int blockspec_profile(blockspec *bs, const int *rows, size_t n, int ctx, int block, int reps, double *sps, char *err, size_t err_len) {
+    bs_err e = {0};
+    if (n > 4096) return fail(err, err_len, "profile: more than 4096 row counts");
+    pthread_mutex_lock(&bs->mu);   // the forwards use the backend, as steps do
+    int rc = bs_profile_forwards(bs->eng, rows, (int)n, ctx, block, reps, sps, &e);
+    pthread_mutex_unlock(&bs->mu);
+    return rc ? fail(err, err_len, e.msg) : 0;
+}
+
+const char *blockspec_device_name(const blockspec *bs) { return bs->eng->be->name; }
+
+int blockspec_model_shape(const blockspec *bs, char *buf, size_t len) { return bs_model_shape(bs->eng, buf, len); }
+
+// The runtime's observer hands out the sequence; a request is its sequence (the first member).
+static void on_round(void *ctx, const bs_seq *s, int n_drafted, int n_verified, int n_accepted) {
+    blockspec *bs = ctx;
+    blockspec_round r = { n_drafted, n_verified, n_accepted, s->draft.has_conf ? s->draft.conf : NULL };
+    bs->on_round(bs->on_round_ctx, (const blockspec_request *)s, &r);
+}
+
+static void runtime_observe(blockspec *bs) {
+    bs->rt.on_round = bs->on_round ? on_round : NULL;
+    bs->rt.on_round_ctx = bs;
+}
+
+void blockspec_set_round_observer(blockspec *bs, blockspec_round_fn fn, void *ctx) {
+    pthread_mutex_lock(&bs->mu);
+    bs->on_round = fn; bs->on_round_ctx = ctx;
+    if (bs->has_rt) runtime_observe(bs);
+    pthread_mutex_unlock(&bs->mu);
 }

@@ -1,4 +1,5 @@
 // The runtime's bookkeeping: buffers, joining and leaving. The step itself is src/runtime/step.c.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/runtime.h"
@@ -7,6 +8,7 @@ int bs_runtime_init(bs_runtime *rt, const bs_engine *e, bs_drafter *d, bs_err *e
     memset(rt, 0, sizeof *rt);
     rt->eng = e; rt->drafter = d;
     rt->prefill_rows = BS_PREFILL_CHUNK;
+    rt->async_budget = -1;
     bs_backend *be = e->be;
     if (bs_qwen3_ws_init(&rt->ws, &e->cfg, be, err)) return -1;
     if (!(rt->dev_scratch = be->alloc(be, sizeof(int32_t) * (2 * BS_MAX_DRAFT + 2), err)) ||
@@ -33,6 +35,7 @@ void bs_runtime_free(bs_runtime *rt) {
     free(rt->residual); free(rt->seqs); free(rt->rows);
     free(rt->draft_seqs); free(rt->draft_ctx); free(rt->draft_anchor); free(rt->draft_max); free(rt->draft_smp); free(rt->draft_rng);
     free(rt->draft_out);
+    free(rt->sps); free(rt->sched_in); free(rt->sched_l); free(rt->sched_cand);
     memset(rt, 0, sizeof *rt);
 }
 
@@ -78,7 +81,8 @@ int bs_runtime_add(bs_runtime *rt, bs_seq *s, bs_err *err) {
                  grow((void **)&rt->draft_seqs, sizeof *rt->draft_seqs, cap) && grow((void **)&rt->draft_ctx, sizeof *rt->draft_ctx, cap) &&
                  grow((void **)&rt->draft_anchor, sizeof *rt->draft_anchor, cap) && grow((void **)&rt->draft_max, sizeof *rt->draft_max, cap) &&
                  grow((void **)&rt->draft_smp, sizeof *rt->draft_smp, cap) && grow((void **)&rt->draft_rng, sizeof *rt->draft_rng, cap) &&
-                 grow((void **)&rt->draft_out, sizeof *rt->draft_out, cap);
+                 grow((void **)&rt->draft_out, sizeof *rt->draft_out, cap) && grow((void **)&rt->sched_in, sizeof *rt->sched_in, cap) &&
+                 grow((void **)&rt->sched_l, sizeof *rt->sched_l, cap);
         if (!ok) return bs_fail(err, "out of memory");
         rt->cap_seqs = cap;
     }
@@ -90,4 +94,23 @@ void bs_runtime_remove(bs_runtime *rt, bs_seq *s) {
     int j = 0;
     for (int i = 0; i < rt->n_seqs; i++) if (rt->seqs[i] != s) rt->seqs[j++] = rt->seqs[i];
     rt->n_seqs = j;
+}
+
+int bs_runtime_set_schedule(bs_runtime *rt, bs_sched_mode mode, const double *sps, int n_sps, bs_err *err) {
+    if (!bs_sched_name(mode)) return bs_fail(err, "unknown schedule %d", (int)mode);
+    if (rt->n_seqs > 0) return bs_fail(err, "the schedule cannot change while %d request(s) are running", rt->n_seqs);
+    if (bs_sched_needs_sps(mode) && (!sps || n_sps < 1))
+        return bs_fail(err, "schedule %s needs the target's cost model (steps per second by rows: `blockspec profile`)", bs_sched_name(mode));
+    double *copy = NULL;
+    if (sps && n_sps > 0) {
+        for (int i = 0; i < n_sps; i++)
+            if (!(sps[i] > 0) || !isfinite(sps[i])) return bs_fail(err, "cost model: steps per second at %d rows is %g (must be > 0 and finite)", i + 1, sps[i]);
+        if (!(copy = bs_malloc(sizeof(double) * n_sps, err))) return -1;
+        memcpy(copy, sps, sizeof(double) * n_sps);
+    }
+    free(rt->sps);
+    rt->sps = copy; rt->n_sps = copy ? n_sps : 0;
+    rt->sched = mode;
+    rt->async_budget = -1;
+    return 0;
 }

@@ -14,6 +14,7 @@
 // and every random draw comes from the request's own RNG in the order it would draw alone.
 #pragma once
 #include "runtime/seq.h"
+#include "runtime/schedule.h"
 
 #define BS_PREFILL_CHUNK 256     // prompt rows per prefill forward: each chunk's taps become drafter context at once
 
@@ -41,6 +42,19 @@ typedef struct bs_runtime {
     const bs_sampling **draft_smp;
     bs_rng **draft_rng;
     bs_draft *draft_out;
+    // Which drafts each step verifies (schedule.h): the mode, its cost model (owned copy), the async budget
+    // planned by the previous step (-1: none yet) and the step's scheduler arrays (host [cap_seqs], and
+    // [cap_cand] candidates).
+    bs_sched_mode sched;
+    double *sps; int n_sps;
+    int async_budget, async_R;
+    bs_sched_in *sched_in;
+    int *sched_l;
+    bs_sched_cand *sched_cand; int cap_cand;
+    // Optional: called after each speculative round's verdict with what was drafted (s->draft: tokens,
+    // confidences), how many were drafted (before the scheduler's cut), verified and accepted.
+    void (*on_round)(void *ctx, const bs_seq *s, int n_drafted, int n_verified, int n_accepted);
+    void *on_round_ctx;
 } bs_runtime;
 
 int bs_runtime_init(bs_runtime *rt, const bs_engine *e, bs_drafter *d, bs_err *err);
@@ -53,6 +67,11 @@ void bs_runtime_remove(bs_runtime *rt, bs_seq *s);
 // One step over the active sequences; finished and cancelled ones leave. Returns how many are still
 // active, or -1 (err): an error inside a step leaves the sequences in it unusable.
 int bs_runtime_step(bs_runtime *rt, bs_err *err);
+
+// The scheduler of later steps: mode, and for alg1 / async the cost model sps[0..n_sps) (forwards per
+// second with 1..n_sps rows; copied). Refused while sequences are active (a sequence that started under
+// "none" has no drafter context to draft from).
+int bs_runtime_set_schedule(bs_runtime *rt, bs_sched_mode mode, const double *sps, int n_sps, bs_err *err);
 
 // Inside the runtime (step.c): room for logit_rows rows of logits and batch_rows rows of features.
 int bs_runtime_reserve_rows(bs_runtime *rt, int logit_rows, int batch_rows, bs_err *err);

@@ -40,6 +40,7 @@ typedef struct bs_seq {
     // One step's working state (src/runtime/step.c).
     bs_draft draft;
     int n_draft, row0, lrow;                   // drafts verified this step; its first row and logits row in the batch
+    int n_drafted;                             // drafts proposed this step (before the scheduler's cut)
     int n_prefilled, n_chunk;                  // prompt rows already in the KV cache; those in this step's batch
     int32_t ids[BS_MAX_DRAFT + 1];             // [anchor, d_1..d_n]
     // Owned storage (unused where borrowed).

@@ -4,14 +4,16 @@
 #include "runtime/runtime.h"
 
 // Runs one sequence on the session's KV cache and RNG into out; *st receives its statistics.
-static int run_one(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_prompt, const bs_seq_params *p, int32_t *out, int *n_out,
-                   bs_spec_stats *st, bs_err *err) {
+// sched: the runtime's scheduler (NULL: the default).
+static int run_one(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_prompt, const bs_seq_params *p, const bs_spec_sched *sched,
+                   int32_t *out, int *n_out, bs_spec_stats *st, bs_err *err) {
     bs_runtime rt;
     bs_seq q;
     *n_out = 0;
     memset(st, 0, sizeof *st);
     if (bs_runtime_init(&rt, s->eng, d, err)) return -1;
     int rc = -1;
+    if (sched && bs_runtime_set_schedule(&rt, (bs_sched_mode)sched->mode, sched->sps, sched->n_sps, err)) goto out;
     if (bs_seq_init_on(&q, s->eng, d, prompt, n_prompt, p, &s->kv, &s->rng, out, err)) goto out;
     if (bs_runtime_add(&rt, &q, err)) goto out_seq;
     while (!bs_seq_done(&q))
@@ -32,7 +34,7 @@ int bs_generate_spec(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_
     bs_seq_params p = { .n_new = n_new, .sampling = s->sampling, .stop_at_eos = opts ? opts->stop_at_eos : 1, .use_drafter = 1,
                         .draft_max = opts ? opts->draft_max : 0, .confidence_threshold = opts ? opts->confidence_threshold : 0,
                         .cb = cb, .cb_ctx = cb_ctx };
-    return run_one(s, d, prompt, n_prompt, &p, out, n_out, st, err);
+    return run_one(s, d, prompt, n_prompt, &p, opts ? opts->sched : NULL, out, n_out, st, err);
 }
 
 int bs_generate_plain(bs_session *s, const int32_t *prompt, int n_prompt, int n_new, int stop_at_eos, int32_t *out, int *n_out,
@@ -40,7 +42,7 @@ int bs_generate_plain(bs_session *s, const int32_t *prompt, int n_prompt, int n_
     bs_seq_params p = { .n_new = n_new, .sampling = s->sampling, .stop_at_eos = stop_at_eos, .cb = cb, .cb_ctx = cb_ctx };
     bs_spec_stats st;
     s->stats.finish = BS_FINISH_NONE;
-    if (run_one(s, NULL, prompt, n_prompt, &p, out, n_out, &st, err)) return -1;
+    if (run_one(s, NULL, prompt, n_prompt, &p, NULL, out, n_out, &st, err)) return -1;
     s->stats = (bs_gen_stats){ st.n_prompt, st.n_generated, st.finish, st.t_prefill, st.t_total - st.t_prefill };
     bs_spec_stats_free(&st);
     return 0;

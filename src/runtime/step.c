@@ -7,8 +7,8 @@
 #include "spec/verify.h"
 #include "util/timer.h"
 
-static void record_round(bs_spec_stats *st, int n, int a) {
-    st->rounds++; st->drafted += n; st->accepted += a;
+static void record_round(bs_spec_stats *st, int proposed, int n, int a) {
+    st->rounds++; st->proposed += proposed; st->drafted += n; st->accepted += a;
     for (int k = 0; k < n; k++) { st->pos_tried[k]++; if (k < a) st->pos_accepted[k]++; }
     if (st->n_lengths == st->cap_lengths) {
         int cap = st->cap_lengths ? st->cap_lengths * 2 : 64;
@@ -17,6 +17,15 @@ static void record_round(bs_spec_stats *st, int n, int a) {
         st->acceptance_lengths = nl; st->cap_lengths = cap;
     }
     st->acceptance_lengths[st->n_lengths++] = a + 1;
+}
+
+// The drafter a sequence drafts with this step: none under the "none" schedule (plain decoding, no
+// drafter pass, no drafter context; the schedule cannot change while sequences run).
+static bs_drafter *drafter_of(const bs_runtime *rt, const bs_seq *s) { return rt->sched == BS_SCHED_NONE ? NULL : s->drafter; }
+
+// Whether the step's cut reads confidences (else the drafts may stay in backend memory, alone).
+static int needs_conf(const bs_runtime *rt, const bs_seq *s) {
+    return bs_sched_needs_sps(rt->sched) || (rt->sched == BS_SCHED_THRESHOLD && s->confidence_threshold > 0);
 }
 
 // A token from one row of logits (backend memory, processed in place): the argmax, or a draw at the
@@ -41,7 +50,7 @@ static void prompt_done(bs_seq *s, float *logits_row) {
 // A lone sequence's whole prompt in chunks (each chunk's taps become drafter context at once).
 static int prefill_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     const bs_engine *e = rt->eng;
-    bs_drafter *d = s->drafter;
+    bs_drafter *d = drafter_of(rt, s);
     if (!s->n_prefilled) s->t_start = bs_now();
     if (bs_runtime_reserve_rows(rt, 1, BS_PREFILL_CHUNK, err)) return -1;
     bs_fwd_out fo = { .logits = rt->logits };
@@ -57,15 +66,15 @@ static int prefill_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     return 0;
 }
 
-// This round's drafts: none for plain sequences; else up to bs_seq_round_drafts, cut at the confidence
-// threshold. Alone (and without a cut) they may stay in backend memory for the verify to read; in a
-// batch they come to the host (ids[1..n]) for the one forward, and a drafter with propose_batch drafts
-// for every sequence in one pass.
-static int plan_drafts(bs_seq *s, bs_err *err) {
+// This round's drafts: none for plain sequences; else up to bs_seq_round_drafts, then cut by the
+// scheduler (cut_drafts). Alone (and without a cut that reads confidences) they may stay in backend memory
+// for the verify to read; in a batch they come to the host (ids[1..n]) for the one forward, and a drafter
+// with propose_batch drafts for every sequence in one pass.
+static int plan_drafts(const bs_runtime *rt, bs_seq *s, bs_err *err) {
     memset(&s->draft, 0, sizeof s->draft);
-    s->n_draft = 0;
+    s->n_draft = s->n_drafted = 0;
     s->ids[0] = s->anchor;
-    if (!s->drafter) return 0;
+    if (!drafter_of(rt, s)) return 0;
     int max_n = bs_seq_round_drafts(s);
     // bs_request_tokens guarantees the anchor's row while tokens are still owed; running out here would be
     // a bug, and is an error rather than a silently shorter output.
@@ -74,9 +83,8 @@ static int plan_drafts(bs_seq *s, bs_err *err) {
     return max_n;
 }
 
-static void take_drafts(bs_seq *s, int max_n, int alone) {
-    int n = s->draft.n < max_n ? s->draft.n : max_n;
-    if (s->confidence_threshold > 0 && s->draft.has_conf) { int k = 0; while (k < n && s->draft.conf[k] >= s->confidence_threshold) k++; n = k; }
+// The first n of the drafts are verified (n <= s->n_drafted: the scheduler's cut).
+static void take_drafts(bs_seq *s, int n, int alone) {
     s->n_draft = n;
     if (!alone && n > 0) {
         bs_backend *be = s->eng->be;
@@ -85,37 +93,76 @@ static void take_drafts(bs_seq *s, int max_n, int alone) {
     }
 }
 
-static int draft_alone(bs_seq *s, bs_err *err) {
-    int max_n = plan_drafts(s, err);
-    if (max_n <= 0) return max_n;
-    double t0 = bs_now();
-    bs_drafter *d = s->drafter;
-    int rc = !(s->confidence_threshold > 0) && d->propose_on_device
-           ? d->propose_on_device(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err)
-           : d->propose(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err);
-    if (rc) return -1;
-    take_drafts(s, max_n, 1);
-    s->st.t_draft += bs_now() - t0;
+// Rows of this step's forward that prefill prompts (forward_batch's allotment, computed ahead for the
+// scheduler's cost).
+static int prefill_rows_planned(const bs_runtime *rt) {
+    int budget = rt->prefill_rows, rows = 0;
+    for (int i = 0; i < rt->n_seqs; i++) {
+        const bs_seq *s = rt->seqs[i];
+        if (s->phase != BS_SEQ_PREFILL) continue;
+        int n = s->n_prompt - s->n_prefilled < budget ? s->n_prompt - s->n_prefilled : budget;
+        budget -= n; rows += n;
+    }
+    return rows;
+}
+
+// The scheduler over this step's decoding sequences (their drafts in s->draft, s->n_drafted of them; 0 for
+// plain ones): each one's verified count, then the async budget for the next step.
+static int cut_drafts(bs_runtime *rt, bs_seq **seqs, int R, int extra_rows, int alone, bs_err *err) {
+    int m = 0;
+    for (int i = 0; i < R; i++) {
+        bs_seq *s = seqs[i];
+        rt->sched_in[i] = (bs_sched_in){ s->n_drafted, s->draft.has_conf ? s->draft.conf : NULL, s->confidence_threshold };
+        m += s->n_drafted;
+    }
+    if (m > rt->cap_cand) {
+        bs_sched_cand *c = realloc(rt->sched_cand, sizeof *c * m);
+        if (!c) return bs_fail(err, "out of memory");
+        rt->sched_cand = c; rt->cap_cand = m;
+    }
+    bs_sched_args a = { rt->sched, rt->sps, rt->n_sps, extra_rows, -1 };
+    // async: the budget the previous step planned, scaled to this step's number of sequences (both known
+    // before any of this step's drafts was drawn).
+    if (rt->sched == BS_SCHED_ASYNC && rt->async_budget >= 0) a.budget = (int)((double)rt->async_budget * R / rt->async_R + 0.5);
+    bs_schedule(&a, rt->sched_in, R, rt->sched_l, rt->sched_cand);
+    for (int i = 0; i < R; i++) take_drafts(seqs[i], rt->sched_l[i], alone);
+    if (rt->sched == BS_SCHED_ASYNC) { rt->async_budget = bs_sched_plan_budget(&a, rt->sched_in, R, rt->sched_cand); rt->async_R = R; }
     return 0;
+}
+
+static int draft_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
+    int max_n = plan_drafts(rt, s, err);
+    if (max_n < 0) return -1;
+    if (max_n > 0) {
+        double t0 = bs_now();
+        bs_drafter *d = s->drafter;
+        int rc = !needs_conf(rt, s) && d->propose_on_device
+               ? d->propose_on_device(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err)
+               : d->propose(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err);
+        if (rc) return -1;
+        s->n_drafted = s->draft.n < max_n ? s->draft.n : max_n;
+        s->st.t_draft += bs_now() - t0;
+    }
+    return cut_drafts(rt, &s, 1, 0, 1, err);
 }
 
 // Every decoding sequence's drafts, in one drafter pass where the drafter has propose_batch.
 static int draft_batch(bs_runtime *rt, bs_err *err) {
-    int n = 0;
+    int n = 0, R = 0;
     for (int i = 0; i < rt->n_seqs; i++) {
         bs_seq *s = rt->seqs[i];
         if (s->phase != BS_SEQ_DECODE) continue;
-        int max_n = plan_drafts(s, err);
+        int max_n = plan_drafts(rt, s, err);
         if (max_n < 0) return -1;
         if (max_n == 0) continue;
         rt->draft_seqs[n] = s; rt->draft_ctx[n] = &s->dctx; rt->draft_anchor[n] = s->anchor; rt->draft_max[n] = max_n;
         rt->draft_smp[n] = &s->sampling; rt->draft_rng[n] = s->rng;
         n++;
     }
-    if (n == 0) return 0;
     double t0 = bs_now();
     bs_drafter *d = rt->drafter;
-    if (d->propose_batch) {
+    if (n == 0) {}
+    else if (d->propose_batch) {
         if (d->propose_batch(d, n, rt->draft_ctx, rt->draft_anchor, rt->draft_max, rt->draft_smp, rt->draft_rng, rt->draft_out, err)) return -1;
         for (int i = 0; i < n; i++) rt->draft_seqs[i]->draft = rt->draft_out[i];
     } else {
@@ -126,20 +173,29 @@ static int draft_batch(bs_runtime *rt, bs_err *err) {
     }
     // The shared pass counts in full for every sequence in it.
     double t = bs_now() - t0;
-    for (int i = 0; i < n; i++) { take_drafts(rt->draft_seqs[i], rt->draft_max[i], 0); rt->draft_seqs[i]->st.t_draft += t; }
-    return 0;
+    for (int i = 0; i < n; i++) {
+        bs_seq *s = rt->draft_seqs[i];
+        s->n_drafted = s->draft.n < rt->draft_max[i] ? s->draft.n : rt->draft_max[i];
+        s->st.t_draft += t;
+    }
+    // Every decoding sequence takes part in the cut (plain ones as one row each): the forward's cost is
+    // all of them. draft_seqs is reused as the list (the drafter call is over).
+    for (int i = 0; i < rt->n_seqs; i++) if (rt->seqs[i]->phase == BS_SEQ_DECODE) rt->draft_seqs[R++] = rt->seqs[i];
+    return R ? cut_drafts(rt, rt->draft_seqs, R, prefill_rows_planned(rt), 0, err) : 0;
 }
 
 // After the verdict: keep the anchor's and the accepted drafts' K/V (the next token has none yet), feed
 // their taps (feat rows) to the drafter, emit.
-static int finish_round(bs_seq *s, int a, int32_t next, const float *feat, bs_err *err) {
+static int finish_round(bs_runtime *rt, bs_seq *s, int a, int32_t next, const float *feat, bs_err *err) {
     int n = s->n_draft, s0 = s->kv->n_past - (n + 1);
+    bs_drafter *d = drafter_of(rt, s);
     if (bs_kv_rollback(s->kv, s0 + a + 1, err)) return -1;
-    if (s->drafter) {
+    if (d) {
         double t0 = bs_now();
-        if (s->drafter->add_context(s->drafter, &s->dctx, feat, a + 1, err)) return -1;
+        if (d->add_context(d, &s->dctx, feat, a + 1, err)) return -1;
         s->st.t_draft += bs_now() - t0;
-        record_round(&s->st, n, a);
+        record_round(&s->st, s->n_drafted, n, a);
+        if (rt->on_round) rt->on_round(rt->on_round_ctx, s, s->n_drafted, n, a);
     }
     for (int k = 0; k < a; k++) bs_seq_emit(s, s->ids[1 + k]);
     bs_seq_emit(s, next);
@@ -152,7 +208,7 @@ static void draw_uniforms(bs_seq *s, double *u) { for (int k = 0; k <= s->n_draf
 // download per round; a recordable forward shape).
 static int verify_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     const bs_engine *e = rt->eng;
-    bs_drafter *d = s->drafter;
+    bs_drafter *d = drafter_of(rt, s);
     int n = s->n_draft, a = 0;
     int32_t next;
     double t0 = bs_now();
@@ -178,7 +234,7 @@ static int verify_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
         }
     }
     s->st.t_target += bs_now() - t0;
-    return finish_round(s, a, next, rt->feat, err);
+    return finish_round(rt, s, a, next, rt->feat, err);
 }
 
 // Several sequences: one ragged forward over all their rows (verify blocks, and prompt chunks within this
@@ -206,7 +262,7 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
         s->row0 = n_rows; s->lrow = n_logits;
         n_rows += rows;
         n_logits += s->phase == BS_SEQ_PREFILL ? 1 : rows;
-        any_drafter |= s->drafter != NULL;
+        any_drafter |= drafter_of(rt, s) != NULL;
     }
     if (n_batch == 0) return 0;
     rt->last_rows = n_rows;
@@ -221,7 +277,8 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
         float *rows = rt->logits + (size_t)s->lrow * V, *feat = any_drafter ? rt->feat + (size_t)s->row0 * F : NULL;
         if (s->phase == BS_SEQ_PREFILL) {
             if (!s->n_chunk) continue;
-            if (s->drafter && s->drafter->add_context(s->drafter, &s->dctx, feat, s->n_chunk, err)) return -1;
+            bs_drafter *d = drafter_of(rt, s);
+            if (d && d->add_context(d, &s->dctx, feat, s->n_chunk, err)) return -1;
             s->n_prefilled += s->n_chunk;
             if (s->n_prefilled == s->n_prompt) prompt_done(s, rows);
             continue;
@@ -230,7 +287,7 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
         int a = 0;
         int32_t next;
         t0 = bs_now();
-        if (!s->drafter) next = token_from_row(be, s, rows, V);
+        if (!drafter_of(rt, s)) next = token_from_row(be, s, rows, V);
         else if (bs_sampling_greedy(&s->sampling)) a = bs_verify_rows_greedy(be, rows, s->ids + 1, s->n_draft, V, &next);
         else {
             double u[BS_MAX_VERIFY_ROWS];
@@ -239,7 +296,7 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
         }
         // The shared forward counts in full for every sequence in it: each waited for all of it.
         s->st.t_target += t_forward + (bs_now() - t0);
-        if (finish_round(s, a, next, feat, err)) return -1;
+        if (finish_round(rt, s, a, next, feat, err)) return -1;
     }
     return 0;
 }
@@ -256,7 +313,7 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     if (rt->n_seqs == 1) {   // alone: the single-request path
         bs_seq *s = rt->seqs[0];
         if (s->phase == BS_SEQ_PREFILL && prefill_alone(rt, s, err)) return -1;
-        if (s->phase == BS_SEQ_DECODE && (draft_alone(s, err) || verify_alone(rt, s, err))) return -1;
+        if (s->phase == BS_SEQ_DECODE && (draft_alone(rt, s, err) || verify_alone(rt, s, err))) return -1;
     } else if (rt->n_seqs > 1) {
         // The decoding sequences' drafts were planned from their anchors; sequences still prefilling sit
         // this round out (drafting needs their whole prompt).

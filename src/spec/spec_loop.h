@@ -6,15 +6,23 @@
 #include "engine/engine.h"
 #include "spec/drafter.h"
 
+// A runtime scheduler for bs_generate_spec: mode is a bs_sched_mode (runtime/schedule.h); sps[0..n_sps) its
+// cost model (alg1, async).
+typedef struct bs_spec_sched { int mode; const double *sps; int n_sps; } bs_spec_sched;
+
 typedef struct bs_spec_opts {
     int draft_max;              // 0: the backend's default_draft_max (backend.h; CPU 4 or 7), else the drafter's block
     float confidence_threshold; // > 0: verify only the leading drafts with c_k >= threshold (needs a confidence head)
     int stop_at_eos;
+    // NULL: the default (the confidence_threshold cut); else the runtime's scheduler (runtime/schedule.h)
+    // and, for alg1 / async, its cost model.
+    const bs_spec_sched *sched;
 } bs_spec_opts;
 
 typedef struct bs_spec_stats {
     int n_prompt, n_generated, rounds;
     long drafted, accepted;                 // over all rounds (drafts verified / accepted)
+    long proposed;                          // drafts proposed, before the scheduler's cut
     long pos_tried[BS_MAX_DRAFT];           // rounds that verified a draft at position k+1
     long pos_accepted[BS_MAX_DRAFT];        // ... and accepted it
     double t_prefill, t_target, t_draft, t_total;   // seconds: t_target = verify forwards + acceptance,

@@ -1,0 +1,518 @@
+// The confidence schedulers (src/runtime/schedule.c, docs/scheduling.md): hand-computed admissions of
+// every mode, the early break's role (the paper's App. A counterexample, computed exactly), the async
+// budget; then the runtime: greedy output under every schedule equals plain decoding for every request of
+// a concurrent mixed run, sampled output is batch-invariant where it should be, and the trace-replay
+// drafter accepts what its trace says.
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "harness.h"
+#include "test_util_models.h"
+#include "cli/cost_model.h"
+#include "cli/replay_drafter.h"
+#include "runtime/runtime.h"
+
+static int plan(bs_sched_mode mode, const double *sps, int n_sps, int extra, int budget, const bs_sched_in *in, int R, int *l) {
+    bs_sched_cand cand[256];
+    bs_sched_args a = { mode, sps, n_sps, extra, budget };
+    return bs_schedule(&a, in, R, l, cand);
+}
+
+TEST(sched_names) {
+    bs_sched_mode m;
+    const char *names[] = { "none", "fixed", "threshold", "alg1", "async" };
+    for (int i = 0; i < 5; i++) CHECK(bs_sched_parse(names[i], &m) == 0 && !strcmp(bs_sched_name(m), names[i]), "%s", names[i]);
+    CHECK(bs_sched_parse("ALG1", &m) != 0 && bs_sched_parse("", &m) != 0 && bs_sched_parse(NULL, &m) != 0);
+    CHECK(bs_sched_name((bs_sched_mode)99) == NULL);
+}
+
+// none, fixed, and the threshold cut per request (a request without confidences, or with threshold 0,
+// verifies every draft).
+TEST(sched_threshold_per_request) {
+    float c0[] = { 0.9f, 0.4f, 0.9f }, c1[] = { 0.9f, 0.4f, 0.9f }, c2[] = { 0.9f, 0.96f, 0.2f };
+    bs_sched_in in[4] = { { 3, c0, 0.5f }, { 3, c1, 0 }, { 3, c2, 0.95f }, { 3, NULL, 0.5f } };
+    int l[4];
+    CHECK(plan(BS_SCHED_THRESHOLD, NULL, 0, 0, -1, in, 4, l) == 1 + 3 + 0 + 3);
+    CHECK(l[0] == 1 && l[1] == 3 && l[2] == 0 && l[3] == 3, "%d %d %d %d", l[0], l[1], l[2], l[3]);
+    CHECK(plan(BS_SCHED_FIXED, NULL, 0, 0, -1, in, 4, l) == 12 && l[0] == 3 && l[2] == 3);
+    CHECK(plan(BS_SCHED_NONE, NULL, 0, 0, -1, in, 4, l) == 0 && l[0] == 0 && l[3] == 0);
+}
+
+// Two requests, a: (0,1) .9, (0,2) .72, (1,1) .5. Theta: 2 x 10 = 20; +(0,1): 2.9 x 9.5 = 27.55; +(0,2):
+// 3.62 x 9 = 32.58; +(1,1): 4.12 x 7 = 28.84 < 32.58: break. l = {2, 0}.
+TEST(sched_alg1_hand) {
+    double sps[] = { 12, 10, 9.5, 9.0, 7.0 };
+    float c0[] = { 0.9f, 0.8f }, c1[] = { 0.5f };
+    bs_sched_in in[2] = { { 2, c0, 0 }, { 1, c1, 0 } };
+    int l[2];
+    CHECK(plan(BS_SCHED_ALG1, sps, 5, 0, -1, in, 2, l) == 2 && l[0] == 2 && l[1] == 0, "%d %d", l[0], l[1]);
+    // SPS(5) = 8: 4.12 x 8 = 32.96 > 32.58: (1,1) is admitted too.
+    sps[4] = 8.0;
+    CHECK(plan(BS_SCHED_ALG1, sps, 5, 0, -1, in, 2, l) == 3 && l[0] == 2 && l[1] == 1, "%d %d", l[0], l[1]);
+    // Other rows in the same forward (a prompt chunk of 1 row) shift every step time by one row: start
+    // 2 x SPS(3) = 19; +(0,1): 2.9 x 9.0 = 26.1; +(0,2): 3.62 x 8 = 28.96; +(1,1): 4.12 x SPS(6) (past the
+    // table: step time 1/8 + (1/8 - 1/9) = 0.13889, SPS 7.2) = 29.66 > 28.96: all three.
+    CHECK(plan(BS_SCHED_ALG1, sps, 5, 1, -1, in, 2, l) == 3 && l[0] == 2 && l[1] == 1, "%d %d", l[0], l[1]);
+    CHECK_NEAR(bs_sps_at(sps, 5, 6), 7.2, 1e-9);
+    CHECK_NEAR(bs_sps_at(sps, 1, 6), 12, 0);           // one entry: flat
+    CHECK_NEAR(bs_sps_at(sps, 5, 0), 12, 0);
+}
+
+// The early break: Theta dips at the first candidate and rises after it. Algorithm 1 stops at the dip
+// (l = 0); the whole path's best point (the async budget's rule, for a later step) is further on.
+TEST(sched_alg1_early_break) {
+    double sps[] = { 10, 7.6, 7.5, 7.4, 7.3 };
+    float c[] = { 0.3f, 1.0f, 1.0f, 1.0f };   // a = .3 at every position: ties within a request keep their order
+    bs_sched_in in[1] = { { 4, c, 0 } };
+    int l[1];
+    bs_sched_cand cand[8];
+    bs_sched_args a = { BS_SCHED_ALG1, sps, 5, 0, -1 };
+    // Theta: 10; 1.3 x 7.6 = 9.88 (break); 1.6 x 7.5 = 12; 1.9 x 7.4 = 14.06; 2.2 x 7.3 = 16.06.
+    CHECK(bs_schedule(&a, in, 1, l, cand) == 0 && l[0] == 0, "%d", l[0]);
+    CHECK(bs_sched_plan_budget(&a, in, 1, cand) == 4);
+    sps[1] = 7.8;   // 1.3 x 7.8 = 10.14 > 10: no dip, every draft
+    CHECK(bs_schedule(&a, in, 1, l, cand) == 4 && l[0] == 4, "%d", l[0]);
+}
+
+// Ties between requests go to the lower index; a request with no drafts (plain, or no room) is a row and a
+// token; a zero confidence ends its request's candidates.
+TEST(sched_alg1_ties_and_empty) {
+    double sps[] = { 20, 10, 8, 6 };
+    float c0[] = { 0.8f }, c1[] = { 0.8f };
+    bs_sched_in in[2] = { { 1, c0, 0 }, { 1, c1, 0 } };
+    int l[3];
+    // 2 x 10 = 20; +(0,1): 2.8 x 8 = 22.4; +(1,1): 3.6 x 6 = 21.6: break.
+    CHECK(plan(BS_SCHED_ALG1, sps, 4, 0, -1, in, 2, l) == 1 && l[0] == 1 && l[1] == 0, "%d %d", l[0], l[1]);
+    // r0 {.9}, r1 plain, r2 {.6}: start 3 rows, 3 tokens: 3 x 10 = 30; +(0,1): 3.9 x 9 = 35.1; +(2,1): 4.5 x 8 = 36.
+    double s2[] = { 20, 15, 10, 9, 8 };
+    float d0[] = { 0.9f }, d2[] = { 0.6f };
+    bs_sched_in in3[3] = { { 1, d0, 0 }, { 0, NULL, 0 }, { 1, d2, 0 } };
+    CHECK(plan(BS_SCHED_ALG1, s2, 5, 0, -1, in3, 3, l) == 2 && l[0] == 1 && l[1] == 0 && l[2] == 1, "%d %d %d", l[0], l[1], l[2]);
+    s2[4] = 7.5;   // 4.5 x 7.5 = 33.75 < 35.1
+    CHECK(plan(BS_SCHED_ALG1, s2, 5, 0, -1, in3, 3, l) == 1 && l[0] == 1 && l[2] == 0, "%d %d %d", l[0], l[1], l[2]);
+    float z[] = { 0.9f, 0.0f, 0.9f };
+    bs_sched_in inz[1] = { { 3, z, 0 } };
+    double flat[] = { 10, 10, 10, 10 };
+    CHECK(plan(BS_SCHED_ALG1, flat, 4, 0, -1, inz, 1, l) == 1 && l[0] == 1, "%d", l[0]);
+}
+
+// A sequence without confidences (DFlash) verifies every draft under alg1 / async; its rows count.
+TEST(sched_alg1_without_confidences) {
+    double sps[] = { 30, 20, 15, 12, 10, 9 };
+    float c1[] = { 0.9f };
+    bs_sched_in in[2] = { { 3, NULL, 0 }, { 1, c1, 0 } };
+    int l[2];
+    // start: 2 + 3 rows, 2 tokens: 2 x 10 = 20; +(1,1): 2.9 x 9 = 26.1.
+    CHECK(plan(BS_SCHED_ALG1, sps, 6, 0, -1, in, 2, l) == 4 && l[0] == 3 && l[1] == 1, "%d %d", l[0], l[1]);
+    sps[5] = 6;   // 2.9 x 6 = 17.4 < 20
+    CHECK(plan(BS_SCHED_ALG1, sps, 6, 0, -1, in, 2, l) == 3 && l[0] == 3 && l[1] == 0, "%d %d", l[0], l[1]);
+    CHECK(plan(BS_SCHED_ASYNC, sps, 6, 0, 5, in, 2, l) == 4 && l[0] == 3 && l[1] == 1, "%d %d", l[0], l[1]);
+}
+
+// Async: the top K candidates by current prefix survival, no break; K < 0 (no earlier step): Algorithm 1.
+// a: (0,1) .9, (1,1) .8, (1,2) .56, (0,2) .45.
+TEST(sched_async_budget) {
+    double sps[] = { 10, 10, 1, 1, 1, 1 };   // Algorithm 1 would stop at once (2 x 10 = 20; 2.9 x 1)
+    float c0[] = { 0.9f, 0.5f }, c1[] = { 0.8f, 0.7f };
+    bs_sched_in in[2] = { { 2, c0, 0 }, { 2, c1, 0 } };
+    int l[2];
+    CHECK(plan(BS_SCHED_ASYNC, sps, 6, 0, 3, in, 2, l) == 3 && l[0] == 1 && l[1] == 2, "%d %d", l[0], l[1]);
+    CHECK(plan(BS_SCHED_ASYNC, sps, 6, 0, 1, in, 2, l) == 1 && l[0] == 1 && l[1] == 0, "%d %d", l[0], l[1]);
+    CHECK(plan(BS_SCHED_ASYNC, sps, 6, 0, 0, in, 2, l) == 0 && l[0] == 0 && l[1] == 0);
+    CHECK(plan(BS_SCHED_ASYNC, sps, 6, 0, 99, in, 2, l) == 4 && l[0] == 2 && l[1] == 2);
+    CHECK(plan(BS_SCHED_ASYNC, sps, 6, 0, -1, in, 2, l) == 0 && l[0] == 0 && l[1] == 0);
+    // The budget for the next step: the best point of the whole path. Flat SPS: every candidate raises Theta.
+    double flat[] = { 10, 10, 10, 10, 10, 10 };
+    bs_sched_cand cand[8];
+    bs_sched_args a = { BS_SCHED_ASYNC, flat, 6, 0, -1 };
+    CHECK(bs_sched_plan_budget(&a, in, 2, cand) == 4);
+    // Step times 0.1, then +0.02 per row: Theta 20, 2.9/.12 = 24.17, 3.7/.14 = 26.43, 4.26/.16 = 26.63, 4.71/.18 = 26.17.
+    double lin[] = { 10, 10, 1 / 0.12, 1 / 0.14, 1 / 0.16, 1 / 0.18 };
+    a.sps = lin;
+    CHECK(bs_sched_plan_budget(&a, in, 2, cand) == 3);
+}
+
+// The paper's App. A: one request, gamma = 2, SPS = 1.0, 0.5, 0.45, target p_t = (0.7, 0.3), drafter
+// p_d = (0.5, 0.5); c_1 = 0.8, and c_2 depends on x_1 (0.9 after A, 0.2 after B). The first emitted
+// token's exact distribution, enumerating x_1: with l = 0 it is the target's sample; with l >= 1 standard
+// speculative sampling accepts x_1 with min(1, p_t/p_d), else resamples from norm(max(0, p_t - p_d)).
+// Algorithm 1 (early break) keeps it (0.7, 0.3); the retrospective search (the whole path's best point on
+// the current draws) gives (0.85, 0.15); async with any K fixed before the draws gives (0.7, 0.3).
+static double first_token_pA(int which, int K) {
+    const double pt[2] = { 0.7, 0.3 }, pd[2] = { 0.5, 0.5 }, c2[2] = { 0.9, 0.2 };
+    double sps[] = { 1.0, 0.5, 0.45 }, pA = 0;
+    for (int x1 = 0; x1 < 2; x1++) {
+        float c[2] = { 0.8f, (float)c2[x1] };
+        bs_sched_in in[1] = { { 2, c, 0 } };
+        bs_sched_cand cand[4];
+        bs_sched_args a = { which == 2 ? BS_SCHED_ASYNC : BS_SCHED_ALG1, sps, 3, 0, which == 2 ? K : -1 };
+        int l[1];
+        if (which == 1) l[0] = bs_sched_plan_budget(&a, in, 1, cand);   // retrospective: no break
+        else bs_schedule(&a, in, 1, l, cand);
+        double out_A;
+        if (l[0] == 0) out_A = pt[0];
+        else {
+            double acc = pt[x1] / pd[x1] < 1 ? pt[x1] / pd[x1] : 1;
+            double res[2] = { pt[0] - pd[0] > 0 ? pt[0] - pd[0] : 0, pt[1] - pd[1] > 0 ? pt[1] - pd[1] : 0 };
+            double resA = res[0] + res[1] > 0 ? res[0] / (res[0] + res[1]) : 0;
+            out_A = (x1 == 0 ? acc : 0) + (1 - acc) * resA;
+        }
+        pA += pd[x1] * out_A;
+    }
+    return pA;
+}
+
+TEST(sched_lossless_app_a) {
+    CHECK_NEAR(first_token_pA(0, -1), 0.7, 1e-12, "Algorithm 1 with its early break must keep the target's distribution");
+    CHECK_NEAR(first_token_pA(1, -1), 0.85, 1e-12, "the retrospective search (the counterexample) must show its bias");
+    for (int K = 0; K <= 2; K++) CHECK_NEAR(first_token_pA(2, K), 0.7, 1e-12, "async with K = %d", K);
+}
+
+// ---- the runtime ----
+
+typedef struct req { int32_t prompt[48]; int n_prompt; bs_seq_params p; int join; } req;
+
+// Runs reqs through one runtime under mode (sps: its cost model), joining at their steps; out[i] (cap 96).
+static int run_sched(bs_engine *e, bs_drafter *d, bs_sched_mode mode, const double *sps, int n_sps, req *r, int n, int32_t (*out)[96],
+                     int *n_out, long *proposed, long *verified, bs_err *err) {
+    bs_runtime rt;
+    bs_seq *s = calloc(n, sizeof *s);
+    int rc = -1;
+    if (bs_runtime_init(&rt, e, d, err)) { free(s); return -1; }
+    if (bs_runtime_set_schedule(&rt, mode, sps, n_sps, err)) goto out;
+    for (int step = 0; step < 5000; step++) {
+        for (int i = 0; i < n; i++)
+            if (r[i].join == step && (bs_seq_init(&s[i], e, d, r[i].prompt, r[i].n_prompt, &r[i].p, err) || bs_runtime_add(&rt, &s[i], err))) goto out;
+        if (bs_runtime_step(&rt, err) < 0) goto out;
+        int pending = 0;
+        for (int i = 0; i < n; i++) pending += !s[i].eng || !bs_seq_done(&s[i]);
+        if (!pending) break;
+    }
+    if (proposed) *proposed = *verified = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(out[i], s[i].out, sizeof(int32_t) * s[i].n_out); n_out[i] = s[i].n_out;
+        if (proposed) { *proposed += s[i].st.proposed; *verified += s[i].st.drafted; }
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < n; i++) if (s[i].eng) bs_seq_free(&s[i]);
+    bs_runtime_free(&rt);
+    free(s);
+    return rc;
+}
+
+static void make_reqs(req *r, int n, int V, int sampled, uint64_t seed) {
+    bs_rng g; bs_rng_seed(&g, seed);
+    for (int i = 0; i < n; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        r[i].n_prompt = 1 + (int)(bs_rng_u64(&g) % (i % 3 == 0 ? 40 : 10));
+        for (int k = 0; k < r[i].n_prompt; k++) r[i].prompt[k] = 4 + (int32_t)(bs_rng_u64(&g) % (V - 4));
+        r[i].p.n_new = 20 + (int)(bs_rng_u64(&g) % 40);
+        r[i].p.use_drafter = i % 5 != 4;
+        r[i].p.draft_max = 1 + i % 6;
+        r[i].p.confidence_threshold = i % 4 == 1 ? 0.4f : 0;
+        r[i].join = i < n / 2 ? 0 : (int)(bs_rng_u64(&g) % 8);
+        if (sampled && i % 2) r[i].p.sampling = (bs_sampling){ .temperature = 0.9f, .top_p = i % 4 == 1 ? 0.9f : 1.0f, .seed = 500 + i };
+    }
+}
+
+// Every schedule, two cost models (steep: alg1 / async cut hard; flat: they verify nearly everything):
+// every request's greedy tokens equal plain decoding's, and the steep runs really cut.
+static void check_greedy_lossless(int *failed_, const char *target, const char *drafter, int n, uint64_t seed) {
+    bs_engine *e; bs_drafter *d; bs_err err = {0};
+    CHECK(bs_engine_open(&e, target, "cpu", &err) == 0, "%s", err.msg);
+    CHECK(bs_drafter_open(&d, drafter, e, 0, &err) == 0, "%s", err.msg);
+    req *r = calloc(n, sizeof *r), *plain = calloc(n, sizeof *plain);
+    int32_t (*want)[96] = calloc(n, sizeof *want), (*got)[96] = calloc(n, sizeof *got);
+    int *n_want = calloc(n, sizeof(int)), *n_got = calloc(n, sizeof(int));
+    make_reqs(r, n, e->cfg.vocab_size, 0, seed);
+    for (int i = 0; i < n; i++) { plain[i] = r[i]; plain[i].p.use_drafter = 0; }
+    CHECK(run_sched(e, d, BS_SCHED_FIXED, NULL, 0, plain, n, want, n_want, NULL, NULL, &err) == 0, "plain: %s", err.msg);
+    double steep[64], flat[64];
+    // steep: each row adds a quarter of a 1-row step (a draft must survive with ~0.2-0.6 to be worth it)
+    for (int b = 1; b <= 64; b++) { steep[b - 1] = 100.0 / (1 + 0.25 * b); flat[b - 1] = 100.0 / (1 + 0.002 * b); }
+    const struct { bs_sched_mode m; const double *sps; int must_cut; } runs[] = {
+        { BS_SCHED_NONE, NULL, 0 }, { BS_SCHED_FIXED, NULL, 0 }, { BS_SCHED_THRESHOLD, NULL, 1 }, { BS_SCHED_ALG1, steep, 1 },
+        { BS_SCHED_ALG1, flat, 0 }, { BS_SCHED_ASYNC, steep, 1 }, { BS_SCHED_ASYNC, flat, 0 },
+    };
+    for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
+        long proposed, verified;
+        CHECK(run_sched(e, d, runs[k].m, runs[k].sps, runs[k].sps ? 64 : 0, r, n, got, n_got, &proposed, &verified, &err) == 0, "%s: %s",
+              bs_sched_name(runs[k].m), err.msg);
+        for (int i = 0; i < n; i++) {
+            CHECK(n_got[i] == n_want[i], "%s: request %d: %d tokens, plain %d", bs_sched_name(runs[k].m), i, n_got[i], n_want[i]);
+            for (int t = 0; t < n_want[i]; t++)
+                CHECK(got[i][t] == want[i][t], "%s (%s cost model): request %d (draft_max %d, threshold %g) token %d: %d, plain %d",
+                      bs_sched_name(runs[k].m), runs[k].sps == steep ? "steep" : "flat", i, r[i].p.draft_max, r[i].p.confidence_threshold, t,
+                      got[i][t], want[i][t]);
+        }
+        if (runs[k].m == BS_SCHED_NONE) CHECK(proposed == 0 && verified == 0, "none drafted %ld", proposed);
+        else CHECK(proposed > 0, "%s: nothing drafted", bs_sched_name(runs[k].m));
+        if (runs[k].m == BS_SCHED_FIXED) CHECK(verified == proposed, "fixed verified %ld of %ld", verified, proposed);
+        if (runs[k].must_cut) CHECK(verified < proposed, "%s: no draft was cut (%ld of %ld verified): the test would not see a bad cut",
+                                    bs_sched_name(runs[k].m), verified, proposed);
+    }
+    free(r); free(plain); free(want); free(got); free(n_want); free(n_got);
+    d->free(d);
+    bs_engine_close(e);
+}
+
+TEST(sched_greedy_lossless_fixture_dspark) {
+    char t[1024], d[1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
+    check_greedy_lossless(failed_, t, d, 10, 11);
+}
+
+TEST(sched_greedy_lossless_builtin) {
+    struct stat st;
+    if (stat("models/blockspec-30m/config.json", &st) || stat("models/blockspec-30m-dspark/config.json", &st)) SKIP("no built-in DSpark drafter in models/");
+    check_greedy_lossless(failed_, "models/blockspec-30m", "models/blockspec-30m-dspark", 12, 12);
+}
+
+// The DFlash drafter has no confidences: alg1 / async verify its whole blocks, output still plain decoding's.
+TEST(sched_greedy_lossless_fixture_dflash) {
+    char t[1024], d[1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dflash", bs_fixtures_dir());
+    bs_engine *e; bs_drafter *dr; bs_err err = {0};
+    CHECK(bs_engine_open(&e, t, "cpu", &err) == 0 && bs_drafter_open(&dr, d, e, 0, &err) == 0, "%s", err.msg);
+    req r[6], plain[6];
+    int32_t want[6][96], got[6][96];
+    int n_want[6], n_got[6];
+    make_reqs(r, 6, e->cfg.vocab_size, 0, 13);
+    for (int i = 0; i < 6; i++) { plain[i] = r[i]; plain[i].p.use_drafter = 0; r[i].p.confidence_threshold = 0; }
+    CHECK(run_sched(e, dr, BS_SCHED_FIXED, NULL, 0, plain, 6, want, n_want, NULL, NULL, &err) == 0, "%s", err.msg);
+    double steep[8] = { 100, 50, 33, 25, 20, 16, 14, 12 };
+    for (int m = BS_SCHED_ALG1; m <= BS_SCHED_ASYNC; m++) {
+        long proposed, verified;
+        CHECK(run_sched(e, dr, (bs_sched_mode)m, steep, 8, r, 6, got, n_got, &proposed, &verified, &err) == 0, "%s", err.msg);
+        CHECK(verified == proposed && proposed > 0, "%s: without confidences every draft is verified (%ld of %ld)", bs_sched_name(m), verified, proposed);
+        for (int i = 0; i < 6; i++) CHECK(n_got[i] == n_want[i] && !memcmp(got[i], want[i], sizeof(int32_t) * n_want[i]), "%s: request %d", bs_sched_name(m), i);
+    }
+    dr->free(dr);
+    bs_engine_close(e);
+}
+
+// Sampling: under none, fixed and threshold a request's cut depends on itself only, so its tokens in a
+// concurrent run equal its tokens alone (same seed). Under alg1 / async the cut depends on the other
+// requests' confidences (and so does how many uniforms a round draws): the output is distributed as the
+// target's (sched_lossless_app_a) but need not match the solo run token for token; a lone request is
+// still deterministic for its seed.
+TEST(sched_sampled_batch_invariance) {
+    char t[1024], d[1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
+    bs_engine *e; bs_drafter *dr; bs_err err = {0};
+    CHECK(bs_engine_open(&e, t, "cpu", &err) == 0 && bs_drafter_open(&dr, d, e, 0, &err) == 0, "%s", err.msg);
+    enum { N = 8 };
+    req r[N];
+    int32_t batch[N][96], alone[N][96], again[1][96];
+    int n_batch[N], n_alone[N], n_again[1];
+    make_reqs(r, N, e->cfg.vocab_size, 1, 14);
+    bs_sched_mode modes[] = { BS_SCHED_NONE, BS_SCHED_FIXED, BS_SCHED_THRESHOLD };
+    for (int m = 0; m < 3; m++) {
+        CHECK(run_sched(e, dr, modes[m], NULL, 0, r, N, batch, n_batch, NULL, NULL, &err) == 0, "%s", err.msg);
+        for (int i = 0; i < N; i++) {
+            req one = r[i]; one.join = 0;
+            CHECK(run_sched(e, dr, modes[m], NULL, 0, &one, 1, &alone[i], &n_alone[i], NULL, NULL, &err) == 0, "%s", err.msg);
+            CHECK(n_batch[i] == n_alone[i] && !memcmp(batch[i], alone[i], sizeof(int32_t) * n_alone[i]), "%s: request %d (temp %g) differs from alone",
+                  bs_sched_name(modes[m]), i, r[i].p.sampling.temperature);
+        }
+    }
+    double sps[16];
+    for (int b = 1; b <= 16; b++) sps[b - 1] = 100.0 / (1 + 0.3 * b);
+    for (int m = BS_SCHED_ALG1; m <= BS_SCHED_ASYNC; m++) {
+        CHECK(run_sched(e, dr, (bs_sched_mode)m, sps, 16, r, N, batch, n_batch, NULL, NULL, &err) == 0, "%s", err.msg);
+        for (int i = 0; i < N; i++) CHECK(n_batch[i] == r[i].p.n_new, "%s: request %d: %d of %d tokens", bs_sched_name(m), i, n_batch[i], r[i].p.n_new);
+        req one = r[1]; one.join = 0;
+        CHECK(run_sched(e, dr, (bs_sched_mode)m, sps, 16, &one, 1, &alone[0], &n_alone[0], NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(run_sched(e, dr, (bs_sched_mode)m, sps, 16, &one, 1, again, n_again, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(n_again[0] == n_alone[0] && !memcmp(again[0], alone[0], sizeof(int32_t) * n_alone[0]), "%s: a lone sampled request is not reproducible", bs_sched_name(m));
+    }
+    dr->free(dr);
+    bs_engine_close(e);
+}
+
+// The schedule cannot change under running requests; alg1 / async without a cost model, or a bad one, fail.
+TEST(sched_runtime_misuse) {
+    char t[1024], d[1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dspark", bs_fixtures_dir());
+    bs_engine *e; bs_drafter *dr; bs_err err = {0};
+    CHECK(bs_engine_open(&e, t, "cpu", &err) == 0 && bs_drafter_open(&dr, d, e, 0, &err) == 0, "%s", err.msg);
+    bs_runtime rt;
+    CHECK(bs_runtime_init(&rt, e, dr, &err) == 0, "%s", err.msg);
+    CHECK(bs_runtime_set_schedule(&rt, BS_SCHED_ALG1, NULL, 0, &err) != 0 && strstr(err.msg, "cost model"), "%s", err.msg);
+    double bad[2] = { 10, 0 };
+    CHECK(bs_runtime_set_schedule(&rt, BS_SCHED_ASYNC, bad, 2, &err) != 0 && strstr(err.msg, "2 rows"), "%s", err.msg);
+    int32_t prompt[] = { 5, 6, 7 };
+    bs_seq_params p = { .n_new = 10, .use_drafter = 1 };
+    bs_seq s;
+    CHECK(bs_seq_init(&s, e, dr, prompt, 3, &p, &err) == 0 && bs_runtime_add(&rt, &s, &err) == 0, "%s", err.msg);
+    CHECK(bs_runtime_set_schedule(&rt, BS_SCHED_NONE, NULL, 0, &err) != 0 && strstr(err.msg, "running"), "%s", err.msg);
+    bs_seq_free(&s);
+    bs_runtime_free(&rt);
+    dr->free(dr);
+    bs_engine_close(e);
+}
+
+// The replay drafter: on the fixture target, with its own greedy continuation as the reference, a fixed
+// schedule accepts exactly the trace's counts round after round, and a threshold schedule min(a, l).
+TEST(sched_replay_follows_trace) {
+    char t[1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, t, "cpu", &err) == 0, "%s", err.msg);
+    replay_round rounds[4] = { { 4, 2, 1, { 0.9f, 0.8f, 0.3f, 0.2f } }, { 4, 0, 1, { 0.2f, 0.9f, 0.9f, 0.9f } },
+                               { 4, 4, 1, { 0.9f, 0.9f, 0.3f, 0.9f } }, { 3, 1, 1, { 0.9f, 0.1f, 0.5f } } };
+    replay_round *rp = rounds;
+    int n_rounds = 4;
+    replay_trace tr = { 1, &rp, &n_rounds, 4 };
+    req r[1];
+    memset(r, 0, sizeof r);
+    r[0].n_prompt = 5;
+    for (int k = 0; k < 5; k++) r[0].prompt[k] = 10 + 3 * k;
+    r[0].p.n_new = 60; r[0].p.draft_max = 4;
+    int32_t ref[1][96];
+    int n_ref[1];
+    CHECK(run_sched(e, NULL, BS_SCHED_FIXED, NULL, 0, r, 1, ref, n_ref, NULL, NULL, &err) == 0, "%s", err.msg);
+    bs_drafter *d = replay_drafter_new(&tr, e->cfg.vocab_size, 4);
+    CHECK(d);
+    r[0].p.n_new = 40; r[0].p.use_drafter = 1;
+    for (int thr = 0; thr < 2; thr++) {
+        r[0].p.confidence_threshold = thr ? 0.5f : 0;
+        replay_bind(d, r[0].n_prompt, ref[0], n_ref[0], 0, 0);
+        bs_runtime rt;
+        bs_seq s;
+        CHECK(bs_runtime_init(&rt, e, d, &err) == 0 && bs_runtime_set_schedule(&rt, thr ? BS_SCHED_THRESHOLD : BS_SCHED_FIXED, NULL, 0, &err) == 0, "%s", err.msg);
+        CHECK(bs_seq_init(&s, e, d, r[0].prompt, r[0].n_prompt, &r[0].p, &err) == 0 && bs_runtime_add(&rt, &s, &err) == 0, "%s", err.msg);
+        while (!bs_seq_done(&s)) CHECK(bs_runtime_step(&rt, &err) >= 0, "%s", err.msg);
+        CHECK(s.n_out == 40 && !memcmp(s.out, ref[0], sizeof(int32_t) * 40), "replayed output differs from the reference");
+        // Leading confidences >= .5: 2, 0, 2, 1 drafts; accepted min(a, l): 2, 0, 2, 1 (fixed: the trace's a).
+        const int want_fixed[4] = { 2, 0, 4, 1 }, want_thr[4] = { 2, 0, 2, 1 };
+        for (int k = 0; k + 1 < s.st.n_lengths; k++)   // the last round may be cut short by the token budget
+            CHECK(s.st.acceptance_lengths[k] == (thr ? want_thr : want_fixed)[k % 4] + 1, "round %d: %d accepted", k, s.st.acceptance_lengths[k] - 1);
+        if (thr) CHECK(s.st.drafted < s.st.proposed, "the threshold cut nothing");
+        bs_seq_free(&s);
+        bs_runtime_free(&rt);
+    }
+    CHECK(replay_mismatches(d) == 0, "%ld anchors off the reference", replay_mismatches(d));
+    d->free(d);
+    bs_engine_close(e);
+}
+
+// Bad input gets a message naming the file and the field: traces, cost model files, schedule names.
+TEST(sched_bad_files) {
+    const char *dir = bs_test_tmpdir("sched");
+    CHECK(dir);
+    char path[4096], err[1024];
+    const struct { const char *text, *want; } traces[] = {
+        { "{\"request\":0,\"n\":2,\"l\":2,\"a\":3,\"conf\":[0.5,0.5]}\n", "field \"a\" (3) exceeds field \"l\"" },
+        { "{\"request\":0,\"n\":2,\"l\":2,\"a\":1,\"conf\":[0.5]}\n", "field \"conf\" has 1 entries" },
+        { "{\"request\":0,\"n\":2,\"l\":2,\"a\":1,\"conf\":[0.5,1.5]}\n", "entry 1 is not a number in [0, 1]" },
+        { "{\"request\":1,\"n\":2,\"l\":2,\"a\":1,\"conf\":[]}\n", "request 0 has no rounds" },
+        { "{\"n\":2,\"l\":2,\"a\":1,\"conf\":[]}\n", "request" },
+        { "\n\n", "no rounds" },
+        { "{\"request\":0,\"n\":2,\"l\":2,\"a\":1,\"conf\":[]}\n{oops\n", "line 2" },
+    };
+    for (size_t i = 0; i < sizeof traces / sizeof *traces; i++) {
+        snprintf(path, sizeof path, "%s/t%zu.jsonl", dir, i);
+        FILE *f = fopen(path, "w"); fputs(traces[i].text, f); fclose(f);
+        replay_trace t;
+        CHECK(replay_trace_load(&t, path, err, sizeof err) != 0 && strstr(err, traces[i].want) && strstr(err, path), "trace %zu: %s", i, err);
+    }
+    snprintf(path, sizeof path, "%s/ok.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"request\":0,\"round\":0,\"n\":2,\"l\":2,\"a\":1,\"conf\":[0.5,0.25]}\n{\"request\":0,\"round\":1,\"n\":3,\"l\":3,\"a\":0,\"conf\":[]}\n", f);
+    fclose(f);
+    replay_trace t;
+    CHECK(replay_trace_load(&t, path, err, sizeof err) == 0, "%s", err);
+    CHECK(t.n_req == 1 && t.n_rounds[0] == 2 && t.max_n == 3 && t.rounds[0][0].a == 1 && t.rounds[0][0].conf[1] == 0.25f && !t.rounds[0][1].has_conf);
+    replay_trace_free(&t);
+
+    const struct { const char *text, *want; } profiles[] = {
+        { "{\"format\":\"x\",\"device\":\"cpu\",\"shape\":\"s\",\"points\":[]}", "field \"format\"" },
+        { "{\"format\":\"blockspec-profile-1\",\"device\":\"cpu\",\"shape\":\"s\",\"points\":[]}", "field \"points\"" },
+        { "{\"format\":\"blockspec-profile-1\",\"device\":\"cpu\",\"shape\":\"s\",\"points\":[{\"rows\":2,\"sps\":5}]}", "points[0].rows must be 1" },
+        { "{\"format\":\"blockspec-profile-1\",\"device\":\"cpu\",\"shape\":\"s\",\"points\":[{\"rows\":1,\"sps\":5},{\"rows\":1,\"sps\":4}]}", "points[1].rows" },
+        { "{\"format\":\"blockspec-profile-1\",\"device\":\"cpu\",\"shape\":\"s\",\"points\":[{\"rows\":1,\"sps\":-5}]}", "points[0].sps" },
+    };
+    for (size_t i = 0; i < sizeof profiles / sizeof *profiles; i++) {
+        snprintf(path, sizeof path, "%s/p%zu.json", dir, i);
+        f = fopen(path, "w"); fputs(profiles[i].text, f); fclose(f);
+        double *sps; int n;
+        CHECK(cli_cost_load(path, NULL, NULL, &sps, &n, err, sizeof err) != 0 && strstr(err, profiles[i].want) && strstr(err, path), "profile %zu: %s", i, err);
+    }
+    // A good one densifies linearly in step time, made non-decreasing: 1 row 10/s (0.1 s), 3 rows 5/s (0.2 s),
+    // 5 rows 6/s (0.1667 s: a dip below 3 rows' time is noise, so 3 and 4 rows take 0.1667 s too).
+    snprintf(path, sizeof path, "%s/good.json", dir);
+    f = fopen(path, "w");
+    fputs("{\"format\":\"blockspec-profile-1\",\"device\":\"cpu\",\"shape\":\"s\",\"points\":[{\"rows\":1,\"sps\":10},{\"rows\":3,\"sps\":5},{\"rows\":5,\"sps\":6}]}", f);
+    fclose(f);
+    double *sps; int n;
+    CHECK(cli_cost_load(path, "cpu", "s", &sps, &n, err, sizeof err) == 0, "%s", err);
+    CHECK(n == 5);
+    CHECK_NEAR(sps[0], 10, 1e-9); CHECK_NEAR(sps[1], 1 / 0.15, 1e-9); CHECK_NEAR(sps[2], 6, 1e-9); CHECK_NEAR(sps[3], 6, 1e-9); CHECK_NEAR(sps[4], 6, 1e-9);
+    free(sps);
+    CHECK(cli_cost_load(path, "cuda:0 (H200)", NULL, &sps, &n, err, sizeof err) != 0 && strstr(err, "not this device"), "%s", err);
+
+    char cmd[8192], out[8192];
+    snprintf(cmd, sizeof cmd, "%s generate -p x --schedule fast", bs_cli_path());
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 2 && strstr(out, "--schedule must be one of") && strstr(out, "'fast'"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s bench --concurrency 1 --schedule fixed,bogus", bs_cli_path());
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 2 && strstr(out, "unknown schedule 'bogus'"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s generate -p x --schedule alg1 --cost-model %s/p2.json -n 4", bs_cli_path(), dir);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 1 && strstr(out, "points[0].rows must be 1"), "%s", out);
+}
+
+// The commands end to end on the built-in model: profile writes a cost model the loader reads back (and
+// the cache), generate --prompts --trace records one line per speculative round whose counts add up to the
+// requests' statistics, and the outputs of fixed and alg1 are the same text.
+TEST(sched_cli_profile_and_trace) {
+    struct stat st;
+    if (stat("models/blockspec-30m/config.json", &st) || stat("models/blockspec-30m-dspark/config.json", &st)) SKIP("no built-in DSpark drafter in models/");
+    const char *dir = bs_test_tmpdir("schedcli");
+    CHECK(dir);
+    char cmd[8192], out[16384], path[4096], err[1024];
+    snprintf(cmd, sizeof cmd, "XDG_CACHE_HOME=%s/cache %s profile --max-rows 6 --reps 1 --ctx 32 --out %s/prof.json", dir, bs_cli_path(), dir);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 0 && strstr(out, "| 6 |") && strstr(out, "cached: "), "%s", out);
+    snprintf(path, sizeof path, "%s/prof.json", dir);
+    double *sps; int n;
+    CHECK(cli_cost_load(path, NULL, NULL, &sps, &n, err, sizeof err) == 0 && n == 6, "%s", err);
+    for (int i = 0; i < n; i++) CHECK(sps[i] > 0 && (i == 0 || sps[i] <= sps[i - 1]), "rows %d: %g", i + 1, sps[i]);
+    free(sps);
+    snprintf(path, sizeof path, "%s/p.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"prompt\":\"static int\"}\n{\"prompt\":\"Once upon a time\",\"confidence_threshold\":0.5}\n{\"prompt\":\"#include <stdio.h>\\n\"}\n", f);
+    fclose(f);
+    char texts[2][16384];
+    const char *modes[2] = { "fixed", "alg1" };
+    for (int m = 0; m < 2; m++) {
+        snprintf(cmd, sizeof cmd, "%s generate --prompts %s -n 24 --ignore-eos --max-concurrency 3 --schedule %s --cost-model %s/prof.json --trace %s/t%d.jsonl",
+                 bs_cli_path(), path, modes[m], dir, dir, m);
+        CHECK(bs_test_run(cmd, 0, texts[m], sizeof texts[m]) == 0, "%s", texts[m]);
+        char tpath[4096];
+        snprintf(tpath, sizeof tpath, "%s/t%d.jsonl", dir, m);
+        replay_trace t;
+        CHECK(replay_trace_load(&t, tpath, err, sizeof err) == 0, "%s", err);
+        CHECK(t.n_req == 3, "%d requests in the trace", t.n_req);
+        // "rounds": R in the output line of request r equals the trace's rounds for r.
+        for (int r = 0; r < 3; r++) {
+            char key[64];
+            snprintf(key, sizeof key, "{\"index\":%d,", r);
+            const char *at = strstr(texts[m], key), *rk = at ? strstr(at, "\"rounds\":") : NULL;
+            CHECK(rk && atoi(rk + 9) == t.n_rounds[r], "%s: request %d: %d rounds in the trace", modes[m], r, t.n_rounds[r]);
+        }
+        replay_trace_free(&t);
+    }
+    // Same ids for every request: strip the stats (timings differ) by comparing the "ids" arrays.
+    for (int r = 0; r < 3; r++) {
+        char key[64];
+        snprintf(key, sizeof key, "{\"index\":%d,", r);
+        const char *a = strstr(strstr(texts[0], key), "\"ids\":"), *b = strstr(strstr(texts[1], key), "\"ids\":");
+        CHECK(a && b);
+        size_t la = strcspn(a, "]"), lb = strcspn(b, "]");
+        CHECK(la == lb && !memcmp(a, b, la), "request %d: fixed and alg1 differ", r);
+    }
+}
