@@ -516,3 +516,23 @@ TEST(sched_cli_profile_and_trace) {
         CHECK(la == lb && !memcmp(a, b, la), "request %d: fixed and alg1 differ", r);
     }
 }
+
+// The fixed part of a step (the drafter pass and bookkeeping, t_fixed) makes verify rows relatively
+// cheaper: one request, c = 0.5, SPS(1) = 100, SPS(2) = 60. Target alone (t_fixed 0): Theta = 1 x 100 = 100
+// against 1.5 x 60 = 90: nothing admitted. With t_fixed = 0.02 s: 1 / 0.03 = 33.3 against
+// 1.5 / (0.02 + 1/60) = 40.9: the draft is admitted.
+TEST(sched_alg1_fixed_step_cost) {
+    double sps[] = { 100, 60 };
+    float c[] = { 0.5f };
+    bs_sched_in in[1] = { { 1, c, 0 } };
+    int l[1];
+    bs_sched_args a = { BS_SCHED_ALG1, sps, 2, 0, -1, 0 };
+    CHECK(bs_schedule(&a, in, 1, l, (bs_sched_cand[2]){ 0 }) == 0 && l[0] == 0, "t_fixed 0: l = %d", l[0]);
+    a.t_fixed = 0.02;
+    CHECK(bs_schedule(&a, in, 1, l, (bs_sched_cand[2]){ 0 }) == 1 && l[0] == 1, "t_fixed 0.02: l = %d", l[0]);
+    // Break-even: 1 / (t + 0.01) = 1.5 / (t + 1/60) at t = 1/300; just below it, nothing.
+    a.t_fixed = 0.0032;
+    CHECK(bs_schedule(&a, in, 1, l, (bs_sched_cand[2]){ 0 }) == 0, "t_fixed 0.0032: l = %d", l[0]);
+    a.t_fixed = 0.0035;
+    CHECK(bs_schedule(&a, in, 1, l, (bs_sched_cand[2]){ 0 }) == 1, "t_fixed 0.0035: l = %d", l[0]);
+}

@@ -30,6 +30,9 @@ typedef struct bs_runtime {
     float *logits;               // [cap_logits][V]
     float *feat;                 // [cap_feat][n_taps * H] drafter context features, a row per batch row
     int cap_logits, cap_feat;
+    double t_fwd_step;           // this step's target forward seconds
+    double t_other;              // the rest of a speculative step (drafter, acceptance, bookkeeping), smoothed
+                                 // over earlier steps: the cost model's fixed part (schedule.h, t_fixed)
     int last_rows;               // target rows in the latest step's forward(s) (for servers' metrics)
     int32_t *dev_scratch;        // [2 * BS_MAX_DRAFT + 2]: a lone sequence's verify (one download per round)
     float *residual;             // host [V]: the host acceptance's residual row

@@ -53,16 +53,19 @@ static int candidates(const bs_sched_args *a, const bs_sched_in *in, int R, bs_s
     return m;
 }
 
+// Tokens per second of a step that yields tau expected tokens from a forward of `rows` rows.
+static double throughput(const bs_sched_args *a, double tau, int rows) { return tau / (a->t_fixed + 1 / bs_sps_at(a->sps, a->n_sps, rows)); }
+
 // Algorithm 1 along the ranked candidates: admitting one adds a row and a_{r,j} expected tokens; Theta =
-// tokens x SPS(rows). early_break: stop at the first candidate that does not raise Theta (the paper's rule,
+// tokens / step time (= tokens x SPS(rows) when t_fixed is 0, the paper's form). early_break: stop at the first candidate that does not raise Theta (the paper's rule,
 // what makes it lossless within a step); else walk the whole path and keep its best point. Returns how many
 // of the ranked candidates the chosen point admits.
 static int best_prefix(const bs_sched_args *a, const bs_sched_cand *cand, int m, int rows0, double tau0, int early_break) {
-    double tau = tau0, best = tau0 * bs_sps_at(a->sps, a->n_sps, rows0);
+    double tau = tau0, best = throughput(a, tau0, rows0);
     int keep = 0;
     for (int i = 0; i < m; i++) {
         tau += cand[i].a;
-        double theta = tau * bs_sps_at(a->sps, a->n_sps, rows0 + i + 1);
+        double theta = throughput(a, tau, rows0 + i + 1);
         if (theta > best) { best = theta; keep = i + 1; }
         else if (early_break) break;
     }

@@ -40,6 +40,9 @@ typedef struct bs_sched_args {
                              // sequences' prompt chunks): they cost time, they yield no drafted tokens
     int budget;              // async: K, the drafts this step may verify over all sequences (< 0: not known
                              // yet, Algorithm 1 decides this step)
+    double t_fixed;          // alg1, async: seconds of a step that do not depend on the rows verified (the
+                             // drafter pass, acceptance, bookkeeping; measured on earlier steps). The step
+                             // takes t_fixed + 1 / SPS(rows); 0: the target forward alone, the paper's model
 } bs_sched_args;
 
 // A candidate (r, j): sequence r's drafts 1..j, with prefix survival a = prod_{i<=j} c_{r,i}.

@@ -120,7 +120,7 @@ static int cut_drafts(bs_runtime *rt, bs_seq **seqs, int R, int extra_rows, int 
         if (!c) return bs_fail(err, "out of memory");
         rt->sched_cand = c; rt->cap_cand = m;
     }
-    bs_sched_args a = { rt->sched, rt->sps, rt->n_sps, extra_rows, -1 };
+    bs_sched_args a = { rt->sched, rt->sps, rt->n_sps, extra_rows, -1, rt->t_other };
     // async: the budget the previous step planned, scaled to this step's number of sequences (both known
     // before any of this step's drafts was drawn).
     if (rt->sched == BS_SCHED_ASYNC && rt->async_budget >= 0) a.budget = (int)((double)rt->async_budget * R / rt->async_R + 0.5);
@@ -234,6 +234,7 @@ static int verify_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
         }
     }
     s->st.t_target += bs_now() - t0;
+    rt->t_fwd_step += bs_now() - t0;
     return finish_round(rt, s, a, next, rt->feat, err);
 }
 
@@ -271,6 +272,7 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
     if (any_drafter) { fo.taps = rt->drafter->taps; fo.n_taps = rt->drafter->n_taps; fo.tap_out = rt->feat; }
     if (bs_qwen3_forward_batch(&e->target, &rt->ws, rt->rows, n_batch, &fo, err)) return -1;
     double t_forward = bs_now() - t0;
+    rt->t_fwd_step += t_forward;
     size_t F = any_drafter ? (size_t)rt->drafter->n_taps * e->cfg.hidden_size : 0;
     for (int i = 0; i < rt->n_seqs; i++) {
         bs_seq *s = rt->seqs[i];
@@ -307,9 +309,26 @@ static void drop_finished(bs_runtime *rt) {
     rt->n_seqs = j;
 }
 
+// The fixed part of the cost model: what a step of decoding speculative sequences spent outside the target
+// forward, smoothed (steps that also prefill are left out: their prompt rows are no fixed cost). Only past
+// steps feed it, so a step's cut never depends on its own draws.
+static void observe_step_cost(bs_runtime *rt, double t_step, int speculative, int prefilled) {
+    if (!speculative || prefilled || rt->t_fwd_step <= 0) return;
+    double other = t_step - rt->t_fwd_step;
+    if (other < 0) other = 0;
+    rt->t_other = rt->t_other > 0 ? 0.8 * rt->t_other + 0.2 * other : other;
+}
+
 int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     drop_finished(rt);
     rt->last_rows = 0;
+    rt->t_fwd_step = 0;
+    double t0 = bs_now();
+    int speculative = 0, prefilled = 0;
+    for (int i = 0; i < rt->n_seqs; i++) {
+        speculative |= rt->seqs[i]->phase == BS_SEQ_DECODE && drafter_of(rt, rt->seqs[i]) != NULL;
+        prefilled |= rt->seqs[i]->phase == BS_SEQ_PREFILL;
+    }
     if (rt->n_seqs == 1) {   // alone: the single-request path
         bs_seq *s = rt->seqs[0];
         if (s->phase == BS_SEQ_PREFILL && prefill_alone(rt, s, err)) return -1;
@@ -319,6 +338,7 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
         // this round out (drafting needs their whole prompt).
         if (draft_batch(rt, err) || forward_batch(rt, err)) return -1;
     }
+    observe_step_cost(rt, bs_now() - t0, speculative, prefilled);
     drop_finished(rt);
     return rt->n_seqs;
 }
