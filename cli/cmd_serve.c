@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/builtin_model.h"
 #include "cli/commands.h"
+#include "cli/cost_model.h"
 #include "server/server.h"
 
 static void usage(void) {
@@ -27,6 +28,10 @@ static void usage(void) {
         "  --shutdown-grace S        on SIGTERM, running requests get S seconds to finish (default 30)\n"
         "  --draft-max N             drafts verified per round (default: the drafter's block)\n"
         "  --confidence-threshold C  verify only the leading drafts with confidence >= C (DSpark)\n"
+        "  --schedule S              which drafts each step verifies (docs/scheduling.md): threshold (default: each\n"
+        "                            request's --confidence-threshold cut), none, fixed, alg1, async\n"
+        "  --cost-model FILE         alg1 / async: the cost model (`blockspec profile --out FILE`); default: the cache,\n"
+        "                            else measured at start\n"
         "  --no-calibration          ignore the drafter's calibration.json\n");
 }
 
@@ -45,7 +50,7 @@ static const char *base_name(const char *dir, char *buf, size_t cap) {
 
 int cmd_serve(int argc, char **argv) {
     serve_opts o = serve_default_opts();
-    const char *model = NULL, *drafter = NULL, *device = "cpu";
+    const char *model = NULL, *drafter = NULL, *device = "cpu", *schedule = NULL, *cost_model = NULL;
     int no_calibration = 0;
     long v;
     double f;
@@ -68,6 +73,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--shutdown-grace")) { VAL(); if (cli_float(a, val, 0, 86400, &f)) return 2; o.shutdown_grace_s = f; }
         else if (!strcmp(a, "--draft-max")) { VAL(); if (cli_int(a, val, 1, 64, &v)) return 2; o.defaults.draft_max = (int)v; }
         else if (!strcmp(a, "--confidence-threshold")) { VAL(); if (cli_float(a, val, 0, 1, &f)) return 2; o.defaults.confidence_threshold = (float)f; }
+        else if (!strcmp(a, "--schedule")) { VAL(); schedule = val; }
+        else if (!strcmp(a, "--cost-model")) { VAL(); cost_model = val; }
         else if (!strcmp(a, "--no-calibration")) no_calibration = 1;
         else { fprintf(stderr, "blockspec serve: unknown option %s (see blockspec serve --help)\n", a); return 2; }
 #undef VAL
@@ -82,6 +89,8 @@ int cmd_serve(int argc, char **argv) {
         if (!drafter && builtin_drafter[0]) { drafter = builtin_drafter; if (!o.defaults.draft_max) o.defaults.draft_max = BS_BUILTIN_DRAFT_MAX; }
     }
     if (drafter && !strcmp(drafter, "none")) drafter = NULL;
+    blockspec_schedule sched = BLOCKSPEC_SCHEDULE_THRESHOLD;
+    if (cli_schedule_arg("blockspec serve", schedule, o.defaults.confidence_threshold, &sched)) return 2;
     if (o.model_name == serve_default_opts().model_name) o.model_name = base_name(model, name, sizeof name);
     if (strpbrk(o.model_name, "\"\\\n") || !o.model_name[0]) { fprintf(stderr, "blockspec serve: --served-model-name must be non-empty, without quotes, backslashes or newlines\n"); return 2; }
     blockspec *bs;
@@ -89,6 +98,11 @@ int cmd_serve(int argc, char **argv) {
     blockspec_open_options oo = { .no_calibration = no_calibration };
     if (blockspec_open_ex(&bs, model, drafter, device, &oo, err, sizeof err)) { fprintf(stderr, "blockspec serve: %s\n", err); return 1; }
     if (blockspec_warnings(bs)) fprintf(stderr, "blockspec: warning: %s\n", blockspec_warnings(bs));
+    if (cli_set_schedule(bs, sched, cost_model, o.max_running, o.defaults.draft_max, err, sizeof err)) {
+        fprintf(stderr, "blockspec serve: %s\n", err);
+        blockspec_close(bs);
+        return 1;
+    }
     struct sigaction sa = { .sa_handler = on_signal };
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);

@@ -183,3 +183,18 @@ int cli_measure_engine(void *ctx, const int *rows, int n, int ctx_rows, int bloc
     if (bs_profile_forwards(ctx, rows, n, ctx_rows, block, reps, sps, &e)) { snprintf(err, len, "%s", e.msg); return -1; }
     return 0;
 }
+
+int cli_set_schedule(blockspec *bs, blockspec_schedule sched, const char *cost_model, int max_concurrency, int draft_max, char *err, size_t len) {
+    double *sps = NULL;
+    int n_sps = 0;
+    if (sched == BLOCKSPEC_SCHEDULE_ALG1 || sched == BLOCKSPEC_SCHEDULE_ASYNC) {
+        char dev[512], shape[256];
+        int block = 1 + (draft_max ? draft_max : 16);
+        cli_cost_opts co = { .file = cost_model, .max_rows = max_concurrency * block, .ctx = 256, .block = block, .reps = 3 };
+        cli_cost_keys(bs, &co, dev, sizeof dev, shape, sizeof shape);
+        if (cli_cost_model(&co, &sps, &n_sps, err, len)) return -1;
+    }
+    int rc = blockspec_set_schedule(bs, sched, sps, (size_t)n_sps, err, len);
+    free(sps);
+    return rc;
+}

@@ -41,3 +41,6 @@ int cli_measure_handle(void *ctx, const int *rows, int n, int ctx_rows, int bloc
 void cli_cost_keys(blockspec *bs, cli_cost_opts *o, char *dev, size_t dev_len, char *shape, size_t shape_len);
 // cli_measure_fn over an engine the command opened itself (ctx: the const bs_engine *).
 int cli_measure_engine(void *ctx, const int *rows, int n, int ctx_rows, int block, int reps, double *sps, char *err, size_t len);
+// Sets bs's schedule; for alg1 / async with its cost model (cost_model FILE, else the cache or a measurement)
+// sized for max_concurrency blocks of draft_max + 1 rows (draft_max 0: 16). 0, or -1 with a message in err.
+int cli_set_schedule(blockspec *bs, blockspec_schedule sched, const char *cost_model, int max_concurrency, int draft_max, char *err, size_t len);

@@ -164,22 +164,6 @@ static void trace_round(void *ctx, const blockspec_request *r, const blockspec_r
     fprintf(t->f, "]}\n");
 }
 
-// The schedule, and for alg1 / async its cost model (sized for max_concurrency blocks of the drafter's).
-static int set_schedule(blockspec *bs, const cli_prompts_opts *o, char *err, size_t len) {
-    double *sps = NULL;
-    int n_sps = 0;
-    if (o->sched == BLOCKSPEC_SCHEDULE_ALG1 || o->sched == BLOCKSPEC_SCHEDULE_ASYNC) {
-        char dev[512], shape[256];
-        int block = 1 + (o->defaults.draft_max ? o->defaults.draft_max : 16);
-        cli_cost_opts co = { .file = o->cost_model, .max_rows = o->max_concurrency * block, .ctx = 256, .block = block, .reps = 3 };
-        cli_cost_keys(bs, &co, dev, sizeof dev, shape, sizeof shape);
-        if (cli_cost_model(&co, &sps, &n_sps, err, len)) return -1;
-    }
-    int rc = blockspec_set_schedule(bs, o->sched, sps, (size_t)n_sps, err, len);
-    free(sps);
-    return rc;
-}
-
 int cli_generate_prompts(const cli_prompts_opts *o) {
     char err[2048] = "";
     blockspec *bs = NULL;
@@ -191,7 +175,7 @@ int cli_generate_prompts(const cli_prompts_opts *o) {
     const char *w = blockspec_warnings(bs);
     if (w) fprintf(stderr, "blockspec: warning: %s\n", w);
     if (read_prompts(bs, o->prompts_file, &o->defaults, &pl, &n, err, sizeof err)) goto out;
-    if (set_schedule(bs, o, err, sizeof err)) goto out;
+    if (cli_set_schedule(bs, o->sched, o->cost_model, o->max_concurrency, o->defaults.draft_max, err, sizeof err)) goto out;
     if (o->trace) {
         if (!(tr.f = fopen(o->trace, "w"))) { snprintf(err, sizeof err, "%s: cannot write the trace", o->trace); goto out; }
         if (!(tr.rounds = calloc(n, sizeof(int)))) { snprintf(err, sizeof err, "out of memory"); goto out; }

@@ -195,13 +195,19 @@ TEST(server_answers_equal_generate) {
     CHECK(serve_stop(&sv, 30) == 0, "the server did not exit 0 after SIGTERM");
 }
 
-// Sixteen requests at once (greedy, different prompts and lengths, half streamed): every answer equals
-// plain decoding of its prompt alone (`generate -d none`), and the speculative counters show drafts were
+// Sixteen requests at once (greedy, different prompts and lengths, half streamed) under Algorithm 1 (each
+// step's verified drafts chosen across the batch): every answer equals plain decoding of its prompt alone
+// (`generate -d none`), and the speculative counters show drafts were
 // verified and accepted. Then /metrics holds the expected names.
 TEST(server_concurrent_requests_lossless) {
     served sv;
-    CHECK(serve_start(&sv, "--max-concurrency 6") == 0, "the server did not start");
     const char *dir = bs_test_tmpdir("serve_conc");
+    char args[1400];   // under Algorithm 1, its cost model measured at start into a cache of the test's own
+    snprintf(args, sizeof args, "--max-concurrency 6 --schedule alg1 --cost-model %s/cost.json", dir);
+    char cmd0[2048], out0[4096];
+    snprintf(cmd0, sizeof cmd0, "%s profile --max-rows 32 --reps 2 --out %s/cost.json", bs_cli_path(), dir);
+    CHECK(bs_test_run(cmd0, 1, out0, sizeof out0) == 0, "%s: %s", cmd0, out0);
+    CHECK(serve_start(&sv, args) == 0, "the server did not start");
     CHECK_SERVED(dir, "no tmpdir");
     enum { N = 16 };
     char cmd[1 << 14];
