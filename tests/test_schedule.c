@@ -536,3 +536,16 @@ TEST(sched_alg1_fixed_step_cost) {
     a.t_fixed = 0.0035;
     CHECK(bs_schedule(&a, in, 1, l, (bs_sched_cand[2]){ 0 }) == 1, "t_fixed 0.0035: l = %d", l[0]);
 }
+
+// The convex hull of the step times: t = 1, 2, 2, 2, 5 (ms) becomes 1, 4/3, 5/3, 2, 5 (the chord from 1 row
+// to 4 rows lies below the measured 2 ms at 2 and 3 rows); a convex table is left as it is.
+TEST(sched_convexify_step_times) {
+    double sps[] = { 1 / 1.0, 1 / 2.0, 1 / 2.0, 1 / 2.0, 1 / 5.0 };
+    bs_sched_convexify(sps, 5);
+    double want[] = { 1, 4.0 / 3, 5.0 / 3, 2, 5 };
+    for (int i = 0; i < 5; i++) CHECK_NEAR(1 / sps[i], want[i], 1e-12, "rows %d", i + 1);
+    double convex[] = { 1 / 1.0, 1 / 1.5, 1 / 2.5, 1 / 4.0 };
+    bs_sched_convexify(convex, 4);
+    double keep[] = { 1, 1.5, 2.5, 4 };
+    for (int i = 0; i < 4; i++) CHECK_NEAR(1 / convex[i], keep[i], 1e-12, "convex rows %d", i + 1);
+}

@@ -107,6 +107,7 @@ int bs_runtime_set_schedule(bs_runtime *rt, bs_sched_mode mode, const double *sp
             if (!(sps[i] > 0) || !isfinite(sps[i])) return bs_fail(err, "cost model: steps per second at %d rows is %g (must be > 0 and finite)", i + 1, sps[i]);
         if (!(copy = bs_malloc(sizeof(double) * n_sps, err))) return -1;
         memcpy(copy, sps, sizeof(double) * n_sps);
+        bs_sched_convexify(copy, n_sps);
     }
     free(rt->sps);
     rt->sps = copy; rt->n_sps = copy ? n_sps : 0;

@@ -53,6 +53,28 @@ static int candidates(const bs_sched_args *a, const bs_sched_in *in, int R, bs_s
     return m;
 }
 
+void bs_sched_convexify(double *sps, int n) {
+    if (n < 3) return;
+    int *hull = malloc(sizeof(int) * (size_t)n), h = 0;
+    if (!hull) return;   // out of memory: the measured table as it is
+    // Andrew's monotone chain, lower half, over the points (b, t_b), b = 1..n (x already sorted).
+    for (int b = 0; b < n; b++) {
+        while (h >= 2) {
+            int i = hull[h - 2], j = hull[h - 1];
+            double ti = 1 / sps[i], tj = 1 / sps[j], tb = 1 / sps[b];
+            if ((tj - ti) * (b - i) >= (tb - ti) * (j - i)) h--;   // j lies on or above the chord i..b
+            else break;
+        }
+        hull[h++] = b;
+    }
+    for (int k = 0; k + 1 < h; k++) {
+        int i = hull[k], j = hull[k + 1];
+        double ti = 1 / sps[i], tj = 1 / sps[j];
+        for (int b = i + 1; b < j; b++) sps[b] = 1 / (ti + (tj - ti) * (b - i) / (j - i));
+    }
+    free(hull);
+}
+
 // Tokens per second of a step that yields tau expected tokens from a forward of `rows` rows.
 static double throughput(const bs_sched_args *a, double tau, int rows) { return tau / (a->t_fixed + 1 / bs_sps_at(a->sps, a->n_sps, rows)); }
 

@@ -33,6 +33,13 @@ typedef struct bs_sched_in {
 // Past the table the step time grows linearly, at the slope of its last two entries (one entry: flat).
 double bs_sps_at(const double *sps, int n_sps, int rows);
 
+// Replaces the table's step times (1 / sps) by their lower convex hull. The expected tokens of Algorithm 1's
+// path are concave in the rows (survivals come in decreasing order), so with a convex step time their ratio
+// rises to one peak and falls: the early break then stops at the model's best point instead of at the first
+// dip of a measured curve with steps in it (GEMM tiles: on the H200 8B shape the step time jumps 65% from 32
+// to 40 rows, then is nearly flat to 64).
+void bs_sched_convexify(double *sps, int n_sps);
+
 typedef struct bs_sched_args {
     bs_sched_mode mode;
     const double *sps; int n_sps;   // alg1, async

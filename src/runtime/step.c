@@ -309,12 +309,15 @@ static void drop_finished(bs_runtime *rt) {
     rt->n_seqs = j;
 }
 
-// The fixed part of the cost model: what a step of decoding speculative sequences spent outside the target
-// forward, smoothed (steps that also prefill are left out: their prompt rows are no fixed cost). Only past
-// steps feed it, so a step's cut never depends on its own draws.
+// The fixed part of the cost model: what a step of decoding speculative sequences took beyond the table's
+// time for its rows, smoothed (steps that also prefill are left out: their prompt rows are no fixed cost).
+// It holds the drafter pass, acceptance and bookkeeping, and whatever the table (measured with 5-row
+// sequences) misses for this batch's sequences, e.g. attention over many separate contexts. Without a
+// table: the time outside the target forward. Only past steps feed it, so a step's cut never depends on
+// its own draws.
 static void observe_step_cost(bs_runtime *rt, double t_step, int speculative, int prefilled) {
     if (!speculative || prefilled || rt->t_fwd_step <= 0) return;
-    double other = t_step - rt->t_fwd_step;
+    double other = t_step - (rt->n_sps ? 1 / bs_sps_at(rt->sps, rt->n_sps, rt->last_rows) : rt->t_fwd_step);
     if (other < 0) other = 0;
     rt->t_other = rt->t_other > 0 ? 0.8 * rt->t_other + 0.2 * other : other;
 }
