@@ -113,7 +113,5 @@ int bs_runtime_set_schedule(bs_runtime *rt, bs_sched_mode mode, const double *sp
     rt->sps = copy; rt->n_sps = copy ? n_sps : 0;
     rt->sched = mode;
     rt->async_budget = -1;
-    rt->have_spec = rt->steps_since_spec = 0;   // the drafting decision starts afresh
-    rt->t_other = rt->t_other_plain = rt->spec_tokens = rt->spec_rows = 0;
     return 0;
 }

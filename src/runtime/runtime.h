@@ -31,13 +31,6 @@ typedef struct bs_runtime {
     float *feat;                 // [cap_feat][n_taps * H] drafter context features, a row per batch row
     int cap_logits, cap_feat;
     double t_fwd_step;           // this step's target forward seconds
-    // Whether a step drafts at all (alg1 / async with a cost model; step.c, decide_drafting): the drafter pays
-    // only when its tokens per step outrun plain decoding's at the same batch. Past steps only feed it.
-    int skip_drafts;             // this step decodes plainly (every sequence verifies its anchor alone)
-    double t_other_plain;        // a plain step's time beyond the table, smoothed
-    double spec_tokens, spec_rows;   // per sequence, per drafting step: tokens emitted and rows verified, smoothed
-    int have_spec, steps_since_spec;
-    int step_tokens, step_seqs, step_rows_spec;   // this step's decoding sequences: tokens emitted, rows
     double t_other;              // the rest of a speculative step (drafter, acceptance, bookkeeping), smoothed
                                  // over earlier steps: the cost model's fixed part (schedule.h, t_fixed)
     int last_rows;               // target rows in the latest step's forward(s) (for servers' metrics)

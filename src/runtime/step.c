@@ -74,7 +74,7 @@ static int plan_drafts(const bs_runtime *rt, bs_seq *s, bs_err *err) {
     memset(&s->draft, 0, sizeof s->draft);
     s->n_draft = s->n_drafted = 0;
     s->ids[0] = s->anchor;
-    if (!drafter_of(rt, s) || rt->skip_drafts) return 0;
+    if (!drafter_of(rt, s)) return 0;
     int max_n = bs_seq_round_drafts(s);
     // bs_request_tokens guarantees the anchor's row while tokens are still owed; running out here would be
     // a bug, and is an error rather than a silently shorter output.
@@ -196,7 +196,6 @@ static int finish_round(bs_runtime *rt, bs_seq *s, int a, int32_t next, const fl
         s->st.t_draft += bs_now() - t0;
         record_round(&s->st, s->n_drafted, n, a);
         if (rt->on_round) rt->on_round(rt->on_round_ctx, s, s->n_drafted, n, a);
-        rt->step_tokens += a + 1; rt->step_seqs++; rt->step_rows_spec += n + 1;
     }
     for (int k = 0; k < a; k++) bs_seq_emit(s, s->ids[1 + k]);
     bs_seq_emit(s, next);
@@ -316,43 +315,17 @@ static void drop_finished(bs_runtime *rt) {
 // sequences) misses for this batch's sequences, e.g. attention over many separate contexts. Without a
 // table: the time outside the target forward. Only past steps feed it, so a step's cut never depends on
 // its own draws.
-static double smooth(double old, double x, int first) { return first ? x : 0.8 * old + 0.2 * x; }
-
 static void observe_step_cost(bs_runtime *rt, double t_step, int speculative, int prefilled) {
-    if (!speculative || prefilled || rt->t_fwd_step <= 0 || !rt->step_seqs) return;
+    if (!speculative || prefilled || rt->t_fwd_step <= 0) return;
     double other = t_step - (rt->n_sps ? 1 / bs_sps_at(rt->sps, rt->n_sps, rt->last_rows) : rt->t_fwd_step);
     if (other < 0) other = 0;
-    if (rt->skip_drafts) { rt->t_other_plain = smooth(rt->t_other_plain, other, rt->t_other_plain == 0); return; }
-    rt->t_other = smooth(rt->t_other, other, rt->t_other == 0);
-    rt->spec_tokens = smooth(rt->spec_tokens, (double)rt->step_tokens / rt->step_seqs, !rt->have_spec);
-    rt->spec_rows = smooth(rt->spec_rows, (double)rt->step_rows_spec / rt->step_seqs, !rt->have_spec);
-    rt->have_spec = 1;
-}
-
-// alg1 / async: does this step draft? Expected tokens per second drafting (the smoothed tokens and rows
-// per sequence of earlier drafting steps, their fixed time) against plain decoding of the same sequences
-// (one row each). Every 16th step drafts regardless, to keep the drafting figures current. Decided from
-// past steps only, so it never depends on this step's draws: a step that does not draft is a round of
-// plain decoding for every sequence (its taps still feed the drafter's context), exact as always.
-static void decide_drafting(bs_runtime *rt) {
-    rt->skip_drafts = 0;
-    if (!bs_sched_needs_sps(rt->sched) || !rt->n_sps || !rt->have_spec || rt->steps_since_spec >= 16) return;
-    int R = 0;
-    for (int i = 0; i < rt->n_seqs; i++) R += rt->seqs[i]->phase == BS_SEQ_DECODE && drafter_of(rt, rt->seqs[i]) != NULL;
-    if (!R) return;
-    int extra = prefill_rows_planned(rt);
-    double plain = R / (rt->t_other_plain + 1 / bs_sps_at(rt->sps, rt->n_sps, R + extra));
-    double spec = R * rt->spec_tokens / (rt->t_other + 1 / bs_sps_at(rt->sps, rt->n_sps, (int)(R * rt->spec_rows + 0.5) + extra));
-    rt->skip_drafts = spec < plain;
+    rt->t_other = rt->t_other > 0 ? 0.8 * rt->t_other + 0.2 * other : other;
 }
 
 int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     drop_finished(rt);
     rt->last_rows = 0;
     rt->t_fwd_step = 0;
-    rt->step_tokens = rt->step_seqs = rt->step_rows_spec = 0;
-    decide_drafting(rt);
-    rt->steps_since_spec = rt->skip_drafts ? rt->steps_since_spec + 1 : 0;
     double t0 = bs_now();
     int speculative = 0, prefilled = 0;
     for (int i = 0; i < rt->n_seqs; i++) {
