@@ -367,3 +367,20 @@ TEST(hardening_prefix_space_buffer) {
     free(ids);
     bs_tokenizer_free(t);
 }
+
+// A vocabulary that holds none of the text's characters (and no unk token): every piece encodes to
+// nothing, first through the BPE and then from the piece cache. The long fuzz run of 2026-12-03
+// (tokenizer_load, clang UBSan) found NULL + 0 on that path; the fuzz seed `no_tokens` replays it in `make
+// fuzz`, and this test holds the behaviour: no ids, no error, twice.
+TEST(hardening_bpe_piece_without_tokens) {
+    const char *j = "{\"version\":\"1.0\",\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":null,\"post_processor\":null,"
+                    "\"decoder\":null,\"model\":{\"type\":\"BPE\",\"vocab\":{\"q\":0,\"z\":1},\"merges\":[]}}";
+    bs_tokenizer *t; bs_err err;
+    CHECK(bs_tokenizer_load_json(&t, j, strlen(j), NULL, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < 2; i++) {
+        int32_t *ids; size_t n = 99;
+        CHECK(bs_tokenizer_encode(t, "hello hello", 11, &ids, &n, &err) == 0 && n == 0, "pass %d: %zu ids (%s)", i, n, err.msg);
+        free(ids);
+    }
+    bs_tokenizer_free(t);
+}

@@ -197,7 +197,9 @@ int bs_bpe_piece(const bs_tokenizer *t, bs_bpe_ws *w, const char *s, size_t n, b
     int cacheable = n <= 128;
     if (cacheable) {
         int32_t c = bs_tok_map_get(&w->cache, s, n);
-        if (c >= 0) return bs_ids_append(out, w->cids.v + w->cspan[c].off, w->cspan[c].len) ? bs_fail(err, "out of memory") : 0;
+        // A piece may have encoded to nothing (every character dropped: no unk token): then cids.v may still
+        // be NULL, and NULL + 0 is undefined in C, so no pointer is formed for an empty span.
+        if (c >= 0) return w->cspan[c].len && bs_ids_append(out, w->cids.v + w->cspan[c].off, w->cspan[c].len) ? bs_fail(err, "out of memory") : 0;
     }
     size_t before = out->n;
     int32_t whole = -1;
@@ -218,7 +220,7 @@ int bs_bpe_piece(const bs_tokenizer *t, bs_bpe_ws *w, const char *s, size_t n, b
     if (cacheable) {
         size_t k = out->n - before;
         if (grow((void **)&w->cspan, &w->cspan_cap, w->n_cspan + 1, sizeof *w->cspan) ||
-            bs_ids_append(&w->cids, out->v + before, k) ||
+            (k && bs_ids_append(&w->cids, out->v + before, k)) ||
             bs_tok_map_put(&w->cache, s, n, (int32_t)w->n_cspan)) return bs_fail(err, "out of memory");
         w->cspan[w->n_cspan++] = (bs_span){ w->cids.n - k, k };
     }

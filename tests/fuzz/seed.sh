@@ -27,7 +27,10 @@ checkpoint_dir) tmp=$(mktemp -d)   # the fixture target's layout (every tensor, 
                   printf '%s' "$sep"; cat "$tmp/sh/model-00002-of-00002.safetensors"; } > "$dir/sharded"
                 cp "$fx/dflash.expect.safetensors" "$dir/single"
                 rm -rf "$tmp" ;;
-tokenizer_load) tmp=$(mktemp -d)
+tokenizer_load) # a vocabulary holding none of the harness's characters (no unk): pieces encode to nothing; the long run of
+                # 2026-12-03 found NULL + 0 on that path (src/io/tokenizer_bpe.c), so the seed keeps it tested
+                put no_tokens '{"version":"1.0","added_tokens":[],"normalizer":null,"pre_tokenizer":null,"post_processor":null,"decoder":null,"model":{"type":"BPE","vocab":{"q":0,"z":1},"merges":[]}}'
+                tmp=$(mktemp -d)
                 head -c 20000 README.md > "$tmp/corpus.txt"
                 for v in 270 300; do
                   "$cli" tokenizer-train --vocab $v --special '<|endoftext|>,<|im_start|>' --out "$tmp/t$v.json" "$tmp/corpus.txt" >/dev/null
