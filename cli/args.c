@@ -1,7 +1,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cli/args.h"
+#include "io/json.h"
 
 int cli_parse_ids(const char *flag, const char *s, int32_t **out) {
     int n = 0, cap = 16;
@@ -60,4 +62,21 @@ int cli_schedule_arg(const char *cmd, const char *name, double conf_thr, blocksp
         return -1;
     }
     return 0;
+}
+
+int cli_each_line(const char *path, cli_line_fn fn, void *ctx, char *err, size_t len) {
+    bs_err e = {0};
+    size_t size;
+    char *text = bs_read_file(path, &size, &e);
+    if (!text) { snprintf(err, len, "%s", e.msg); return -1; }
+    int rc = 0, line = 0;
+    for (char *at = text; at < text + size && !rc; line++) {
+        char *end = memchr(at, '\n', (size_t)(text + size - at));
+        size_t l = end ? (size_t)(end - at) : (size_t)(text + size - at), k = 0;
+        while (k < l && (at[k] == ' ' || at[k] == '\t' || at[k] == '\r')) k++;
+        if (k < l) rc = fn(ctx, at, l, line + 1, err, len) ? -1 : 0;
+        at += l + 1;
+    }
+    free(text);
+    return rc;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "blockspec.h"
+#include "cli/args.h"
 #include "cli/cost_model.h"
 #include "cli/generate_prompts.h"
 #include "io/json.h"
@@ -91,34 +92,26 @@ out:
     return rc;
 }
 
+typedef struct prompts_reader { blockspec *bs; const char *file; const blockspec_params *defaults; prompt_line *v; int n, cap; } prompts_reader;
+
+static int prompt_line_cb(void *ctx, const char *line, size_t n, int lineno, char *err, size_t len) {
+    prompts_reader *r = ctx;
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 16;
+        prompt_line *np = realloc(r->v, sizeof *np * cap);
+        if (!np) { snprintf(err, len, "out of memory"); return -1; }
+        r->v = np; r->cap = cap;
+    }
+    memset(&r->v[r->n], 0, sizeof *r->v);
+    return parse_line(r->bs, line, n, r->file, lineno, r->defaults, &r->v[r->n++], err, len);
+}
+
 // Every line of the file (blank lines skipped); *out is malloc'ed, *n its count.
 static int read_prompts(blockspec *bs, const char *file, const blockspec_params *defaults, prompt_line **out, int *n, char *err, size_t len) {
-    bs_err e = {0};
-    size_t size;
-    char *text = bs_read_file(file, &size, &e);
-    *out = NULL; *n = 0;
-    if (!text) { snprintf(err, len, "%s", e.msg); return -1; }
-    int cap = 0, line = 0, rc = 0;
-    for (char *at = text; at < text + size && !rc; line++) {
-        char *end = memchr(at, '\n', (size_t)(text + size - at));
-        size_t l = end ? (size_t)(end - at) : (size_t)(text + size - at);
-        size_t k = 0;
-        while (k < l && (at[k] == ' ' || at[k] == '\t' || at[k] == '\r')) k++;
-        if (k < l) {
-            if (*n == cap) {
-                cap = cap ? 2 * cap : 16;
-                prompt_line *np = realloc(*out, sizeof *np * cap);
-                if (!np) { snprintf(err, len, "out of memory"); rc = -1; break; }
-                *out = np;
-            }
-            memset(&(*out)[*n], 0, sizeof **out);
-            rc = parse_line(bs, at, l, file, line + 1, defaults, &(*out)[*n], err, len);
-            (*n)++;
-        }
-        at += l + 1;
-    }
-    free(text);
-    if (!rc && *n == 0) { snprintf(err, len, "%s: no prompts (one JSON object per line)", file); rc = -1; }
+    prompts_reader r = { bs, file, defaults, NULL, 0, 0 };
+    int rc = cli_each_line(file, prompt_line_cb, &r, err, len);
+    *out = r.v; *n = r.n;
+    if (!rc && r.n == 0) { snprintf(err, len, "%s: no prompts (one JSON object per line)", file); rc = -1; }
     return rc;
 }
 

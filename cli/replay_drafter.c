@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cli/args.h"
 #include "cli/replay_drafter.h"
 #include "io/json.h"
 
@@ -62,36 +63,31 @@ static int parse_round(const cJSON *o, const char *where, int *req, replay_round
     return 0;
 }
 
-int replay_trace_load(replay_trace *t, const char *path, char *err, size_t len) {
+typedef struct trace_reader { replay_trace *t; const char *path; int rounds; } trace_reader;
+
+static int trace_line(void *ctx, const char *line, size_t n, int lineno, char *err, size_t len) {
+    trace_reader *r = ctx;
     bs_err e = {0};
-    size_t size;
+    char where[1200];
+    snprintf(where, sizeof where, "%s line %d", r->path, lineno);
+    cJSON *o = bs_json_parse(line, n, where, &e);
+    int req, rc = 0;
+    replay_round rd;
+    if (!o) { snprintf(err, len, "%s", e.msg); rc = -1; }
+    else if (parse_round(o, where, &req, &rd, err, len)) rc = -1;
+    else if (add_round(r->t, req, &rd)) { snprintf(err, len, "out of memory"); rc = -1; }
+    r->rounds++;
+    cJSON_Delete(o);
+    return rc;
+}
+
+int replay_trace_load(replay_trace *t, const char *path, char *err, size_t len) {
     memset(t, 0, sizeof *t);
-    char *text = bs_read_file(path, &size, &e);
-    if (!text) { snprintf(err, len, "%s", e.msg); return -1; }
-    int line = 0, rc = 0, rounds = 0;
-    for (char *at = text; at < text + size && !rc; line++) {
-        char *end = memchr(at, '\n', (size_t)(text + size - at));
-        size_t l = end ? (size_t)(end - at) : (size_t)(text + size - at);
-        size_t k = 0;
-        while (k < l && (at[k] == ' ' || at[k] == '\t' || at[k] == '\r')) k++;
-        if (k < l) {
-            char where[1200];
-            snprintf(where, sizeof where, "%s line %d", path, line + 1);
-            cJSON *o = bs_json_parse(at, l, where, &e);
-            int req;
-            replay_round rd;
-            if (!o) { snprintf(err, len, "%s", e.msg); rc = -1; }
-            else if (parse_round(o, where, &req, &rd, err, len)) rc = -1;
-            else if (add_round(t, req, &rd)) { snprintf(err, len, "out of memory"); rc = -1; }
-            rounds++;
-            cJSON_Delete(o);
-        }
-        at += l + 1;
-    }
-    free(text);
-    if (!rc && rounds == 0) { snprintf(err, len, "%s: no rounds (one JSON object per line, as generate --trace writes)", path); rc = -1; }
-    for (int r = 0; !rc && r < t->n_req; r++)
-        if (!t->n_rounds[r]) { snprintf(err, len, "%s: request %d has no rounds (requests must be numbered 0..%d)", path, r, t->n_req - 1); rc = -1; }
+    trace_reader r = { t, path, 0 };
+    int rc = cli_each_line(path, trace_line, &r, err, len);
+    if (!rc && r.rounds == 0) { snprintf(err, len, "%s: no rounds (one JSON object per line, as generate --trace writes)", path); rc = -1; }
+    for (int q = 0; !rc && q < t->n_req; q++)
+        if (!t->n_rounds[q]) { snprintf(err, len, "%s: request %d has no rounds (requests must be numbered 0..%d)", path, q, t->n_req - 1); rc = -1; }
     if (rc) replay_trace_free(t);
     return rc;
 }
