@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     // skip_special = 1 changes what decode and the detokeniser do only for special ids: without one in
     // the list, the second pass would repeat the first exactly (same calls, same results), so it runs
-    // only when there is one (the harness's costliest part is decoding; this halves it).
+    // only when there is one (decoding was the harness's costliest part when this halved it).
     for (int skip = 0; skip < 1 + special; skip++) {
         char *text; size_t tl;
         int rc = bs_tokenizer_decode(tok, in, k, skip, &text, &tl, &err);
