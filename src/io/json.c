@@ -43,10 +43,26 @@ char *bs_read_file(const char *path, size_t *len, bs_err *err) {
     return buf;
 }
 
+// The three scans below look at every byte of a file (an 11 MB tokenizer.json, say). Each skips, 8 bytes
+// at a time, the blocks that hold none of the bytes that could change its state (a word test per block
+// instead of a few comparisons per byte); the byte loop goes on exactly as before from where the skip
+// stops, and tries skipping again only 8 bytes later (dense text, such as a vocabulary of short quoted
+// strings, would otherwise pay for a failed block test at every byte).
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
+static inline uint64_t has_zero(uint64_t v) { return (v - ONES) & ~v & HIGHS; }
+static inline uint64_t has_byte(uint64_t v, unsigned char c) { return has_zero(v ^ (ONES * c)); }
+static inline uint64_t has_below(uint64_t v, unsigned char c) { return (v - ONES * c) & ~v & HIGHS; }   // some byte < c (c <= 128)
+static inline uint64_t has_digit(uint64_t v) { return has_below(v ^ (ONES * 0x30), 10); }   // some byte in '0'..'9'
+static inline uint64_t load8(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+#define SKIP_BLOCKS(hit) while (i + 8 <= n) { uint64_t v = load8(t + i); if (hit) break; i += 8; }
+#define SKIP_TRY(skip) if (i >= next) { skip; if (i >= n) break; next = i + 8; }
+
 // A NUL inside a JSON string (raw, or escaped as \u0000) would cut the C string cJSON hands out:
 // "embed\u0000junk" would then match a tensor or token named "embed". Returns the offending byte offset or -1.
 static long find_nul(const char *t, size_t n) {
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0, next = 0; i < n; i++) {
+        SKIP_TRY(SKIP_BLOCKS(has_zero(v) | has_byte(v, '\\')));
         if (t[i] == 0) return (long)i;
         if (t[i] == '\\' && i + 1 < n) {
             if (t[i + 1] == 'u' && i + 5 < n && !memcmp(t + i + 2, "0000", 4)) return (long)i;
@@ -60,7 +76,8 @@ static long find_nul(const char *t, size_t n) {
 // the JSON grammar, and Python's json module, require them escaped. Returns the offset of the first, or -1.
 static long find_raw_control(const char *t, size_t n) {
     int in_str = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0, next = 0; i < n; i++) {
+        SKIP_TRY(if (in_str) SKIP_BLOCKS(has_below(v, 0x20) | has_byte(v, '\\') | has_byte(v, '"')) else SKIP_BLOCKS(has_byte(v, '"')));
         unsigned char c = (unsigned char)t[i];
         if (!in_str) { if (c == '"') in_str = 1; continue; }
         if (c < 0x20) return (long)i;
@@ -75,7 +92,8 @@ static long find_raw_control(const char *t, size_t n) {
 // outside strings that is not -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, or -1.
 static long find_bad_number(const char *t, size_t n) {
     int in_str = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0, next = 0; i < n; i++) {
+        SKIP_TRY(if (in_str) SKIP_BLOCKS(has_byte(v, '\\') | has_byte(v, '"')) else SKIP_BLOCKS(has_byte(v, '"') | has_byte(v, '-') | has_digit(v)));
         char c = t[i];
         if (in_str) {
             if (c == '\\') i++;

@@ -41,7 +41,7 @@ int32_t bs_tok_map_get(const bs_tok_map *m, const char *key, size_t len) {
 }
 
 static int grow(bs_tok_map *m) {
-    size_t cap = m->cap ? m->cap * 2 : 1024;
+    size_t cap = m->cap ? m->cap * 2 : 64;
     uint32_t *s = calloc(cap, sizeof *s);
     if (!s) return -1;
     for (size_t i = 0; i < m->n; i++) {
@@ -59,13 +59,13 @@ int bs_tok_map_put(bs_tok_map *m, const char *key, size_t len, int32_t val) {
     size_t i = find_slot(m, key, len, h);
     if (m->slots[i]) { m->ents[m->slots[i] - 1].val = val; return 0; }
     if (m->n == m->ents_cap) {
-        size_t c = m->ents_cap ? m->ents_cap * 2 : 1024;
+        size_t c = m->ents_cap ? m->ents_cap * 2 : 32;
         void *p = realloc(m->ents, c * sizeof *m->ents);
         if (!p) return -1;
         m->ents = p; m->ents_cap = c;
     }
     if (m->arena_len + len + 1 > m->arena_cap) {
-        size_t c = m->arena_cap ? m->arena_cap * 2 : 65536;
+        size_t c = m->arena_cap ? m->arena_cap * 2 : 1024;
         while (c < m->arena_len + len + 1) c *= 2;
         void *p = realloc(m->arena, c);
         if (!p) return -1;

@@ -1,5 +1,7 @@
 // String -> int32 hash map (open addressing, keys copied into one arena): the vocabularies of the
 // tokenizer and the trainer hold ~150k short keys, so one allocation per key would dominate.
+// Tables start small (64 slots, a 1 KB arena) and double: an encode keeps one map per call (its BPE
+// cache), whose first allocations (84 KB) used to be most of what encoding a short text allocated.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -6,11 +6,14 @@
 #include "io/tokenizer_internal.h"
 
 typedef struct { int32_t id, prev, next; } sym;
-typedef struct { int32_t rank, pos, a, b; } hent;
+// Heap entry: key = rank << 32 | position (lowest rank first, leftmost on ties: one comparison), the pair
+// it merges (to spot stale entries) and the id it merges into (so that a pop needs no second lookup).
+typedef struct { uint64_t key; int32_t a, b, id; } hent;
 
 struct bs_bpe_ws {
     sym *s; size_t s_cap;
     int32_t *rank; size_t r_cap;
+    int32_t *mid; size_t mid_cap;   // short pieces: the id each pair merges into
     hent *h; size_t h_cap;
     bs_tok_map cache;            // piece bytes -> index into cspan
     bs_span *cspan; size_t n_cspan, cspan_cap;
@@ -21,7 +24,7 @@ struct bs_bpe_ws {
 bs_bpe_ws *bs_bpe_ws_new(void) { return calloc(1, sizeof(bs_bpe_ws)); }
 void bs_bpe_ws_free(bs_bpe_ws *w) {
     if (!w) return;
-    free(w->s); free(w->rank); free(w->h); free(w->cspan); free(w->cids.v); free(w->tmp);
+    free(w->s); free(w->rank); free(w->mid); free(w->h); free(w->cspan); free(w->cids.v); free(w->tmp);
     bs_tok_map_free(&w->cache);
     free(w);
 }
@@ -65,7 +68,8 @@ int bs_merge_insert(bs_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t
     return 0;
 }
 
-static inline int hless(const hent *x, const hent *y) { return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos); }
+static inline uint64_t hkey(int32_t rank, int32_t pos) { return (uint64_t)(uint32_t)rank << 32 | (uint32_t)pos; }
+static inline int hless(const hent *x, const hent *y) { return x->key < y->key; }
 static void hpush(hent *h, size_t *n, hent e) {
     size_t i = (*n)++;
     while (i) { size_t p = (i - 1) / 2; if (!hless(&e, &h[p])) break; h[i] = h[p]; i = p; }
@@ -150,41 +154,41 @@ static int merge_all(const bs_tokenizer *t, bs_bpe_ws *w, int32_t m, bs_ids *out
     for (int32_t i = 0; i < m; i++) { S[i].prev = i - 1; S[i].next = i + 1 < m ? i + 1 : -1; }
     if (m <= 24) {
         // Short pieces: rescanning the pairs is cheaper than a heap.
-        if (grow((void **)&w->rank, &w->r_cap, m + 1, sizeof *w->rank)) return bs_fail(err, "out of memory");
-        int32_t *R = w->rank, nid;
-        for (int32_t i = 0; i + 1 < m; i++) if (!bs_merge_lookup(t, S[i].id, S[i + 1].id, &R[i], &nid)) R[i] = INT32_MAX;
+        if (grow((void **)&w->rank, &w->r_cap, m + 1, sizeof *w->rank) ||
+            grow((void **)&w->mid, &w->mid_cap, m + 1, sizeof *w->mid)) return bs_fail(err, "out of memory");
+        int32_t *R = w->rank, *N = w->mid;
+        for (int32_t i = 0; i + 1 < m; i++) if (!bs_merge_lookup(t, S[i].id, S[i + 1].id, &R[i], &N[i])) R[i] = INT32_MAX;
         if (m) R[m - 1] = INT32_MAX;
         for (;;) {
             int32_t best = -1, br = INT32_MAX;
             for (int32_t i = 0; i >= 0; i = S[i].next) if (R[i] < br) { br = R[i]; best = i; }
             if (best < 0) break;
-            int32_t r, j = S[best].next;
-            bs_merge_lookup(t, S[best].id, S[j].id, &r, &S[best].id);
+            int32_t j = S[best].next;
+            S[best].id = N[best];
             S[best].next = S[j].next;
             if (S[j].next >= 0) S[S[j].next].prev = best;
-            if (S[best].next < 0 || !bs_merge_lookup(t, S[best].id, S[S[best].next].id, &R[best], &nid)) R[best] = INT32_MAX;
+            if (S[best].next < 0 || !bs_merge_lookup(t, S[best].id, S[S[best].next].id, &R[best], &N[best])) R[best] = INT32_MAX;
             int32_t p = S[best].prev;
-            if (p >= 0 && !bs_merge_lookup(t, S[p].id, S[best].id, &R[p], &nid)) R[p] = INT32_MAX;
+            if (p >= 0 && !bs_merge_lookup(t, S[p].id, S[best].id, &R[p], &N[p])) R[p] = INT32_MAX;
         }
     } else {
         if (grow((void **)&w->h, &w->h_cap, 2 * (size_t)m + 2, sizeof *w->h)) return bs_fail(err, "out of memory");
         size_t hn = 0;
         int32_t r, nid;
         for (int32_t i = 0; i + 1 < m; i++)
-            if (bs_merge_lookup(t, S[i].id, S[i + 1].id, &r, &nid)) hpush(w->h, &hn, (hent){ r, i, S[i].id, S[i + 1].id });
+            if (bs_merge_lookup(t, S[i].id, S[i + 1].id, &r, &nid)) hpush(w->h, &hn, (hent){ hkey(r, i), S[i].id, S[i + 1].id, nid });
         while (hn) {
             hent e = hpop(w->h, &hn);
-            int32_t i = e.pos, j = S[i].next;
+            int32_t i = (int32_t)(uint32_t)e.key, j = S[i].next;
             if (S[i].id != e.a || j < 0 || S[j].id != e.b || S[i].prev == -2) continue;   // stale entry
-            bs_merge_lookup(t, e.a, e.b, &r, &nid);
-            S[i].id = nid;
+            S[i].id = e.id;
             S[i].next = S[j].next;
             S[j].prev = -2;   // dead
             if (S[i].next >= 0) S[S[i].next].prev = i;
-            if (S[i].next >= 0 && bs_merge_lookup(t, nid, S[S[i].next].id, &r, &nid))
-                hpush(w->h, &hn, (hent){ r, i, S[i].id, S[S[i].next].id });
+            if (S[i].next >= 0 && bs_merge_lookup(t, S[i].id, S[S[i].next].id, &r, &nid))
+                hpush(w->h, &hn, (hent){ hkey(r, i), S[i].id, S[S[i].next].id, nid });
             int32_t p = S[i].prev;
-            if (p >= 0 && bs_merge_lookup(t, S[p].id, S[i].id, &r, &nid)) hpush(w->h, &hn, (hent){ r, p, S[p].id, S[i].id });
+            if (p >= 0 && bs_merge_lookup(t, S[p].id, S[i].id, &r, &nid)) hpush(w->h, &hn, (hent){ hkey(r, p), S[p].id, S[i].id, nid });
         }
     }
     for (int32_t i = 0; i >= 0; i = S[i].next)

@@ -3,12 +3,9 @@
 #include <string.h>
 #include "io/tokenizer_internal.h"
 
-// Bytes of one token: ByteLevel maps each character back to its byte; a token with a character
+// Bytes of one token under ByteLevel: each character maps back to its byte; a token with a character
 // outside the table (an added token such as "<think>" in CJK, say) is taken as its UTF-8 text.
-static size_t token_bytes(const bs_tokenizer *t, int32_t id, char *out) {
-    const char *s = t->id_to_str[id];
-    size_t n = t->id_len[id];
-    if (!t->dec_byte_level) { memcpy(out, s, n); return n; }
+static size_t bytelevel_bytes(const char *s, size_t n, char *out) {
     size_t m = 0, i = 0;
     while (i < n) {
         uint32_t cp; int k = bs_utf8_decode((const unsigned char *)s + i, n - i, &cp);
@@ -18,6 +15,33 @@ static size_t token_bytes(const bs_tokenizer *t, int32_t id, char *out) {
         i += k;
     }
     return m;
+}
+
+// Worked out once per tokenizer rather than per decoded id (decode and the streaming decoder used to map
+// every character of every id back through the table; now they copy). A token's bytes are never longer
+// than its text, so the table is at most the size of the vocabulary's text.
+int bs_decode_table_build(bs_tokenizer *t, bs_err *err) {
+    if (!t->dec_byte_level) return 0;
+    size_t total = 0;
+    for (size_t i = 0; i < t->n_ids; i++) total += t->id_to_str[i] ? t->id_len[i] : 0;
+    t->dec_off = malloc((t->n_ids + 1) * sizeof *t->dec_off);
+    t->dec_bytes = malloc(total ? total : 1);
+    if (!t->dec_off || !t->dec_bytes) return bs_fail(err, "out of memory for the decoder's table");
+    size_t m = 0;
+    for (size_t i = 0; i < t->n_ids; i++) {
+        t->dec_off[i] = m;
+        if (t->id_to_str[i]) m += bytelevel_bytes(t->id_to_str[i], t->id_len[i], t->dec_bytes + m);
+    }
+    t->dec_off[t->n_ids] = m;
+    return 0;
+}
+
+// Bytes of one (known) token.
+static inline size_t token_bytes(const bs_tokenizer *t, int32_t id, char *out) {
+    if (!t->dec_bytes) { memcpy(out, t->id_to_str[id], t->id_len[id]); return t->id_len[id]; }
+    size_t n = t->dec_off[id + 1] - t->dec_off[id];
+    memcpy(out, t->dec_bytes + t->dec_off[id], n);
+    return n;
 }
 
 static int wanted(const bs_tokenizer *t, int32_t id, int skip_special) {
@@ -57,6 +81,13 @@ static int emit(bs_detok *d, const char *buf, size_t n, int final, char *out, si
     size_t m = 0, i = 0;
     const unsigned char *u = (const unsigned char *)buf;
     while (i < n) {
+        if (u[i] < 0x80) {   // a run of ASCII: copied as it is
+            size_t r = 1;
+            while (i + r < n && u[i + r] < 0x80) r++;
+            if (m + r + 1 > cap) return -1;
+            memcpy(out + m, buf + i, r); m += r; i += r;
+            continue;
+        }
         uint32_t cp; int k = bs_utf8_decode(u + i, n - i, &cp);
         if (k) { if (m + k + 1 > cap) return -1; memcpy(out + m, buf + i, k); m += k; i += k; continue; }
         // Incomplete at the end of the buffer: hold it back unless flushing.

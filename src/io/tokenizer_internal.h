@@ -57,6 +57,9 @@ struct bs_tokenizer {
 
     // decoder
     int dec_byte_level;
+    // ByteLevel decoder: each id's bytes, worked out once at load (bs_decode_table_build):
+    // dec_bytes[dec_off[id] .. dec_off[id + 1]). NULL without the ByteLevel decoder (tokens are their text).
+    char *dec_bytes; size_t *dec_off;
     int dec_replace_meta; // reserved
 
     // tokenizer_config.json
@@ -83,6 +86,9 @@ int    bs_utf8_step(const unsigned char *s, size_t n, uint32_t *cp);
 
 // tokenizer_normalize.c: applies the normaliser; *out NULL when the text is unchanged.
 int bs_normalize(const bs_tokenizer *t, const char *s, size_t n, char **out, size_t *out_len, bs_err *err);
+
+// tokenizer_decode.c: fills dec_bytes/dec_off (when dec_byte_level), after every token is known.
+int bs_decode_table_build(bs_tokenizer *t, bs_err *err);
 
 // Dynamic arrays used by the pipeline.
 typedef struct { int32_t *v; size_t n, cap; } bs_ids;

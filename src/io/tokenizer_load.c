@@ -342,6 +342,7 @@ static int load_json_named(bs_tokenizer **out, const char *json, size_t len, con
     if (!rc && t->byte_level)
         for (int b = 0; b < 256; b++) { char c[4]; int l; bs_bytelevel_char((unsigned char)b, c, &l); t->byte_id[b] = bs_tok_map_get(&t->vocab, c, l); }
     if (!rc && config_json) rc = load_config(t, config_json, config_name, err);
+    if (!rc) rc = bs_decode_table_build(t, err);
     t->src = NULL;   // the name belongs to the caller; it is only used while loading
     if (rc) { bs_tokenizer_free(t); return -1; }
     *out = t;
@@ -383,6 +384,7 @@ void bs_tokenizer_free(bs_tokenizer *t) {
     bs_tok_map_free(&t->vocab);
     for (size_t i = 0; i < t->n_ids; i++) free(t->id_to_str ? t->id_to_str[i] : NULL);
     free(t->id_to_str); free(t->id_len); free(t->id_special); free(t->merges);
+    free(t->dec_bytes); free(t->dec_off);
     free(t->cont_prefix); free(t->eow_suffix);
     for (int i = 0; i < t->n_pre; i++) if (t->pre[i].re) onig_free(t->pre[i].re);
     for (size_t i = 0; i < t->n_added; i++) free(t->added[i].content);

@@ -105,7 +105,7 @@ static size_t apply_behavior(mspans *a, int behavior, int invert) {
 
 static int buf_reserve(bs_pretok_ws *ws, size_t n) {
     if (n <= ws->buf_cap) return 0;
-    size_t c = ws->buf_cap ? ws->buf_cap : 4096;
+    size_t c = ws->buf_cap ? ws->buf_cap : 256;
     while (c < n) c *= 2;
     char *p = malloc(c);
     if (!p) return -1;

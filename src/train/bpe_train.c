@@ -223,7 +223,13 @@ static int write_json(trainer *T, const bs_bpe_train_opts *o, int32_t (*merges)[
     cJSON *vocab = cJSON_AddObjectToObject(m, "vocab"), *ml = cJSON_AddArrayToObject(m, "merges");
     // Special tokens sit in the model vocab too, as Hugging Face's trainer writes them: tokenizers gives an added
     // token the vocab's id when it is there, and otherwise the next id after the vocab's count.
-    for (size_t i = 0; i < T->n_tok; i++) cJSON_AddNumberToObject(vocab, T->tok[i], (double)i);
+    // Ids go in as raw integer text: cJSON prints a number with "%1.15g" and reads it back with sscanf to
+    // check the round trip, two libc calls per id that were most of the time spent writing a small vocabulary.
+    // The file's bytes are the same (an integer below 2^53 prints as its digits either way).
+    for (size_t i = 0; i < T->n_tok; i++) {
+        char num[24]; snprintf(num, sizeof num, "%zu", i);
+        if (!cJSON_AddRawToObject(vocab, T->tok[i], num)) { cJSON_Delete(root); return bs_fail(err, "out of memory writing %s", path); }
+    }
     for (size_t i = 0; i < n_merges; i++) {
         const char *ab[2] = { T->tok[merges[i][0]], T->tok[merges[i][1]] };
         cJSON_AddItemToArray(ml, cJSON_CreateStringArray(ab, 2));

@@ -6,11 +6,15 @@
 # cannot run here (exit 77, e.g. the Qwen3 tokenizer not installed) is reported as SKIPPED with its reason.
 set -e
 # Per-harness libFuzzer options, used here and by parallel_run.sh (`run.sh --options NAME` prints them).
-# tokenize: inputs up to 1 KB (libFuzzer's default would be 4 KB, the largest seed). Its cost is ~5 us per
+# tokenize: inputs up to 1 KB (libFuzzer's default would be 4 KB, the largest seed). Its cost grows with each
 # input byte (encode, then the bytes read as ids decoded and streamed); 1 KB keeps every path (added tokens,
 # pieces past the 128-byte BPE cache limit, a few hundred ids to decode) at 2.4x the executions per second.
 # Long inputs have their own tests (10 MB whitespace runs: the bad-input catalogue).
-harness_options() { case $1 in tokenize) echo "-max_len=1024" ;; esac; }
+# bpe_train: inputs up to 1 KB too (the default was 4 KB). Each input costs ~2.6 ms fixed under ASan (two
+# regex compiles, JSON written and read back) plus ~2 us per byte; 1 KB of prose still fills all 62 merges of
+# the 320-token vocabulary (the README's first KB: 62; 400 bytes: 56), with special tokens and every branch of
+# the pre-tokeniser regex. Large corpora are the CLI tests' (tokenizer-train on whole files).
+harness_options() { case $1 in tokenize|bpe_train) echo "-max_len=1024" ;; esac; }
 if [ "$1" = --options ]; then harness_options "$2"; exit 0; fi
 name=$1; secs=$2; shift 2
 bin=build-fuzz/fuzz_$name; corpus=build-fuzz/corpus/$name; log=build-fuzz/logs/$name.log
