@@ -290,6 +290,7 @@ int cmd_calibrate(int argc, char **argv) {
     // The raw head is what is fitted: a calibration.json already there is not applied.
     bs_drafter_opts dop = { .lossy_weights = 0, .no_calibration = 1 };
     if (bs_drafter_open_opts(&d, a.drafter, e, L, &dop, &err)) goto out;
+    if (d->warning[0]) fprintf(stderr, "blockspec: warning: %s\n", d->warning);
     int gamma = d->max_drafts, K = a.draft_max ? (int)a.draft_max : gamma;
     if (K > gamma) { fprintf(stderr, "blockspec calibrate: --draft-max %d is above the drafter's %d drafts per round; using %d\n", K, gamma, gamma); K = gamma; }
     for (int i = 0; i < a.n_data; i++) if (open_source(&src[i], a.data[i], e, &err)) goto out;

@@ -275,6 +275,7 @@ int cmd_generate(int argc, char **argv) {
     bs_drafter_opts dop = { .lossy_weights = a.drafter_fp8 ? 1 : -1, .draft_vocab = a.draft_vocab, .no_calibration = a.no_calibration };
     if (a.draft_vocab && !a.drafter) { bs_fail(&err, "--draft-vocab needs a drafter (-d DIR)"); goto out; }
     if (a.drafter && bs_drafter_open_opts(&d, a.drafter, e, s.kv.max_ctx, &dop, &err)) goto out;
+    if (d && d->warning[0]) fprintf(stderr, "blockspec: warning: %s\n", d->warning);
     if (a.drafter) { char w[512]; if (bs_weights_check_path(a.drafter, w, sizeof w, &err) > 0) fprintf(stderr, "blockspec: warning: %s\n", w); }
     bs_detok dt;
     if (e->tok) bs_detok_init(&dt, e->tok, 1);

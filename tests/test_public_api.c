@@ -322,3 +322,23 @@ TEST(public_api_ten_thousand_requests) {
     CHECK(checked >= AT_ONCE - 1, "only %d of the last requests were checked", checked);
     printf("  %d requests, the last %d checked against blockspec_generate\n", TOTAL, checked);
 }
+
+// What loading finds suspicious but not fatal comes back through blockspec_warnings, never on stderr from the
+// library: a drafter whose config says it was trained for another number of target layers.
+TEST(public_api_drafter_warning_returned) {
+    const char *dir = bs_test_tmpdir("drafter_warn");
+    CHECK(dir);
+    char cmd[4096], out[4096], t[1024], d[1100], err[512];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    snprintf(d, sizeof d, "%s/dspark", dir);
+    // A key given twice keeps its last value (as Python's json reads it): the appended one wins.
+    snprintf(cmd, sizeof cmd, "cp -r %s/dspark %s && chmod -R u+w %s && sed -i '$ s/}[[:space:]]*$/, \"num_target_layers\": 99}/' %s/config.json",
+             bs_fixtures_dir(), dir, d, d);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 0, "%s: %s", cmd, out);
+    blockspec *bs;
+    CHECK(blockspec_open(&bs, t, d, "cpu", err, sizeof err) == 0, "%s", err);
+    const char *w = blockspec_warnings(bs);
+    int ok = w && strstr(w, "trained for a 99-layer target");
+    blockspec_close(bs);
+    CHECK(ok, "no warning about the target's layers: %s", w ? w : "(none)");
+}

@@ -79,6 +79,10 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
         size_t l = strlen(bs->warnings);
         snprintf(bs->warnings + l, sizeof bs->warnings - l, "%s%s", l ? "\n" : "", w);
     }
+    if (bs->drafter && bs->drafter->warning[0]) {
+        size_t l = strlen(bs->warnings);
+        snprintf(bs->warnings + l, sizeof bs->warnings - l, "%s%s", l ? "\n" : "", bs->drafter->warning);
+    }
     *out = bs;
     return 0;
 }

@@ -1,4 +1,5 @@
 // z-lab DFlash and DeepSpec DFlash / DSpark drafters, written once against the backend ops.
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,6 +206,18 @@ static double sample_rows_diff(dflash *m, const bs_mat *a, const bs_mat *b) {
     return diff;
 }
 
+// Appends a line to the drafter's warnings (bs_drafter.warning), which its opener's caller reports.
+static void add_warning(dflash *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_warning(dflash *m, const char *fmt, ...) {
+    char *w = m->iface.warning;
+    size_t l = strlen(w), cap = sizeof m->iface.warning;
+    if (l && l + 1 < cap) { w[l++] = '\n'; w[l] = 0; }
+    va_list ap;
+    va_start(ap, fmt);
+    if (l < cap) vsnprintf(w + l, cap - l, fmt, ap);
+    va_end(ap);
+}
+
 static int check_target(dflash *m, bs_err *err) {
     const bs_drafter_config *c = &m->cfg;
     const bs_qwen3_config *t = &m->target->cfg;
@@ -216,7 +229,7 @@ static int check_target(dflash *m, bs_err *err) {
         if (c->target_layer_ids[i] >= t->n_layers)
             return bs_fail(err, "drafter %s: target_layer_ids[%d] = %d but the target has only %d layers", m->dir, i, c->target_layer_ids[i], t->n_layers);
     if (c->num_target_layers && c->num_target_layers != t->n_layers)
-        fprintf(stderr, "blockspec: warning: drafter %s was trained for a %d-layer target; this target has %d layers\n", m->dir, c->num_target_layers, t->n_layers);
+        add_warning(m, "drafter %s was trained for a %d-layer target; this target has %d layers", m->dir, c->num_target_layers, t->n_layers);
     return 0;
 }
 
@@ -321,8 +334,8 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
             if (vocab_mat(m, &head_host, !has_head ? &m->embed : NULL, &m->lm_head, 0, err)) goto fail;
         }
         if (de > 0 || dh > 0)
-            fprintf(stderr, "blockspec: warning: drafter %s: its bundled %s differ%s from the target's (max |diff| %.3g on sampled rows); "
-                    "using the drafter's copies\n", dir, de > 0 && dh > 0 ? "embed_tokens and lm_head" : de > 0 ? "embed_tokens" : "lm_head",
+            add_warning(m, "drafter %s: its bundled %s differ%s from the target's (max |diff| %.3g on sampled rows); "
+                    "using the drafter's copies", dir, de > 0 && dh > 0 ? "embed_tokens and lm_head" : de > 0 ? "embed_tokens" : "lm_head",
                     de > 0 && dh > 0 ? "" : "s", de > dh ? de : dh);
         if (m->r > 0) {
             bs_mat w2_host;

@@ -39,6 +39,8 @@ struct bs_drafter {
     int n_taps;                     // target hidden_states indices the context features are built from,
     const int *taps;                //   concatenated in this order ([rows][n_taps * H])
     void *impl;
+    char warning[512];              // what loading found suspicious but not fatal ("" if nothing), one per
+                                    // line: the caller reports it (the library never prints)
 
     // A fresh context for one sequence, for up to max_ctx rows (<= 0: the drafter's most), and its release.
     // Optional (NULL: a context is its n_ctx alone; bs_drafter_ctx_init).
