@@ -1,7 +1,7 @@
 #!/bin/sh
 # Line counts per module: tools/loc.sh [TREE]   (TREE: a git work tree, default this repository)
 # Counts the tracked source files (.c .h .cu .cuh .py .sh .js) of each module: include/, every src/*
-# folder (src/backend also split into cpu/ and cuda/), cli/, tests/, bench/, tools/. Lines are `wc -l`
+# folder (src/backend also split into cpu/ and cuda/), cli/, server/, tests/, bench/, tools/. Lines are `wc -l`
 # (comments and blank lines included). Prints a Markdown table: module, files, lines.
 set -e
 tree=${1:-.}
@@ -22,6 +22,7 @@ for d in $(sed -n 's#^src/\([^/]*\)/.*#\1#p' "$files" | sort -u); do
 done
 row 'src (all)' '^src/'
 row cli '^cli/'
+row server '^server/'
 row tests '^tests/'
 row bench '^bench/'
 row tools '^tools/'
