@@ -43,13 +43,17 @@ static int conn_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
-// Waits up to one slice for q to change (locked).
-static void wait_slice(srv_req *q) {
+// Waits up to one slice for q to change (locked). Returns 1 when the client on fd has gone meanwhile: q is
+// then abandoned (srv_abandon) and the caller stops answering.
+static int wait_slice_or_gone(srv_req *q, int fd) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
     if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
     pthread_cond_timedwait(&q->cv, &q->s->mu, &ts);
+    if (!client_gone(fd)) return 0;
+    srv_abandon(q->s, q);
+    return 1;
 }
 
 static enum MHD_Result send_text(struct MHD_Connection *c, int status, const char *type, char *body) {
@@ -176,14 +180,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     if (st->out_off == st->out_len) {
         if (st->phase == ST_END) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&s->mu);
-        while (!next_event(st, s->o.model_name)) {
-            wait_slice(st->q);
-            if (client_gone(st->fd)) {
-                srv_abandon(s, st->q);
-                pthread_mutex_unlock(&s->mu);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-        }
+        while (!next_event(st, s->o.model_name))
+            if (wait_slice_or_gone(st->q, st->fd)) { pthread_mutex_unlock(&s->mu); return MHD_CONTENT_READER_END_WITH_ERROR; }
         pthread_mutex_unlock(&s->mu);
         if (!st->out) return MHD_CONTENT_READER_END_WITH_ERROR;   // out of memory
     }
@@ -241,15 +239,12 @@ static enum MHD_Result completion(srv *s, struct MHD_Connection *c, conn *k, int
     }
     int fd = conn_fd(c);
     pthread_mutex_lock(&s->mu);
-    while (q->state != RQ_DONE) {
-        wait_slice(q);
-        if (client_gone(fd)) {   // nobody to answer: cancel and close
-            srv_abandon(s, q);
+    while (q->state != RQ_DONE)
+        if (wait_slice_or_gone(q, fd)) {   // nobody to answer: cancelled; close
             srv_req_release(q);
             pthread_mutex_unlock(&s->mu);
             return MHD_NO;
         }
-    }
     char *body;
     int status = 200;
     if (q->failed || !q->finish) {

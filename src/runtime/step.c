@@ -233,8 +233,9 @@ static int verify_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
             if (a < 0) return -1;
         }
     }
-    s->st.t_target += bs_now() - t0;
-    rt->t_fwd_step += bs_now() - t0;
+    double t = bs_now() - t0;
+    s->st.t_target += t;
+    rt->t_fwd_step += t;
     return finish_round(rt, s, a, next, rt->feat, err);
 }
 
