@@ -52,6 +52,12 @@ int blockspec_open(blockspec **out, const char *target_dir, const char *drafter_
     return blockspec_open_ex(out, target_dir, drafter_dir, device, NULL, err, err_len);
 }
 
+// Appends a line to what blockspec_warnings() reports.
+static void add_warning(blockspec *bs, const char *w) {
+    size_t l = strlen(bs->warnings);
+    snprintf(bs->warnings + l, sizeof bs->warnings - l, "%s%s", l ? "\n" : "", w);
+}
+
 int blockspec_open_ex(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device,
                       const blockspec_open_options *o, char *err, size_t err_len) {
     *out = NULL;
@@ -75,14 +81,8 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
     // Weights holding NaN/Inf load but compute garbage: kept for blockspec_warnings().
     char w[512] = "";
     snprintf(bs->warnings, sizeof bs->warnings, "%s", bs->eng->weight_warning);
-    if (drafter_dir && bs_weights_check_path(drafter_dir, w, sizeof w, &e) > 0) {
-        size_t l = strlen(bs->warnings);
-        snprintf(bs->warnings + l, sizeof bs->warnings - l, "%s%s", l ? "\n" : "", w);
-    }
-    if (bs->drafter && bs->drafter->warning[0]) {
-        size_t l = strlen(bs->warnings);
-        snprintf(bs->warnings + l, sizeof bs->warnings - l, "%s%s", l ? "\n" : "", bs->drafter->warning);
-    }
+    if (drafter_dir && bs_weights_check_path(drafter_dir, w, sizeof w, &e) > 0) add_warning(bs, w);
+    if (bs->drafter && bs->drafter->warning[0]) add_warning(bs, bs->drafter->warning);
     *out = bs;
     return 0;
 }
