@@ -348,7 +348,8 @@ TEST(server_sigterm_finishes_in_flight) {
     served sv;
     CHECK(serve_start(&sv, "") == 0, "the server did not start");
     const char *dir = bs_test_tmpdir("serve_term");
-    char cmd[2048], out[1 << 16];
+    char cmd[2048];
+    static char out[1 << 20];   // 400 streamed tokens can be one event each: ~80 KB
     snprintf(cmd, sizeof cmd, "curl -sN -m 60 http://127.0.0.1:%d/v1/completions -d '{\"prompt\":\"static int\",\"max_tokens\":400,\"temperature\":0,"
              "\"ignore_eos\":true,\"stream\":true}' > %s/s.txt 2>/dev/null & sleep 0.3; kill -TERM %d; wait", sv.port, dir, (int)sv.pid);
     bs_test_run(cmd, 1, out, sizeof out);
