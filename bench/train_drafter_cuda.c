@@ -24,6 +24,26 @@ static const char *CFG30 =
     " \"head_dim\": 64, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6, \"rope_theta\": 1000000,"
     " \"tie_word_embeddings\": true, \"initializer_range\": 0.02}";
 
+// Model FLOPs of one step for one sequence of T tokens with A anchors (2 per multiply-add; causal attention
+// counted as half of a full T x T product). The frozen target: every layer over the T tokens and its LM head
+// over the label rows (the L1 term's distribution). The drafter: fc over the T context rows' taps and the
+// context K/V projections, its layers and attention over the A x block rows, the LM head and Markov W2 over
+// them; backward is twice the forward for what trains and once for the frozen head (input gradient only).
+static double layer_params(const bs_qwen3_config *c) {
+    double q = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim;
+    return c->hidden_size * (2 * q + 2 * kv) + 3.0 * c->hidden_size * c->intermediate_size;
+}
+static double step_flops(const bs_qwen3_config *t, const bs_drafter_config *d, int T, int A, int blk) {
+    const bs_qwen3_config *b = &d->base;
+    double R = (double)A * blk, H = t->hidden_size, V = t->vocab_size;
+    double target = 2.0 * T * t->n_layers * layer_params(t) + 2.0 * T * (double)T * t->n_heads * t->head_dim * t->n_layers + 2.0 * R * H * V;
+    double ctx = 2.0 * T * d->n_taps * H * b->hidden_size + 2.0 * T * b->n_layers * 2.0 * b->hidden_size * b->n_kv_heads * b->head_dim;
+    double layers = 2.0 * R * b->n_layers * layer_params(b) + 4.0 * R * (T / 2.0 + blk) * b->n_heads * b->head_dim * b->n_layers;
+    double head = 2.0 * R * b->hidden_size * V, markov = 2.0 * R * d->markov_rank * V;
+    return target + 3.0 * (ctx + layers + markov) + 2.0 * head;
+}
+#define PEAK_BF16 989e12   // H200 dense bf16, datasheet
+
 static double now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
 
 int main(int argc, char **argv) {
@@ -101,9 +121,11 @@ int main(int argc, char **argv) {
     }
     if (counted) {
         bs_train_drafter_cuda_times(t, ms, 0, &err);
-        printf("summary: %.1f ms/step, %.0f label tokens/s (%d x %d tokens, mean of steps 2..%d) | split ms/step: target forward %.1f, drafter "
-               "forward + loss %.1f, drafter backward %.1f, AdamW %.2f\n", sum_dt / counted * 1e3, sum_tok / sum_dt, B, T, steps - 1,
-               ms[0] / counted, ms[1] / counted, ms[2] / counted, ms[3] / counted);
+        double fl = B * step_flops(&qc, &dc, T, A, blk), dt = sum_dt / counted;
+        printf("summary: %.1f ms/step, %.0f label tokens/s, %.0f sequence tokens/s (%d x %d tokens, mean of steps 2..%d) | model FLOPs %.1f TFLOP/step, "
+               "MFU %.1f%% | split ms/step: target forward %.1f, drafter forward + loss %.1f, drafter backward %.1f, AdamW %.2f\n", dt * 1e3,
+               sum_tok / sum_dt, B * T / dt, B, T, steps - 1, fl / 1e12, 100 * fl / dt / PEAK_BF16, ms[0] / counted, ms[1] / counted,
+               ms[2] / counted, ms[3] / counted);
     }
     free(ids); free(seqs);
     t->free(t);

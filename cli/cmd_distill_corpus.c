@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "engine/engine.h"
+#include "blockspec.h"
 #include "train/corpus.h"
 #include "util/rng.h"
 #include "util/threadpool.h"
@@ -35,6 +35,7 @@ static void usage(void) {
         "  --time-limit S     stop each worker after S seconds (0: none)\n"
         "  --workers N        CPU worker processes, one thread each (1)\n"
         "  --cuda-workers N   worker processes on the GPU (0)\n"
+        "  --concurrency N    continuations each worker decodes together, batched (1); the output is the same\n"
         "  --append-source    append the documents of CORPUS after the generated ones\n"
         "  --source-fraction F  with --append-source: keep each source document with probability F (1)\n"
         "  --seed N           (1); worker w draws its prompts with seed + w\n");
@@ -42,53 +43,71 @@ static void usage(void) {
 
 typedef struct {
     const char *target, *data, *out, *include;
-    long prompt_len, n_new, docs, workers, cuda_workers, seed;
+    long prompt_len, n_new, docs, workers, cuda_workers, seed, concurrency;
     double time_limit, source_fraction;
     int append_source;
 } args;
 
-// One worker: its own engine, prompts drawn with its own seed, documents to its part file.
+// One worker: its own handle, prompts drawn with its own seed, documents to its part file. It keeps up to
+// --concurrency continuations in flight through the public API's batched runtime (one target forward per
+// step over all of them: what makes a GPU worker fast) and writes them in the order their prompts were
+// drawn; a request's greedy tokens are the same whatever else is in the batch, so the part is the same for
+// every concurrency.
+typedef struct { int32_t *doc; blockspec_request *req; } slot;
+
 static int worker(const args *a, const bs_corpus *src, int w, const char *device, const char *part) {
     bs_err err = {0};
-    bs_engine *e = NULL;
+    blockspec *bs = NULL;
     bs_corpus_writer *cw = NULL;
-    int32_t *out = NULL, *doc = NULL;
-    int rc = 1, P = (int)a->prompt_len, N = (int)a->n_new;
-    if (bs_engine_open(&e, a->target, device, &err)) goto fail;
-    if (e->cfg.vocab_size != src->vocab_size) {
-        bs_fail(&err, "%s has vocabulary %lld, the target %s %d", src->path, (long long)src->vocab_size, a->target, e->cfg.vocab_size);
+    int C = (int)a->concurrency, P = (int)a->prompt_len, N = (int)a->n_new, rc = 1;
+    slot *ring = calloc((size_t)C, sizeof *ring);
+    if (!ring) { bs_fail(&err, "out of memory"); goto fail; }
+    if (blockspec_open(&bs, a->target, NULL, device, err.msg, sizeof err.msg)) goto fail;
+    if (blockspec_vocab_size(bs) != src->vocab_size) {
+        bs_fail(&err, "%s has vocabulary %lld, the target %s %d", src->path, (long long)src->vocab_size, a->target, blockspec_vocab_size(bs));
         goto fail;
     }
     if (bs_corpus_writer_open(&cw, part, src->vocab_size, src->tokenizer_hash, 0, &err)) goto fail;
-    out = malloc(sizeof(int32_t) * (N + 1));
-    doc = malloc(sizeof(int32_t) * (P + N + 1));
-    if (!out || !doc) { bs_fail(&err, "out of memory"); goto fail; }
+    for (int i = 0; i < C; i++)
+        if (!(ring[i].doc = malloc(sizeof(int32_t) * (P + N + 1)))) { bs_fail(&err, "out of memory"); goto fail; }
+    blockspec_params p = blockspec_default_params();
+    p.n_new = N; p.temperature = 0; p.use_drafter = 0; p.stop_at_eos = 1; p.n_ctx = P + N;
     bs_rng r;
     bs_rng_seed(&r, (uint64_t)a->seed + (uint64_t)w);
     double t0 = bs_now();
-    long tokens = 0;
-    for (long k = 0; k < a->docs; k++) {
-        if (a->time_limit > 0 && bs_now() - t0 >= a->time_limit) break;
-        int64_t d = -1, len = 0;
-        for (int tries = 0; tries < 1000 && len <= P; tries++) {   // a document longer than the prompt
-            d = (int64_t)(bs_rng_u64(&r) % (uint64_t)src->n_docs);
-            len = (int64_t)(src->doc_off[d + 1] - src->doc_off[d]);
+    long tokens = 0, drawn = 0, head = 0;   // ring[(head + i) % C], i < drawn - head, are in flight, oldest first
+    for (;;) {
+        while (drawn - head < C && drawn < a->docs && !(a->time_limit > 0 && bs_now() - t0 >= a->time_limit)) {
+            slot *sl = &ring[drawn % C];
+            int64_t d = -1, len = 0;
+            for (int tries = 0; tries < 1000 && len <= P; tries++) {   // a document longer than the prompt
+                d = (int64_t)(bs_rng_u64(&r) % (uint64_t)src->n_docs);
+                len = (int64_t)(src->doc_off[d + 1] - src->doc_off[d]);
+            }
+            if (len <= P) { bs_fail(&err, "%s: no document longer than --prompt-len %d found", src->path, P); goto fail; }
+            int64_t at = (int64_t)src->doc_off[d] + (int64_t)(bs_rng_u64(&r) % (uint64_t)(len - P));
+            memcpy(sl->doc, src->ids + at, sizeof(int32_t) * P);
+            if (blockspec_submit(bs, sl->doc, (size_t)P, &p, NULL, NULL, &sl->req, err.msg, sizeof err.msg)) goto fail;
+            drawn++;
         }
-        if (len <= P) { bs_fail(&err, "%s: no document longer than --prompt-len %d found", src->path, P); goto fail; }
-        int64_t at = (int64_t)src->doc_off[d] + (int64_t)(bs_rng_u64(&r) % (uint64_t)(len - P));
-        memcpy(doc, src->ids + at, sizeof(int32_t) * P);
-        bs_session s;
-        int n = 0;
-        if (bs_session_init(&s, e, bs_request_ctx(&e->cfg, P, N), NULL, &err)) goto fail;
-        int grc = bs_generate_plain(&s, doc, P, N, 1, out, &n, NULL, NULL, &err);
-        bs_session_free(&s);
-        if (grc) goto fail;
-        if (n > 0 && bs_is_eos(e, out[n - 1])) n--;   // the end-of-text token is a boundary, not text
-        memcpy(doc + P, out, sizeof(int32_t) * n);
-        if (bs_corpus_writer_add(cw, doc, NULL, P + n, &err)) goto fail;
-        tokens += n;
+        if (drawn == head) break;
+        if (blockspec_step(bs, err.msg, sizeof err.msg) < 0) goto fail;
+        while (head < drawn && blockspec_request_done(ring[head % C].req)) {   // the oldest ones, in order
+            slot *sl = &ring[head % C];
+            size_t n = 0;
+            const int32_t *out = blockspec_request_tokens(sl->req, &n);
+            blockspec_stats st;
+            blockspec_request_stats(sl->req, &st);
+            if (st.finish_reason && !strcmp(st.finish_reason, "eos") && n > 0) n--;   // the end-of-text token is a boundary, not text
+            memcpy(sl->doc + P, out, sizeof(int32_t) * n);
+            blockspec_request_free(bs, sl->req);
+            sl->req = NULL;
+            if (bs_corpus_writer_add(cw, sl->doc, NULL, P + (int64_t)n, &err)) goto fail;
+            tokens += (long)n;
+            head++;
+        }
     }
-    fprintf(stderr, "distill-corpus: worker %d (%s): %lld documents, %ld generated tokens in %.1f s\n", w, device,
+    fprintf(stderr, "distill-corpus: worker %d (%s, %d in flight): %lld documents, %ld generated tokens in %.1f s\n", w, device, C,
             (long long)bs_corpus_writer_docs(cw), tokens, bs_now() - t0);
     rc = bs_corpus_writer_finish(cw, &err) ? 1 : 0;
     cw = NULL;
@@ -99,8 +118,9 @@ fail:
     rc = 1;
 done:
     if (cw) bs_corpus_writer_abort(cw);
-    free(out); free(doc);
-    if (e) bs_engine_close(e);
+    for (int i = 0; ring && i < C; i++) { if (ring[i].req) blockspec_request_free(bs, ring[i].req); free(ring[i].doc); }
+    free(ring);
+    if (bs) blockspec_close(bs);
     return rc;
 }
 
@@ -124,7 +144,7 @@ static int append_file(bs_corpus_writer *cw, const char *path, const bs_corpus *
 }
 
 int cmd_distill_corpus(int argc, char **argv) {
-    args a = { .prompt_len = 64, .n_new = 192, .docs = 1000, .workers = 1, .seed = 1, .source_fraction = 1 };
+    args a = { .prompt_len = 64, .n_new = 192, .docs = 1000, .workers = 1, .seed = 1, .source_fraction = 1, .concurrency = 1 };
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) { usage(); return 0; }
@@ -139,6 +159,7 @@ int cmd_distill_corpus(int argc, char **argv) {
         else if (!strcmp(o, "--docs")) { if (cli_int(o, v, 0, 1L << 40, &a.docs)) return 2; }
         else if (!strcmp(o, "--workers")) { if (cli_int(o, v, 0, 1024, &a.workers)) return 2; }
         else if (!strcmp(o, "--cuda-workers")) { if (cli_int(o, v, 0, 1024, &a.cuda_workers)) return 2; }
+        else if (!strcmp(o, "--concurrency")) { if (cli_int(o, v, 1, 4096, &a.concurrency)) return 2; }
         else if (!strcmp(o, "--seed")) { if (cli_int(o, v, 0, 1L << 62, &a.seed)) return 2; }
         else if (!strcmp(o, "--source-fraction")) { if (cli_float(o, v, 0, 1, &a.source_fraction)) return 2; }
         else if (!strcmp(o, "--time-limit")) { if (cli_float(o, v, 0, 1e9, &a.time_limit)) return 2; }
