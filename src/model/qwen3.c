@@ -270,6 +270,12 @@ static int forward_recorded(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv,
     return 0;
 }
 
+// The end of every forward: an op that could not run (backend.h, bs_backend_fail) fails the forward.
+static int forward_done(const bs_qwen3 *m, bs_err *err) {
+    if (bs_backend_check(m->be, err)) return bs_wrap(err, "target forward");
+    return 0;
+}
+
 // What every forward checks besides its ids: room in the context and the tap indices.
 static int check_forward(const bs_qwen3 *m, const bs_kv_cache *kv, int n, const bs_fwd_out *out, bs_err *err) {
     if (kv->n_past + n > kv->max_ctx)
@@ -299,7 +305,7 @@ int bs_qwen3_forward_batch(const bs_qwen3 *m, bs_qwen3_ws *ws, const bs_seq_rows
     }
     if (n_seqs == 1 && seqs[0].n <= BS_QWEN3_CHUNK_ROWS && m->be->record_begin && !(out->logits_all && seqs[0].last_logits_only)) {
         int rc = forward_recorded(m, ws, seqs[0].kv, seqs[0].ids, seqs[0].n, out, NULL, err);
-        if (rc <= 0) return rc;   // 1: not recordable, run it plainly
+        if (rc <= 0) return rc ? rc : forward_done(m, err);   // 1: not recordable, run it plainly
     }
     // Cut the batch's rows into chunks; a sequence may continue from one chunk into the next.
     chunk ch = { 0 };
@@ -320,7 +326,7 @@ int bs_qwen3_forward_batch(const bs_qwen3 *m, bs_qwen3_ws *ws, const bs_seq_rows
         }
         lrow += all ? seqs[s].n : 1;
     }
-    return 0;
+    return forward_done(m, err);
 }
 
 // The cache's own scratch, allocated on its first forward.
@@ -345,9 +351,9 @@ int bs_qwen3_forward_dev(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv, in
     if (!ws && !(ws = kv_scratch(m, kv, err))) return -1;
     if (m->be->record_begin) {
         int rc = forward_recorded(m, ws, kv, &id0, n, out, dev_ids, err);
-        if (rc <= 0) return rc;
+        if (rc <= 0) return rc ? rc : forward_done(m, err);
     }
     chunk ch = one_chunk(kv, &id0, n, out, dev_ids);
     forward_chunk(m, ws, &ch, out);
-    return 0;
+    return forward_done(m, err);
 }

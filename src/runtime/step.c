@@ -350,6 +350,8 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
         // this round out (drafting needs their whole prompt).
         if (draft_batch(rt, err) || forward_batch(rt, err)) return -1;
     }
+    // The ops after the forwards (acceptance, sampling) report their failures here (backend.h).
+    if (bs_backend_check(rt->eng->be, err)) return -1;
     observe_step_cost(rt, bs_now() - t0, speculative, prefilled);
     drop_finished(rt);
     return rt->n_seqs;

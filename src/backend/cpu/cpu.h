@@ -11,6 +11,14 @@ void bs_cpu_install_fast(bs_backend *be);
 void bs_cpu_rmsnorm_row(float *y, const float *x, int dim, const bs_mat *w, float eps);
 void bs_cpu_rope_row(float *x, int hd, int pos, float theta);
 
+// ---- per-thread scratch (cpu_scratch.c) ----
+// *buf (a `static __thread` pointer, *cap bytes) grown to at least need bytes (want when it must grow: room
+// to spare), 64-byte aligned, freed when the thread ends. NULL when memory runs out (*buf then empty): the
+// op reports it with bs_backend_fail and returns (backend.h), never aborting the process.
+void *bs_cpu_scratch(void **buf, size_t *cap, size_t need, size_t want);
+// Test hook: when set to k > 0, the k-th scratch request from now fails as if memory ran out (then 0 again).
+extern int bs_cpu_test_fail_scratch;
+
 // ---- fast-kernel paths (cpu_features.c) ----
 typedef enum {
     BS_CPU_SCALAR = 0,      // portable C, threaded (any x86-64 / any CPU)
@@ -40,11 +48,12 @@ typedef struct bs_mm_kernel {
     void (*run)(const bs_mat *W, int64_t o0, int64_t o1, const void *xp, int r0, int r1, float *y, int acc);
 } bs_mm_kernel;
 extern const bs_mm_kernel bs_mm_scalar[3], bs_mm_avx2[3], bs_mm_avx512[3], bs_mm_avx512bf16[3];
-// Threaded matmul with the given kernels (indexed by bs_dtype).
-void bs_cpu_matmul_with(const bs_mm_kernel *k, float *y, const float *x, int n, const bs_mat *W, int acc);
-// m matmuls sharing x in one dispatch: y[i] = x . W[i]^T (+= when acc), x laid out once.
-void bs_cpu_matmul_multi_with(const bs_mm_kernel *k, int m, float *const *y, const float *x, int n,
-                              const bs_mat *const *W, int acc);
+// Threaded matmul with the given kernels (indexed by bs_dtype). Returns 0, or -1 when its scratch could not
+// be allocated (nothing computed; the caller reports it, bs_backend_fail).
+int bs_cpu_matmul_with(const bs_mm_kernel *k, float *y, const float *x, int n, const bs_mat *W, int acc);
+// m matmuls sharing x in one dispatch: y[i] = x . W[i]^T (+= when acc), x laid out once. Returns as above.
+int bs_cpu_matmul_multi_with(const bs_mm_kernel *k, int m, float *const *y, const float *x, int n,
+                             const bs_mat *const *W, int acc);
 // x rows permuted within each block of `chunk` floats: evens first, then odds (matches bf16 even/odd widening).
 void bs_mm_prep_evenodd(float *xp, const float *x, int n, int K, int chunk);
 
