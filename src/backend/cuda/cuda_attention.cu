@@ -904,14 +904,14 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
                          int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
     cuda_impl *c = CI(be);
     if (n_q <= 0 || ablated("att")) return;
-    if (hd > ATT_MAX_HD || hd % 4 || n_heads % n_kv) {
-        fprintf(stderr, "blockspec: CUDA attention: head_dim %d / heads %d/%d unsupported\n", hd, n_heads, n_kv); exit(1);
-    }
+    if (hd > ATT_MAX_HD || hd % 4 || n_heads % n_kv)
+        CU_DECLINE(c, "attention: head_dim %d / heads %d/%d unsupported (head_dim a multiple of 4, <= %d; heads a multiple of kv heads)", hd,
+                   n_heads, n_kv, ATT_MAX_HD);
     size_t smem = sizeof(float) * (2 * ATT_CHUNK * (hd + 4) + 2 * ATT_QV * hd + 2 * ATT_QV);
     static size_t smem_set = 48 * 1024;
     if (smem > smem_set) { CK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
     const int RB = 64;   // query rows per launch
-    ensure_ws(c, &c->att_ws, &c->att_ws_bytes, sizeof(float) * (ATT_SPLITS * (size_t)(n_q < RB ? n_q : RB) * n_heads * (hd + 2) + 4));
+    if (ensure_ws(c, &c->att_ws, &c->att_ws_bytes, sizeof(float) * (ATT_SPLITS * (size_t)(n_q < RB ? n_q : RB) * n_heads * (hd + 2) + 4))) return;
     // v3 and v4 may read K/V rows below q_pos0 before their PDL wait when they cannot still be in flight: the
     // attention is causal (the model's forward: rows below q_pos0 come from earlier forwards, rows from
     // q_pos0 on are this forward's) and the kernel before it waited for its own predecessor before letting

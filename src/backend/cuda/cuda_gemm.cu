@@ -224,7 +224,7 @@ static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *co
         if (S > 1) { J->counters = (unsigned *)(uintptr_t)ctr; ctr += tiles; }   // offsets, fixed below
     }
     if (ctr > c->n_counters) {
-        if (c->capturing) { fprintf(stderr, "blockspec: too many GEMM tiles while recording\n"); exit(1); }
+        if (c->capturing) CU_DECLINE(c, "matmul: %d split-K counters needed while recording a graph (%d held)", ctr, c->n_counters);
         CK(cudaStreamSynchronize(c->st)); CK(cudaFree(c->counters));
         c->n_counters = ctr; CK(cudaMalloc(&c->counters, sizeof(unsigned) * ctr)); CK(cudaMemsetAsync(c->counters, 0, sizeof(unsigned) * ctr, c->st));
     }
@@ -232,7 +232,7 @@ static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *co
         int nn = n - r < 64 ? n - r : 64;
         size_t wsz = 0;
         for (int i = 0; i < count; i++) if (jobs.j[i].S > 1) wsz += (size_t)jobs.j[i].S * nn * jobs.j[i].tiles * 32;
-        if (wsz) ensure_ws(c, &c->ws, &c->ws_bytes, wsz * sizeof(float));
+        if (wsz && ensure_ws(c, &c->ws, &c->ws_bytes, wsz * sizeof(float))) return;
         mm_jobs jr = jobs;
         size_t off = 0;
         for (int i = 0; i < count; i++) {
@@ -261,7 +261,7 @@ void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W,
     if (n <= 0 || W->rows <= 0) return;
     if (W->layout == BS_CUDA_TILED || W->layout == BS_CUDA_FP8) {
         if ((uintptr_t)x & 15) {   // the tiled kernel copies x with 16-byte cp.async: realign it first
-            ensure_ws(c, &c->xal, &c->xal_bytes, sizeof(float) * (size_t)n * W->cols);
+            if (ensure_ws(c, &c->xal, &c->xal_bytes, sizeof(float) * (size_t)n * W->cols)) return;
             CK(cudaMemcpyAsync(c->xal, x, sizeof(float) * (size_t)n * W->cols, cudaMemcpyDeviceToDevice, c->st));
             x = c->xal;
         }

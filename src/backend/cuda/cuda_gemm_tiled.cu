@@ -593,14 +593,14 @@ static void tt_run(cuda_impl *c, int count, float *const *y, const bs_mat *const
         A.j[i].scale = f8 ? (const float *)((const char *)W[i]->data + (size_t)tl * TT_M * A.K) : NULL;
         tiles += tl;
     }
-    if ((long long)tiles * A.kst >= (1ll << 31)) { fprintf(stderr, "blockspec: CUDA matmul: weight too large for the tiled GEMM\n"); exit(1); }
+    if ((long long)tiles * A.kst >= (1ll << 31)) CU_DECLINE(c, "matmul: weight too large for the tiled GEMM (%d tiles)", tiles);
     A.U = tiles * A.kst;
     A.G = tt_grid(c, A.U);
     static int spread_on = -1;   // BS_CUDA_FIXUP_SPREAD=0: one fixup block sums a whole tile (A/B runs)
     if (spread_on < 0) spread_on = env_on_unless_0("BS_CUDA_FIXUP_SPREAD");
     A.spread = spread_on;
     if (tiles > c->n_counters) {
-        if (c->capturing) { fprintf(stderr, "blockspec: too many GEMM tiles while recording\n"); exit(1); }
+        if (c->capturing) CU_DECLINE(c, "matmul: %d GEMM tiles while recording a graph (%d counters held)", tiles, c->n_counters);
         CK(cudaStreamSynchronize(c->st)); CK(cudaFree(c->counters));
         c->n_counters = tiles; CK(cudaMalloc(&c->counters, sizeof(unsigned) * tiles)); CK(cudaMemsetAsync(c->counters, 0, sizeof(unsigned) * tiles, c->st));
     }
@@ -614,7 +614,7 @@ static void tt_run(cuda_impl *c, int count, float *const *y, const bs_mat *const
     for (int i = 0; i < count; i++) bytes += (long long)(f8 ? mm_fp8_bytes(W[i]) : mm_tiled_bytes(W[i]));
     for (int r = 0; r < n; r += 64) {
         int nn = n - r < 64 ? n - r : 64;
-        ensure_ws(c, &c->ws, &c->ws_bytes, sizeof(float) * (size_t)A.G * 2 * nn * TT_M);
+        if (ensure_ws(c, &c->ws, &c->ws_bytes, sizeof(float) * (size_t)A.G * 2 * nn * TT_M)) return;
         A.ws = c->ws; A.n = nn; A.x = x + (size_t)r * A.K; A.up = up ? up + (size_t)r * A.K : NULL;
         for (int i = 0; i < count; i++) A.j[i].y = y[i] + (size_t)r * A.j[i].M;
         A.trace = mm_trace_next(A.G, tiles * TT_M, A.K, count, nn, bytes, up != NULL);
