@@ -290,6 +290,9 @@ static inline void bs_qk_norm_rope_store_spans(bs_backend *be, float *q, float *
 // The CPU backend: `reference` selects the plain scalar ops (the exact, simple path the fast
 // kernels and other backends are tested against); otherwise the fastest kernels this CPU supports.
 bs_backend *bs_backend_cpu(int reference);
+// "" when bs_tuning's cpu_kernels (BS_CPU_KERNELS) is empty or this CPU runs that path; else why the fast CPU
+// backend uses its best exact path instead (the library does not print: its caller shows it).
+const char *bs_cpu_kernels_note(void);
 // The CUDA backend on device `ordinal`; NULL with a message when built without CUDA or no GPU is usable.
 bs_backend *bs_backend_cuda(int ordinal, bs_err *err);
 // "cpu", "cpu-ref" or "cuda[:N]".

@@ -8,6 +8,7 @@
 #include "io/calibration.h"
 #include "io/draft_vocab.h"
 #include "model/dflash.h"
+#include "util/tuning.h"
 
 #define CTX_CHUNK 64
 
@@ -38,7 +39,7 @@ typedef struct dflash {
     float *vec_r, *vec_z, *vec_3r;   // [r], [2r + H], [3r] (gated / rnn steps)
     // host workspace
     float *hv, *state;               // [3r], [r]
-    int lossy;                       // large matrices in 8 bits (bs_dflash_lossy_weights)
+    int lossy;                       // large matrices lossy (bs_drafter_opts.lossy_weights)
     // draft vocabulary (io/draft_vocab.h): vd > 0 = the LM head (and Markov W2) hold only rows vids[0..vd);
     // their logits go to logits_d [B][vd], then scatter_cols spreads them over logits (-inf elsewhere)
     int vd;
@@ -87,8 +88,6 @@ static int get_mat(dflash *m, const char *name, int64_t rows, int64_t cols, bs_m
     return 0;
 }
 
-int bs_dflash_lossy_weights = -1;
-int bs_dflash_step_walk;
 
 // A large matrix: 8-bit where asked for and the backend offers it, else as stored.
 static int upload_mat(dflash *m, const bs_mat *host, bs_mat *dst, bs_err *err) {
@@ -278,9 +277,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     m->dir = strdup(dir);
     m->target = target; m->be = target->be;
     m->iface.impl = m;
-    if (bs_dflash_lossy_weights < 0) { const char *e = getenv("BS_DRAFTER_FP8"); bs_dflash_lossy_weights = e && strcmp(e, "0") != 0; }
-    { const char *e = getenv("BS_DRAFTER_STEP_WALK"); if (e && strcmp(e, "0") != 0) bs_dflash_step_walk = 1; }   // A/B runs
-    m->lossy = o && o->lossy_weights >= 0 ? o->lossy_weights : bs_dflash_lossy_weights;
+    m->lossy = o && o->lossy_weights >= 0 ? o->lossy_weights : bs_tuning_get()->drafter_fp8;
     bs_drafter_config *c = &m->cfg;
     if (bs_drafter_config_load(c, dir, err)) goto fail;
     if (check_target(m, err)) goto fail;
@@ -619,11 +616,10 @@ static void draft_pass(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, 
 // would have had to grow while recording).
 static int draft_pass_recorded(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, int n, int picks, bs_err *err) {
     bs_backend *be = m->be;
-    if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
     const int cap = (int)(sizeof x->recs / sizeof *x->recs);
     int i = 0;
     while (i < x->n_recs && (x->recs[i].n != n || x->recs[i].picks != picks)) i++;
-    if (!bs_qwen3_use_graphs || !be->record_begin || (i == x->n_recs && x->n_recs == cap)) { draft_pass(m, x, n_ctx, ids, n, picks); return 0; }
+    if (!m->target->use_graphs || !be->record_begin || (i == x->n_recs && x->n_recs == cap)) { draft_pass(m, x, n_ctx, ids, n, picks); return 0; }
     if (i == x->n_recs) { x->recs[i].n = n; x->recs[i].picks = picks; x->recs[i].seen = 0; x->recs[i].rec = NULL; x->n_recs++; }
     int pos0 = n_ctx;
     if (!x->recs[i].rec) {
@@ -723,7 +719,7 @@ static int take_picks(dflash *m, dflash_ctx *x, int32_t anchor, int n, int on_de
         }
         float cl[BS_MAX_DRAFT];
         int have_cl = c->conf_head;
-        if (!bs_sampling_greedy(s) && m->be->embed_from && (r == 0 || c->markov_type == BS_MARKOV_VANILLA) && !bs_dflash_step_walk) {
+        if (!bs_sampling_greedy(s) && m->be->embed_from && (r == 0 || c->markov_type == BS_MARKOV_VANILLA) && !bs_tuning_get()->drafter_step_walk) {
             // Sampled walk without a host round trip per draft: the uniforms are drawn first (the order
             // the step-by-step walk draws them in, so a seeded run drafts the same tokens), each draw lands
             // in picks[k] where the next step's W1 row is gathered from; one download at the end.

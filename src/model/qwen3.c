@@ -3,8 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/qwen3.h"
-
-int bs_qwen3_use_graphs = -1;
+#include "util/tuning.h"
 
 static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const bs_checkpoint *ck, bs_backend *be, bs_err *err) {
     int H = c->hidden_size, qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim, I = c->intermediate_size;
@@ -28,6 +27,7 @@ static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const 
 int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *ck, bs_backend *be, bs_err *err) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg; m->be = be;
+    m->use_graphs = bs_tuning_get()->graphs;
     const bs_qwen3_config *c = cfg;
     bs_mat host;
     if (bs_checkpoint_mat(ck, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, &host, err) ||
@@ -240,8 +240,7 @@ static chunk one_chunk(bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_
 // second time) and replayed from then on. Returns 0 when done, -1 on error, 1 when the call must run plainly.
 static int forward_recorded(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out,
                             const int32_t *dev_ids, bs_err *err) {
-    if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
-    if (!bs_qwen3_use_graphs || out->n_taps > 16) return 1;
+    if (!m->use_graphs || out->n_taps > 16) return 1;
     bs_backend *be = m->be;
     bs_fwd_rec *r = NULL;
     for (int i = 0; i < kv->n_recs && !r; i++) {

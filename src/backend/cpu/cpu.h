@@ -30,7 +30,7 @@ typedef enum {
 } bs_cpu_path;
 const char *bs_cpu_path_name(bs_cpu_path p);
 int bs_cpu_path_supported(bs_cpu_path p);   // this CPU can run it
-bs_cpu_path bs_cpu_default_path(void);      // BS_CPU_KERNELS if set and supported, else the best exact path
+bs_cpu_path bs_cpu_default_path(void);      // bs_tuning's cpu_kernels (BS_CPU_KERNELS) if supported, else the best exact path
 // Installs the fast ops of one path; -1 (and nothing changed) if this CPU can't run it.
 int bs_cpu_install_path(bs_backend *be, bs_cpu_path p);
 
@@ -64,9 +64,8 @@ void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const flo
 // bs_cpu_attention_fast over a ragged batch's spans, in one thread dispatch (backend.h attention_spans).
 void bs_cpu_attention_spans_fast(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads, int n_kv,
                                  int hd);
-// kv heads per attention task: 0 = automatic (as many as leave every thread a task; BS_CPU_ATT_HG=1 forces
-// one). Results never depend on it; tests set it to check exactly that.
-extern int bs_cpu_attention_heads_per_task;
+// kv heads per attention task: bs_tuning's cpu_att_heads_per_task, 0 = automatic (as many as leave every
+// thread a task; BS_CPU_ATT_HG=1 forces one). Results never depend on it; tests set it to check exactly that.
 void bs_cpu_install_ops_avx2(bs_backend *be);     // cpu_ops_avx2.c: vector elementwise ops + attention
 void bs_cpu_install_ops_scalar(bs_backend *be);   // cpu_fast.c: threaded portable ops
 
@@ -81,7 +80,7 @@ typedef struct bs_cpu_weights {
     size_t used;     // bytes used in the last chunk
     size_t bytes;    // weight bytes copied in all
 } bs_cpu_weights;
-int bs_cpu_hugepages_wanted(void);    // not disabled by BS_CPU_HUGEPAGES=0 and THP not "never"
+int bs_cpu_hugepages_wanted(void);    // not disabled (bs_tuning's cpu_hugepages, BS_CPU_HUGEPAGES=0) and THP not "never"
 // Copies host's elements into the arena, dst = host with the new data pointer; -1 (dst untouched) if not done.
 int bs_cpu_weights_copy(bs_cpu_weights *w, bs_mat *dst, const bs_mat *host);
 void bs_cpu_weights_free(bs_cpu_weights *w);

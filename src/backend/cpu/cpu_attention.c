@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_simd_avx2.h"
 #include "util/threadpool.h"
 #include "util/thread_scratch.h"
+#include "util/tuning.h"
 
 // Blocking (why): K and V rows of one kv head are 4 KiB apart in the cache layout ([pos][kv head][hd]), so
 // every row is on a new page, where the hardware prefetchers stop: without help each row is a demand miss.
@@ -533,8 +534,6 @@ static void attn_task(void *p, int t, int nt) {
 #undef OP
 }
 
-int bs_cpu_attention_heads_per_task;
-
 // One call's job (kernels and the kv heads per task) and its task count.
 static int attn_setup(bs_backend *be, attn_job *j) {
     j->be = be;
@@ -552,9 +551,8 @@ static int attn_setup(bs_backend *be, attn_job *j) {
     if (groups > j->n_kv) groups = j->n_kv;
     if (groups < 1) groups = 1;
     j->hg = (j->n_kv + groups - 1) / groups;
-    static int env_read;
-    if (!env_read) { const char *e = getenv("BS_CPU_ATT_HG"); env_read = 1; if (e && atoi(e) == 1) bs_cpu_attention_heads_per_task = 1; }
-    if (bs_cpu_attention_heads_per_task > 0) j->hg = bs_cpu_attention_heads_per_task < j->n_kv ? bs_cpu_attention_heads_per_task : j->n_kv;
+    const int fixed = bs_tuning_get()->cpu_att_heads_per_task;
+    if (fixed > 0) j->hg = fixed < j->n_kv ? fixed : j->n_kv;
     return ((j->n_kv + j->hg - 1) / j->hg) * qblocks;
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "backend/cpu/cpu.h"
+#include "util/tuning.h"
 
 // Every CPU backend is allocated as this struct (bs_backend first), so its ops can reach the weight arena.
 typedef struct { bs_backend be; bs_cpu_weights w; int huge; } cpu_backend;
@@ -211,6 +212,7 @@ void bs_cpu_fill_reference(bs_backend *be) {
 }
 
 bs_backend *bs_backend_cpu(int reference) {
+    bs_tuning_init();   // the BS_CPU_* knobs, when no engine opened this backend
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return NULL;
     bs_backend *be = &cb->be;

@@ -54,16 +54,15 @@ static void cu_sync(bs_backend *be) { cuda_impl *c = CI(be); CK(cudaStreamSynchr
 // separate ops instead (same results; for isolating a fused kernel).
 bool fuse_enabled(void) {
     static int v = -1;
-    if (v < 0) v = env_on_unless_0("BS_CUDA_FUSE");
+    if (v < 0) v = bs_tuning_get()->cuda_fuse;
     return v;
 }
 
 bool ablated(const char *what) {
     static const char *e = (const char *)-1;
-    if (e == (const char *)-1) {   // read once: ops ask on every launch outside graphs
-        e = getenv("BS_CUDA_ABLATE");
-        if (e && !*e) e = NULL;
-        if (e) fprintf(stderr, "blockspec: BS_CUDA_ABLATE=%s: those kernels are skipped, every result is wrong (timing diagnosis only)\n", e);
+    if (e == (const char *)-1) {   // once: ops ask on every launch outside graphs (the engine warns when it is set)
+        e = bs_tuning_get()->cuda_ablate;
+        if (!*e) e = NULL;
     }
     if (!e) return false;
     size_t n = strlen(what);
@@ -164,10 +163,7 @@ static int cu_weight_lossy(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_e
 // plus the kernel that follows a multi-row GEMM (default; see docs/cuda.md and mm_tiled_launch).
 static int pdl_mode(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("BS_CUDA_PDL");
-        v = !e || !strcmp(e, "after") ? 3 : !strcmp(e, "gemm") ? 2 : strcmp(e, "0") ? 1 : 0;
-    }
+    if (v < 0) v = bs_tuning_get()->cuda_pdl;
     return v;
 }
 bool pdl_enabled(void) { return pdl_mode() == 1; }
@@ -254,6 +250,7 @@ static void cu_destroy(bs_backend *be) {
 }
 
 extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
+    bs_tuning_init();   // the BS_CUDA_* knobs, when no engine opened this backend
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
@@ -306,6 +303,6 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     if (fuse_enabled()) { be->qk_norm_rope_store = cu_qk_norm_rope_store; be->qkv_norm_rope_store = cu_qkv_norm_rope_store; }
     be->record_begin = cu_record_begin; be->record_end = cu_record_end; be->replay = cu_replay; be->record_free = cu_record_free;
     be->destroy = cu_destroy;
-    if (getenv("BS_CUDA_PROFILE") && !prof_active()) prof_install(be);
+    if (bs_tuning_get()->cuda_profile && !prof_active()) prof_install(be);
     return be;
 }

@@ -14,6 +14,7 @@
 
 extern "C" {
 #include "backend/backend.h"
+#include "util/tuning.h"   // the knobs (BS_CUDA_*): read from bs_tuning_get(), never from the environment
 }
 
 #define MAX_STEP_IDS 64
@@ -175,8 +176,6 @@ bool fuse_enabled(void);   // BS_CUDA_FUSE (cuda_backend.cu)
 // BS_CUDA_ABLATE=rmsnorm,qknrs,att,combine,fixup (diagnosis of timing only: the named kernels are not
 // launched, so results are WRONG): what each link of a layer's chain costs inside a graphed step.
 bool ablated(const char *what);
-// A switch that is on unless the environment variable is "0" (read it once and cache the answer).
-static inline int env_on_unless_0(const char *name) { const char *e = getenv(name); return !(e && !strcmp(e, "0")); }
 
 // The weight-upload buffers (one set per backend, kept until it is destroyed): a pinned double buffer
 // of at least pin_bytes and a device staging buffer of at least stage_bytes (0: none needed).

@@ -163,7 +163,7 @@ void qknrs_launched(cuda_impl *c, int n) {
     // Measured on the H200 (docs/history/benchmarks-diary.md, session 11): 16-row forward 5.21 vs 5.25 ms at 512 keys,
     // 5.91 vs 5.99 at 4096; decode +0.5% at 512 keys but -4.6% at 4096.
     static int att_pdl = -1;
-    if (att_pdl < 0) { const char *e = getenv("BS_CUDA_ATT_PDL"); att_pdl = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "all") ? 2 : 1; }
+    if (att_pdl < 0) att_pdl = bs_tuning_get()->cuda_att_pdl;
     c->pdl_next = pdl_gemm() && (att_pdl == 2 || (att_pdl == 1 && n > 1));
 }
 
