@@ -166,5 +166,6 @@ void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, in
         CK(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * nn, cudaMemcpyDeviceToHost, c->st));
         CK(cudaStreamSynchronize(c->st));
         memcpy(out_host + r, c->h_argmax, sizeof(int32_t) * nn);
+        ids_sane(c, out_host + r, nn);
     }
 }

@@ -66,6 +66,11 @@ static inline void cu_fault(cuda_impl *c, const char *what, cudaError_t e) {
 // An op that declines its arguments (a shape its kernels do not take, a recording it cannot make): the
 // backend's fault, then the op returns without launching anything.
 #define CU_DECLINE(c, ...) do { bs_backend_fail((c)->be, "CUDA " __VA_ARGS__); return; } while (0)
+// Ids or counts read back to the host after a fault may be stale values of another op (the pinned buffer is
+// shared): zeros instead, always in range (a count of 0, token 0), until the caller's check reports the fault.
+static inline void ids_sane(cuda_impl *c, int32_t *host, int n) {
+    if (__atomic_load_n(&c->be->failed, __ATOMIC_ACQUIRE)) memset(host, 0, sizeof(int32_t) * (size_t)n);
+}
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) cu_fault(c, #call, e_); } while (0)
 #define LAUNCHED(what) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) cu_fault(c, what, e_); } while (0)
 

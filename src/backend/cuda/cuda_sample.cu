@@ -371,6 +371,7 @@ static void ids_download(cuda_impl *c, int32_t *host, int n) {
     CK(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * n, cudaMemcpyDeviceToHost, c->st));
     CK(cudaStreamSynchronize(c->st));
     memcpy(host, c->h_argmax, sizeof(int32_t) * n);
+    ids_sane(c, host, n);
 }
 
 // Rows in launches of SR_MAX_ROWS; the draws (when u is given) go to ids_dev (device memory) or, with
