@@ -36,7 +36,7 @@ TEST(fault_cpu_scratch_fails_forward_not_process) {
         bs_err ferr = {0};
         bs_fwd_out trash = { .logits = got };   // garbage when the forward fails
         int rc = bs_qwen3_forward(&e->target, &kv, ids, 24, &trash, &ferr);
-        int fired = bs_cpu_test_fail_scratch == 0;
+        int fired = bs_cpu_test_fail_scratch <= 0;   // pool threads racing past 0 take it below
         bs_cpu_test_fail_scratch = 0;
         if (!fired) { CHECK(rc == 0, "no injected failure, yet: %s", ferr.msg); break; }   // fewer than k requests
         CHECK(rc != 0, "scratch request %d failed but the forward reported success", k);
@@ -75,7 +75,7 @@ TEST(fault_public_api_generate_reports_scratch_failure) {
         bs_cpu_test_fail_scratch = k;
         err[0] = 0;
         int rc = blockspec_generate(bs, prompt, 6, &p, b, 24, &nb, NULL, NULL, NULL, err, sizeof err);
-        int fired = bs_cpu_test_fail_scratch == 0;
+        int fired = bs_cpu_test_fail_scratch <= 0;   // pool threads racing past 0 take it below
         bs_cpu_test_fail_scratch = 0;
         CHECK(fired, "request %d: the generation made fewer scratch requests", k);
         CHECK(rc != 0 && strstr(err, "out of memory"), "request %d: rc %d, err '%s'", k, rc, err);

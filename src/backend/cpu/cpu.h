@@ -16,7 +16,8 @@ void bs_cpu_rope_row(float *x, int hd, int pos, float theta);
 // to spare), 64-byte aligned, freed when the thread ends. NULL when memory runs out (*buf then empty): the
 // op reports it with bs_backend_fail and returns (backend.h), never aborting the process.
 void *bs_cpu_scratch(void **buf, size_t *cap, size_t need, size_t want);
-// Test hook: when set to k > 0, the k-th scratch request from now fails as if memory ran out (then 0 again).
+// Test hook: when set to k > 0, the k-th scratch request from now fails as if memory ran out. Requests from
+// pool threads racing past it leave it at 0 or below: <= 0 afterwards means one failed.
 extern int bs_cpu_test_fail_scratch;
 
 // ---- fast-kernel paths (cpu_features.c) ----
