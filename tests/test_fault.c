@@ -84,3 +84,47 @@ TEST(fault_public_api_generate_reports_scratch_failure) {
     CHECK(na == nb && !memcmp(a, b, sizeof(int32_t) * na), "the request after the faults differs");
     blockspec_close(bs);
 }
+
+// A fault while a forward is being recorded (CUDA graphs) leaves the recording incomplete: it must be freed,
+// never replayed, and the forward must fail. A CPU backend with stand-in record / replay functions (ops
+// run at once; the "recording" is a token) and a scratch failure injected while recording.
+static int rec_begun, rec_replayed, rec_freed;
+static char rec_token;
+static int fake_record_begin(bs_backend *be, int pos_base) { rec_begun++; return 0; }
+static void *fake_record_end(bs_backend *be, bs_err *err) { return &rec_token; }
+static void fake_replay(bs_backend *be, void *rec, int pos_base, const int32_t *ids, int n_ids) { rec_replayed++; }
+static void fake_record_free(bs_backend *be, void *rec) { if (rec == &rec_token) rec_freed++; }
+
+TEST(fault_while_recording_drops_the_recording) {
+    char t[1024];
+    snprintf(t, sizeof t, "%s/target", bs_fixtures_dir());
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, t, "cpu", &err) == 0, "%s", err.msg);
+    e->target.use_graphs = 1;
+    e->be->record_begin = fake_record_begin; e->be->record_end = fake_record_end;
+    e->be->replay = fake_replay; e->be->record_free = fake_record_free;
+    rec_begun = rec_replayed = rec_freed = 0;
+    int V = e->cfg.vocab_size;
+    float *lg = malloc(sizeof(float) * V);
+    bs_kv_cache kv;
+    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    bs_fwd_out fo = { .logits = lg };
+    int32_t id = 5;
+    CHECK(bs_qwen3_forward(&e->target, &kv, &id, 1, &fo, &err) == 0, "%s", err.msg);   // first of its shape: plain
+    CHECK(rec_begun == 0, "the first forward of a shape was recorded");
+    bs_cpu_test_fail_scratch = 1;   // the second is recorded, and an op fails while it is
+    bs_err ferr = {0};
+    int rc = bs_qwen3_forward(&e->target, &kv, &id, 1, &fo, &ferr);
+    bs_cpu_test_fail_scratch = 0;
+    CHECK(rec_begun == 1, "the second forward was not recorded (%d)", rec_begun);
+    CHECK(rc != 0 && strstr(ferr.msg, "recording") && strstr(ferr.msg, "out of memory"), "rc %d: %s", rc, ferr.msg);
+    CHECK(rec_freed == 1 && rec_replayed == 0, "the faulted recording was freed %d times, replayed %d times", rec_freed, rec_replayed);
+    CHECK(kv.n_past == 1, "the failed forward left %d rows in the cache (1 before it)", kv.n_past);
+    // The next forward records afresh (no fault) and replays that recording.
+    CHECK(bs_qwen3_forward(&e->target, &kv, &id, 1, &fo, &err) == 0, "%s", err.msg);
+    CHECK(rec_begun == 2 && rec_replayed == 1, "recorded %d times, replayed %d", rec_begun, rec_replayed);
+    // (the stand-in recording is a token: the engine's kv recordings must not reach the real backend's free)
+    bs_kv_free(&kv);
+    free(lg);
+    bs_engine_close(e);
+}

@@ -626,6 +626,11 @@ static int draft_pass_recorded(dflash *m, dflash_ctx *x, int n_ctx, const int32_
         if (x->recs[i].seen++ < 1 || be->record_begin(be, pos0)) { draft_pass(m, x, n_ctx, ids, n, picks); return 0; }
         draft_pass(m, x, n_ctx, ids, n, picks);
         if (!(x->recs[i].rec = be->record_end(be, err))) return bs_wrap(err, "drafter: recording the block pass of %d drafts", n);
+        if (bs_backend_check(be, err)) {   // an op failed while recording: the recording is incomplete, never replay it
+            be->record_free(be, x->recs[i].rec);
+            x->recs[i].rec = NULL;
+            return bs_wrap(err, "drafter: recording the block pass of %d drafts", n);
+        }
     }
     be->replay(be, x->recs[i].rec, pos0, ids, m->B);
     return 0;

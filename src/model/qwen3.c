@@ -263,6 +263,8 @@ static int forward_recorded(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv,
         forward_chunk(m, ws, &ch, out);
         kv->n_past = pos0;
         if (!(r->rec = be->record_end(be, err))) return -1;
+        // An op that failed while recording (backend.h) left the recording incomplete: never replay it.
+        if (bs_backend_check(be, err)) { be->record_free(be, r->rec); r->rec = NULL; return bs_wrap(err, "target forward (recording)"); }
     }
     be->replay(be, r->rec, pos0, ids, dev_ids ? 1 : n);
     kv->n_past = pos0 + n;
