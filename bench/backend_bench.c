@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--block") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--drafter") && i + 1 < argc && n_drafters < 4) drafters[n_drafters++] = argv[++i];
-        else if (!strcmp(argv[i], "--drafter-fp8")) fp8 = 1;   // each drafter also with 8-bit weights (bs_dflash_lossy_weights)
+        else if (!strcmp(argv[i], "--drafter-fp8")) fp8 = 1;   // each drafter also with 8-bit weights (bs_drafter_opts.lossy_weights)
         else if (!strcmp(argv[i], "--draft-vocab") && i + 1 < argc) draft_vocab = argv[++i];   // ... and with this draft vocabulary
         else if (!strcmp(argv[i], "--gemm-only")) gemm_only = 1;   // stop after the GEMM figures (profiling one kernel)
         else if (!strcmp(argv[i], "--quick")) quick = 1;   // decode and the 1 / B-row forwards only
@@ -164,7 +164,7 @@ int main(int argc, char **argv) {
     printf("prefill_%d_s %.3f\n", ctx, t_prefill);
     double decode_tps[2] = { 0, 0 };
     for (int mode = 0; mode < (quick ? 1 : 2); mode++) {     // 0: recorded graphs (default), 1: plain launches
-        bs_qwen3_use_graphs = mode == 0;
+        e->target.use_graphs = mode == 0;
         int32_t tok;
         be->argmax(be, &tok, lg, 1, V);
         for (int w = 0; w < 4; w++) { bs_qwen3_forward(&e->target, &s.kv, &tok, 1, &last, &err); be->argmax(be, &tok, lg, 1, V); }
@@ -179,7 +179,7 @@ int main(int argc, char **argv) {
         printf("decode_%s_tok_s %.2f step_ms %.3f\n", mode ? "nograph" : "graph", steps / t, t / steps * 1e3);
         bs_kv_rollback(&s.kv, ctx, &err);
     }
-    bs_qwen3_use_graphs = 1;
+    e->target.use_graphs = 1;
 
     // 4. target forward of B rows (all logits, as a verify needs) vs 1 row, at ctx
     double fw[2];

@@ -9,7 +9,11 @@
 // handover alone. Why: docs/cuda.md ("What is left") asked whether decode links that wait for the data they
 // read, instead of a whole grid, would be cheaper than the ~2.5-3.5 us a link costs in the decode step.
 //   build-cuda/cuda_link_latency        (built by `make cuda`; prints us per link for 8 / 132 / 264 blocks)
-#include "backend/cuda/cuda_internal.cuh"   // the decode path's own PDL primitives (pdl_trigger / pdl_wait) and CK
+#include "backend/cuda/cuda_internal.cuh"   // the decode path's own PDL primitives (pdl_trigger / pdl_wait)
+// A stand-alone program, not the library: a failed CUDA call ends it (the library's CK reports to a backend).
+#undef CK
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "cuda_link_latency: %s: %s\n", #call, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) { unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
 __device__ __forceinline__ void red_release(unsigned *p, unsigned v) { asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory"); }

@@ -32,7 +32,9 @@ static void usage(void) {
         "                            request's --confidence-threshold cut), none, fixed, alg1, async\n"
         "  --cost-model FILE         alg1 / async: the cost model (`blockspec profile --out FILE`); default: the cache,\n"
         "                            else measured at start\n"
-        "  --no-calibration          ignore the drafter's calibration.json\n");
+        "  --no-calibration          ignore the drafter's calibration.json\n"
+        "  --threads N               worker threads (default: $BS_THREADS, else every online core)\n"
+        "  --no-graphs               never record forwards as CUDA graphs (slower; output unchanged)\n");
 }
 
 static volatile sig_atomic_t stop_flag;
@@ -51,8 +53,8 @@ static const char *base_name(const char *dir, char *buf, size_t cap) {
 int cmd_serve(int argc, char **argv) {
     serve_opts o = serve_default_opts();
     const char *model = NULL, *drafter = NULL, *device = "cpu", *schedule = NULL, *cost_model = NULL;
-    int no_calibration = 0;
-    long v;
+    int no_calibration = 0, no_graphs = 0;
+    long v, threads = 0;
     double f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
@@ -76,6 +78,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--schedule")) { VAL(); schedule = val; }
         else if (!strcmp(a, "--cost-model")) { VAL(); cost_model = val; }
         else if (!strcmp(a, "--no-calibration")) no_calibration = 1;
+        else if (!strcmp(a, "--no-graphs")) no_graphs = 1;
+        else if (!strcmp(a, "--threads")) { VAL(); if (cli_int(a, val, 1, 4096, &threads)) return 2; }
         else { fprintf(stderr, "blockspec serve: unknown option %s (see blockspec serve --help)\n", a); return 2; }
 #undef VAL
     }
@@ -95,7 +99,7 @@ int cmd_serve(int argc, char **argv) {
     if (strpbrk(o.model_name, "\"\\\n") || !o.model_name[0]) { fprintf(stderr, "blockspec serve: --served-model-name must be non-empty, without quotes, backslashes or newlines\n"); return 2; }
     blockspec *bs;
     char err[1024];
-    blockspec_open_options oo = { .no_calibration = no_calibration };
+    blockspec_open_options oo = { .no_calibration = no_calibration, .threads = (int)threads, .no_graphs = no_graphs };
     if (blockspec_open_ex(&bs, model, drafter, device, &oo, err, sizeof err)) { fprintf(stderr, "blockspec serve: %s\n", err); return 1; }
     if (blockspec_warnings(bs)) fprintf(stderr, "blockspec: warning: %s\n", blockspec_warnings(bs));
     if (cli_set_schedule(bs, sched, cost_model, o.max_running, o.defaults.draft_max, err, sizeof err)) {

@@ -13,6 +13,8 @@ static void usage(void) {
         "  tokens (ids 0..), the 256 byte tokens, then one token per merge.\n");
 }
 
+static void print_progress(void *ctx, const char *line) { (void)ctx; fprintf(stderr, "tokenizer-train: %s\n", line); }
+
 int cmd_tokenizer_train(int argc, char **argv) {
     bs_bpe_train_opts o = { 0 };
     const char *out = NULL, *special = NULL;
@@ -27,7 +29,7 @@ int cmd_tokenizer_train(int argc, char **argv) {
         else if (!strcmp(a, "--special") && has) special = argv[++i];
         else if (!strcmp(a, "--min-frequency") && has) o.min_frequency = strtol(argv[++i], NULL, 10);
         else if (!strcmp(a, "--out") && has) out = argv[++i];
-        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o.verbose = 1;
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o.progress = print_progress;
         else if (a[0] == '-' && a[1]) { fprintf(stderr, "blockspec tokenizer-train: unknown or incomplete option '%s'\n", a); usage(); free(files); return 2; }
         else files[n_files++] = a;
     }

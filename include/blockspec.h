@@ -64,7 +64,13 @@ typedef struct blockspec_open_options {
                                 // CPU with AVX512-BF16: bf16 dot products); output unchanged
     int no_calibration;         // 1: a DSpark drafter's calibration.json (`blockspec calibrate`) is not applied:
                                 // the confidence cut uses the raw head. Output unchanged either way
+    int threads;                // > 0: worker threads for the CPU kernels and the host sampler. The pool is one per
+                                // process, sized by the first open that starts it (a later, different count is
+                                // reported by blockspec_warnings). 0: $BS_THREADS, else every online core
+    int no_graphs;              // 1: never record forwards for replay (CUDA graphs); slower, output unchanged
 } blockspec_open_options;
+// Besides these options, the library reads no environment except the BS_* tuning variables, one documented
+// hook for benchmarks and A/B runs (docs/tuning.md); options given here win over them.
 int  blockspec_open_ex(blockspec **out, const char *target_dir, const char *drafter_dir, const char *device,
                        const blockspec_open_options *o, char *err, size_t err_len);
 void blockspec_close(blockspec *bs);

@@ -17,6 +17,7 @@
 // - add, embed, argmax, copy: exact.
 #include <stdlib.h>
 #include <string.h>
+#include "util/tuning.h"
 #include "harness.h"
 #include "backend/cpu/cpu.h"
 #include "util/rng.h"
@@ -277,19 +278,19 @@ static void cpu_small_ops_on(int *failed_, int only) {
 }
 
 // The fast backend's weight copies (cpu_mem.c): same bytes at a new address in huge-page memory, the same
-// matmul results bit for bit as the mmap view, the view itself with BS_CPU_HUGEPAGES=0; and its buffers of
+// matmul results bit for bit as the mmap view, the view itself with hugepages off (BS_CPU_HUGEPAGES=0); and its buffers of
 // 2 MiB or more on a 2 MiB boundary, zeroed. The AnonHugePages check is informative only (the kernel may
 // decline huge pages under memory fragmentation), printed but not asserted.
 TEST(cpu_weight_copy_hugepages) {
     bs_rng rng; bs_rng_seed(&rng, 11);
-    const char *old = getenv("BS_CPU_HUGEPAGES");
-    char *saved = old ? strdup(old) : NULL;
-    unsetenv("BS_CPU_HUGEPAGES");
+    bs_tuning *t = bs_tuning_edit();
+    int saved = t->cpu_hugepages;
+    t->cpu_hugepages = 1;
     int want = bs_cpu_hugepages_wanted();
     bs_backend *be = bs_backend_cpu(0);
-    setenv("BS_CPU_HUGEPAGES", "0", 1);
+    t->cpu_hugepages = 0;   // BS_CPU_HUGEPAGES=0
     bs_backend *view = bs_backend_cpu(0);
-    if (saved) { setenv("BS_CPU_HUGEPAGES", saved, 1); free(saved); } else unsetenv("BS_CPU_HUGEPAGES");
+    t->cpu_hugepages = saved;
     static const struct { int O, K; bs_dtype dt; } S[] = { { 3072, 1024, BS_BF16 }, { 37, 19, BS_F16 }, { 1, 1024, BS_F32 }, { 5, 3, BS_BF16 } };
     long long huge0 = bs_cpu_anon_huge_bytes();
     for (int s = 0; s < 4; s++) {

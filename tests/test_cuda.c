@@ -15,6 +15,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include "harness.h"
+#include "util/tuning.h"
+#include "blockspec.h"
 #include "fixture_util.h"
 #include "test_util_models.h"
 #include "engine/engine.h"
@@ -243,10 +245,7 @@ TEST(cuda_qkv_norm_rope_store) {
 // alone, where the fused op runs, equals the row in a 16- or 40-row call, where it may decline).
 // Rows the CUDA backend fuses into the down projection: 1, or BS_CUDA_SWIGLU_ROWS (its A/B switch;
 // tests/gpu/run_device.sh runs the fused-SwiGLU tests once more with 8).
-static int swiglu_fused_rows(void) {
-    const char *e = getenv("BS_CUDA_SWIGLU_ROWS");
-    return e && atoi(e) >= 0 && atoi(e) <= 8 ? atoi(e) : 1;
-}
+static int swiglu_fused_rows(void) { return bs_tuning_get()->cuda_swiglu_rows; }
 
 TEST(cuda_swiglu_matmul) {
     NEED_CUDA(be);
@@ -745,4 +744,40 @@ TEST(cuda_greedy_spec_equals_plain) {
     for (int i = 0; i < N; i++) CHECK(spec[i] == plain[i], "token %d: speculative %d != plain %d", i, spec[i], plain[i]);
     free(vl); free(plain_logits); be->free(be, dl);
     bs_kv_free(&kv); bs_engine_close(e);
+}
+
+// A head_dim the CUDA kernels do not take (320 > 256) is the backend's fault, not the process's end: the
+// forward returns an error naming it, the process goes on, and the next forward says the same; the same
+// model runs on the CPU. Through the public API the request fails with the message.
+TEST(cuda_unsupported_head_dim_is_an_error) {
+    NEED_CUDA_DEVICE();
+    const char *dir = tu_make_target(64, 128, 1, 2, 1, 320, 128, 1, 1, 7);
+    CHECK(dir, "make-random failed");
+    bs_engine *eg, *ec; bs_err err = {0};
+    CHECK(bs_engine_open(&ec, dir, "cpu", &err) == 0, "%s", err.msg);
+    CHECK(bs_engine_open(&eg, dir, "cuda", &err) == 0, "%s", err.msg);
+    int32_t ids[4] = { 3, 5, 7, 9 };
+    bs_kv_cache kc, kg;
+    CHECK(bs_kv_init(&kc, &ec->cfg, 16, ec->be, &err) == 0 && bs_kv_init(&kg, &eg->cfg, 16, eg->be, &err) == 0, "%s", err.msg);
+    float lc[64];
+    float *lg = eg->be->alloc(eg->be, sizeof(float) * 64, &err);
+    CHECK(lg, "%s", err.msg);
+    bs_fwd_out fc = { .logits = lc }, fg = { .logits = lg };
+    CHECK(bs_qwen3_forward(&ec->target, &kc, ids, 4, &fc, &err) == 0, "the CPU runs head_dim 320: %s", err.msg);
+    for (int i = 0; i < 2; i++) {
+        bs_err ferr = {0};
+        CHECK(bs_kv_rollback(&kg, 0, &err) == 0, "%s", err.msg);
+        CHECK(bs_qwen3_forward(&eg->target, &kg, ids, 4, &fg, &ferr) != 0, "forward %d on CUDA with head_dim 320 reported success", i);
+        CHECK(strstr(ferr.msg, "head_dim 320") && strstr(ferr.msg, "cuda"), "forward %d: %s", i, ferr.msg);
+    }
+    eg->be->free(eg->be, lg);
+    bs_kv_free(&kc); bs_kv_free(&kg);
+    bs_engine_close(ec); bs_engine_close(eg);
+    blockspec *bs; char msg[512];
+    CHECK(blockspec_open(&bs, dir, NULL, "cuda", msg, sizeof msg) == 0, "%s", msg);
+    blockspec_params p = blockspec_default_params();
+    p.n_new = 4;
+    int32_t out[4]; size_t n_out;
+    CHECK(blockspec_generate(bs, ids, 4, &p, out, 4, &n_out, NULL, NULL, NULL, msg, sizeof msg) != 0 && strstr(msg, "head_dim 320"), "%s", msg);
+    blockspec_close(bs);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "util/tuning.h"
 #include "harness.h"
 #include "fixture_util.h"
 #include "test_util_models.h"
@@ -137,7 +138,7 @@ static void check_drafter_graphs(int *failed_, const char *which) {
     CHECK(d->add_context(d, &dc, feat, 8, &err) == 0, "%s", err.msg);
     size_t nf = (size_t)B * H + 2 * (size_t)n * V + n;
     float *ref = malloc(sizeof(float) * nf), *got = malloc(sizeof(float) * nf);
-    int saved = bs_qwen3_use_graphs;
+    int saved = e->target.use_graphs;
     for (int step = 0; step < 6 && !*failed_; step++) {
         int32_t anchor = prompt[8 + step], bids[BS_MAX_DRAFT + 1];
         bs_draft r0, r1;
@@ -147,7 +148,7 @@ static void check_drafter_graphs(int *failed_, const char *which) {
             bs_dflash_inspect ins = { .block_ids = bids, .block_hidden = o, .logits = o + (size_t)B * H,
                                       .step_logits = o + (size_t)B * H + (size_t)n * V, .conf_logits = o + (size_t)B * H + 2 * (size_t)n * V };
             memset(o, 0, sizeof(float) * nf);
-            bs_qwen3_use_graphs = run > 0;
+            e->target.use_graphs = run > 0;
             CHECK(bs_dflash_forward_block(d, &dc, anchor, BS_MAX_DRAFT, NULL, NULL, run ? &r1 : &r0, &ins, &err) == 0, "%s", err.msg);
             if (run == 0) continue;
             CHECK(r1.n == r0.n && memcmp(r1.tokens, r0.tokens, sizeof(int32_t) * r0.n) == 0, "%s step %d run %d: tokens differ", which, step, run);
@@ -157,14 +158,14 @@ static void check_drafter_graphs(int *failed_, const char *which) {
         // the drafts and confidences of the plain host walk above every time.
         for (int run = 0; run < 4 && !*failed_; run++) {
             bs_draft r2;
-            bs_qwen3_use_graphs = run > 0;
+            e->target.use_graphs = run > 0;
             CHECK(d->propose(d, &dc, anchor, BS_MAX_DRAFT, NULL, NULL, &r2, &err) == 0, "%s", err.msg);
             CHECK(r2.n == r0.n && memcmp(r2.tokens, r0.tokens, sizeof(int32_t) * r0.n) == 0, "%s step %d device picks run %d: tokens differ", which, step, run);
             CHECK(r2.has_conf == r0.has_conf && memcmp(r2.conf, r0.conf, sizeof(float) * r0.n) == 0, "%s step %d device picks run %d: confidences differ", which, step, run);
         }
         CHECK(d->add_context(d, &dc, feat + (size_t)(8 + step) * m * H, 1, &err) == 0, "%s", err.msg);
     }
-    bs_qwen3_use_graphs = saved;
+    e->target.use_graphs = saved;
     free(ref); free(got);
     e->be->free(e->be, logits); e->be->free(e->be, feat);
     bs_kv_free(&kv);
@@ -231,7 +232,7 @@ static void sampled_walk_paths(int *failed_, const char *dev) {
         float conf[2][BS_MAX_DRAFT], *q[2];
         int n = 0;
         for (int path = 0; path < 2; path++) {
-            bs_dflash_step_walk = path;
+            bs_tuning_edit()->drafter_step_walk = path;
             bs_drafter_ctx dc;
             bs_drafter *d = tu_drafter_with_context(e, ddir, NULL, &dc, prompt, P, &err);
             CHECK(d, "%s", err.msg);
@@ -245,7 +246,7 @@ static void sampled_walk_paths(int *failed_, const char *dev) {
             e->be->download(e->be, q[path], dr.q, sizeof(float) * (size_t)n * V);
             tu_drafter_free(d, &dc);
         }
-        bs_dflash_step_walk = 0;
+        bs_tuning_edit()->drafter_step_walk = 0;
         CHECK(n > 1, "%d drafts", n);
         CHECK(!memcmp(tok[0], tok[1], sizeof(int32_t) * n), "%s T=%.1f: the two walks drafted different tokens", dev, smp[c].temperature);
         CHECK(!memcmp(conf[0], conf[1], sizeof(float) * n), "%s: confidences differ", dev);

@@ -3,6 +3,7 @@
 // output would drift from plain decoding. Checked bitwise for every CPU kernel path.
 #include <stdlib.h>
 #include <string.h>
+#include "util/tuning.h"
 #include "harness.h"
 #include "test_util_models.h"
 #include "engine/engine.h"
@@ -120,9 +121,9 @@ static void ops_every_n(int *failed_, bs_cpu_path p) {
                     float *og = malloc(sizeof(float) * n * qd);
                     static const int hgs[] = { 1, 3, 4 };
                     for (int h = 0; h < 3; h++) {
-                        bs_cpu_attention_heads_per_task = hgs[h];
+                        bs_tuning_edit()->cpu_att_heads_per_task = hgs[h];
                         be->attention(be, og, q, k, v, n, nh, nkv, hd, P + n, P, 1, win);
-                        bs_cpu_attention_heads_per_task = 0;
+                        bs_tuning_edit()->cpu_att_heads_per_task = 0;
                         CHECK(memcmp(og, ob, sizeof(float) * n * qd) == 0, "path %s hd %d G %d n %d: attention with %d kv heads per task differs", bs_cpu_path_name(p), hd, G, n, hgs[h]);
                     }
                     free(og);
@@ -151,9 +152,9 @@ static void ops_every_n(int *failed_, bs_cpu_path p) {
                     }
                     for (int hg = 1; hg <= 4; hg += 3) {
                         float *og = malloc(sizeof(float) * n * qd);
-                        bs_cpu_attention_heads_per_task = hg;
+                        bs_tuning_edit()->cpu_att_heads_per_task = hg;
                         be->attention(be, og, q, k, v, n, nh, nkv, hd, P + n, P, 1, wins[wi]);
-                        bs_cpu_attention_heads_per_task = 0;
+                        bs_tuning_edit()->cpu_att_heads_per_task = 0;
                         CHECK(memcmp(og, ob, sizeof(float) * n * qd) == 0, "path %s n %d: long-cache attention with %d kv heads per task differs", bs_cpu_path_name(p), n, hg);
                         free(og);
                     }

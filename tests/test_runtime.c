@@ -22,7 +22,7 @@ static int run_batch(bs_engine *e, bs_drafter *d, request *reqs, int n, int sche
                      bs_err *err) {
     bs_runtime rt;
     bs_seq *seqs = calloc(n, sizeof *seqs);
-    int rc = -1, live = 0;
+    int rc = -1, live = 0, plans_checked = 0;
     if (bs_runtime_init(&rt, e, d, err)) { free(seqs); return -1; }
     if (prefill_rows) rt.prefill_rows = prefill_rows;
     for (int step = 0; step < 10000; step++) {
@@ -33,12 +33,29 @@ static int run_batch(bs_engine *e, bs_drafter *d, request *reqs, int n, int sche
             }
             if (schedule && reqs[i].cancel_step > 0 && reqs[i].cancel_step == step && seqs[i].eng) { bs_seq_cancel(&seqs[i]); bs_runtime_remove(&rt, &seqs[i]); }
         }
+        // The scheduler's plan of the step's prompt rows (bs_runtime_prompt_rows) must be what the batched
+        // forward then takes: the rows it handed out, and the prompt rows that reached the KV caches.
+        int plan = bs_runtime_prompt_rows(&rt), running = 0, prefilled0 = 0;
+        for (int i = 0; i < rt.n_seqs; i++) { running += !bs_seq_done(rt.seqs[i]); prefilled0 += rt.seqs[i]->n_prefilled; }
+        bs_seq **was = malloc(sizeof *was * (rt.n_seqs ? rt.n_seqs : 1));
+        int n_was = rt.n_seqs;
+        memcpy(was, rt.seqs, sizeof *was * n_was);
         int active = bs_runtime_step(&rt, err);
+        int prefilled1 = 0;
+        for (int i = 0; i < n_was; i++) prefilled1 += was[i]->n_prefilled;
+        free(was);
         if (active < 0) goto out;
+        if (running > 1 && (plan != rt.last_prompt_rows || plan != prefilled1 - prefilled0)) {
+            bs_fail(err, "step %d: planned %d prompt rows, the forward took %d (%d reached the caches)", step, plan, rt.last_prompt_rows,
+                    prefilled1 - prefilled0);
+            goto out;
+        }
+        plans_checked += running > 1 && plan > 0;
         int pending = 0;
         for (int i = 0; i < n; i++) pending += !seqs[i].eng || !bs_seq_done(&seqs[i]);
         if (!pending) break;
     }
+    if (n > 1 && !plans_checked) { bs_fail(err, "no batched step prefilled: the prompt-row plan went unchecked"); goto out; }
     for (int i = 0; i < n; i++) { memcpy(out[i], seqs[i].out, sizeof(int32_t) * seqs[i].n_out); n_out[i] = seqs[i].n_out; }
     rc = 0;
 out:

@@ -4,6 +4,7 @@
 // (random-weight drafters on a tiny-vocabulary target, so acceptance is partial).
 #include <stdlib.h>
 #include <string.h>
+#include "util/tuning.h"
 #include "harness.h"
 #include "test_util_models.h"
 #include "runtime/runtime.h"
@@ -227,7 +228,7 @@ TEST(spec_confidence_threshold_lossless) {
     bs_engine_close(e);
 }
 
-// 8-bit drafter weights (bs_dflash_lossy_weights, CUDA): the drafter's logits move (it really runs on
+// 8-bit drafter weights (bs_tuning's drafter_fp8, CUDA): the drafter's logits move (it really runs on
 // the 8-bit copies) but stay close to the bf16 drafter's, and greedy speculative output still equals
 // plain greedy output. A 128-wide target, so every drafter matrix can be stored in 8 bits.
 static void fp8_drafter_logits(int *failed_, bs_engine *e, const char *drafter) {
@@ -237,7 +238,7 @@ static void fp8_drafter_logits(int *failed_, bs_engine *e, const char *drafter) 
     float *lg[2] = { NULL, NULL };
     int n = 0;
     for (int lossy = 0; lossy < 2; lossy++) {
-        bs_dflash_lossy_weights = lossy;
+        bs_tuning_edit()->drafter_fp8 = lossy;
         bs_drafter_ctx dc;
         bs_drafter *d = tu_drafter_with_context(e, drafter, NULL, &dc, prompt, P, &err);
         CHECK(d, "%s", err.msg);
@@ -248,7 +249,7 @@ static void fp8_drafter_logits(int *failed_, bs_engine *e, const char *drafter) 
         CHECK(bs_dflash_forward_block(d, &dc, 7, BS_MAX_DRAFT, NULL, NULL, &dr, &ins, &err) == 0, "%s", err.msg);
         tu_drafter_free(d, &dc);
     }
-    bs_dflash_lossy_weights = -1;
+    bs_tuning_edit()->drafter_fp8 = 0;
     double mx = 1e-30, dif = 0;
     for (size_t i = 0; i < (size_t)n * V; i++) { if (fabs(lg[0][i]) > mx) mx = fabs(lg[0][i]); if (fabs(lg[1][i] - lg[0][i]) > dif) dif = fabs(lg[1][i] - lg[0][i]); }
     printf("  %s: lossy vs exact drafter logits: max |diff| %.3g (max |logit| %.3g)\n", drafter, dif, mx);
@@ -268,10 +269,10 @@ static void lossy_drafters_case(int *failed_, const char *dev, uint64_t seed) {
     fp8_drafter_logits(failed_, e, dd);
     bs_engine_close(e);
     if (*failed_) return;
-    bs_dflash_lossy_weights = 1;
+    bs_tuning_edit()->drafter_fp8 = 1;
     greedy_random_prompts(failed_, dev, target, dz, 12);
     if (!*failed_) greedy_random_prompts(failed_, dev, target, dd, 12);
-    bs_dflash_lossy_weights = -1;
+    bs_tuning_edit()->drafter_fp8 = 0;
 }
 
 TEST(spec_drafters_fp8_lossless_cuda) {

@@ -47,7 +47,7 @@ struct bs_drafter_opts;
 void tu_greedy_spec_equals_plain(int *failed_, const char *dev, const char *target, const char *drafter,
                                  const struct bs_drafter_opts *o, int trials, uint64_t seed);
 
-// Opens `drafter` for engine e (opts NULL: defaults, bs_dflash_lossy_weights included) and gives it the
+// Opens `drafter` for engine e (opts NULL: defaults, bs_tuning's drafter_fp8 included) and gives it the
 // context of prompt[0..P): the target's prefill taps (a scratch KV cache, freed again). NULL + err on failure.
 struct bs_drafter *tu_drafter_with_context(bs_engine *e, const char *drafter, const struct bs_drafter_opts *o, struct bs_drafter_ctx *dc,
                                            const int32_t *prompt, int P, bs_err *err);

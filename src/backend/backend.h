@@ -196,7 +196,23 @@ struct bs_backend {
     void  (*record_free)(bs_backend *be, void *rec);
 
     void (*destroy)(bs_backend *be);
+
+    // Failures inside ops. The ops return void (on a device they are queued, not run, and a forward issues
+    // hundreds), so an op that cannot do its work (host scratch it cannot allocate, a shape or layout the
+    // device kernels do not take, a device error) records why with bs_backend_fail and returns; its
+    // outputs, and everything computed from them, are garbage. Model code calls bs_backend_check after
+    // each forward and drafter pass, which turns the fault into an error for its caller (the request
+    // fails with the message; the library never prints or exits). The check clears the fault: the
+    // buffers of the forward that failed are garbage (the requests in it are unusable), but a later
+    // request may run (a fault that persists, like a broken CUDA context, is simply reported again).
+    int failed;          // 0: no fault; set through bs_backend_fail only
+    bs_err fault;        // the first fault's message
 };
+
+// Records the first fault of an op (later ones are dropped until the next check). Thread-safe.
+void bs_backend_fail(bs_backend *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// 0 when no op has failed since the last check; else -1 with "<backend>: <fault>" in err, and the fault cleared.
+int bs_backend_check(bs_backend *be, bs_err *err);
 
 // matmul_multi where the backend has it, else one matmul per matrix.
 static inline void bs_matmul_multi(bs_backend *be, int m, float *const *y, const float *x, int n,
@@ -274,6 +290,9 @@ static inline void bs_qk_norm_rope_store_spans(bs_backend *be, float *q, float *
 // The CPU backend: `reference` selects the plain scalar ops (the exact, simple path the fast
 // kernels and other backends are tested against); otherwise the fastest kernels this CPU supports.
 bs_backend *bs_backend_cpu(int reference);
+// "" when bs_tuning's cpu_kernels (BS_CPU_KERNELS) is empty or this CPU runs that path; else why the fast CPU
+// backend uses its best exact path instead (the library does not print: its caller shows it).
+const char *bs_cpu_kernels_note(void);
 // The CUDA backend on device `ordinal`; NULL with a message when built without CUDA or no GPU is usable.
 bs_backend *bs_backend_cuda(int ordinal, bs_err *err);
 // "cpu", "cpu-ref" or "cuda[:N]".

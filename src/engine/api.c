@@ -69,7 +69,8 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&bs->mu, &ma);
     pthread_mutexattr_destroy(&ma);
-    if (bs_engine_open(&bs->eng, target_dir, device ? device : "cpu", &e)) { free(bs); return fail(err, err_len, e.msg); }
+    bs_engine_opts eo = { .threads = o ? o->threads : 0, .no_graphs = o && o->no_graphs };
+    if (bs_engine_open_opts(&bs->eng, target_dir, device ? device : "cpu", &eo, &e)) { free(bs); return fail(err, err_len, e.msg); }
     // Context rows up to the model's limit: host buffers fill lazily, so only what is used costs memory.
     bs_drafter_opts dop = { .lossy_weights = o && o->drafter_fp8 ? 1 : -1, .draft_vocab = o ? o->draft_vocab : NULL,
                            .no_calibration = o && o->no_calibration };
@@ -81,6 +82,7 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
     // Weights holding NaN/Inf load but compute garbage: kept for blockspec_warnings().
     char w[512] = "";
     snprintf(bs->warnings, sizeof bs->warnings, "%s", bs->eng->weight_warning);
+    if (bs->eng->setup_warning[0]) add_warning(bs, bs->eng->setup_warning);
     if (drafter_dir && bs_weights_check_path(drafter_dir, w, sizeof w, &e) > 0) add_warning(bs, w);
     if (bs->drafter && bs->drafter->warning[0]) add_warning(bs, bs->drafter->warning);
     *out = bs;

@@ -1,21 +1,54 @@
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/engine.h"
 #include "io/weight_check.h"
+#include "util/threadpool.h"
 #include "util/timer.h"
+#include "util/tuning.h"
+
+static void setup_warning(bs_engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void setup_warning(bs_engine *e, const char *fmt, ...) {
+    size_t l = strlen(e->setup_warning);
+    if (l && l + 1 < sizeof e->setup_warning) e->setup_warning[l++] = '\n';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->setup_warning + l, sizeof e->setup_warning - l, fmt, ap);
+    va_end(ap);
+}
+
+// The process-wide parts of the setup: the knobs (once per process) and the thread pool; what the options
+// asked for that could not be applied becomes a setup warning.
+static void process_setup(bs_engine *e, const char *device, const bs_engine_opts *o) {
+    bs_tuning_init();
+    int want = o && o->threads > 0 ? o->threads : 0;
+    if (want) bs_pool_init(want);   // a no-op when the pool already runs
+    if (want && bs_pool_size() != want)
+        setup_warning(e, "%d threads asked for, but this process's thread pool already runs %d", want, bs_pool_size());
+    const char *dev = device ? device : "cpu";
+    if (!strcmp(dev, "cpu") && *bs_cpu_kernels_note()) setup_warning(e, "%s", bs_cpu_kernels_note());
+    if (!strncmp(dev, "cuda", 4) && bs_tuning_get()->cuda_ablate[0])
+        setup_warning(e, "BS_CUDA_ABLATE=%s: those kernels are skipped, every result is wrong (timing diagnosis only)", bs_tuning_get()->cuda_ablate);
+}
 
 int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, bs_err *err) {
+    return bs_engine_open_opts(out, model_dir, device, NULL, err);
+}
+
+int bs_engine_open_opts(bs_engine **out, const char *model_dir, const char *device, const bs_engine_opts *o, bs_err *err) {
     *out = NULL;
     bs_engine *e = calloc(1, sizeof *e);
     if (!e) return bs_fail(err, "out of memory");
     e->model_dir = strdup(model_dir);
+    process_setup(e, device, o);
     if (bs_qwen3_config_load(&e->cfg, model_dir, err)) goto fail;
     if (!(e->be = bs_backend_by_name(device, err))) goto fail;
     if (bs_checkpoint_open(&e->ck, model_dir, err)) goto fail;
     bs_checkpoint_check_finite(e->ck, e->weight_warning, sizeof e->weight_warning);
     if (bs_qwen3_init(&e->target, &e->cfg, e->ck, e->be, err)) goto fail;
+    if (o && o->no_graphs) e->target.use_graphs = 0;
     // The tokenizer is optional (id-only use needs none); a broken one is reported when text is asked for.
     char tp[4096]; struct stat st;
     snprintf(tp, sizeof tp, "%s/tokenizer.json", model_dir);

@@ -16,9 +16,17 @@ typedef struct bs_engine {
     bs_tokenizer *tok;          // dir/tokenizer.json when present and supported, else NULL
     char tok_error[512];        // why tok is NULL ("" when there was no tokenizer.json)
     char weight_warning[512];   // "" or which tensor holds NaN/Inf (checked at open; the caller reports it)
+    char setup_warning[512];    // "" or what of the requested setup was not applied, one per line (a kernel path
+                                // this CPU lacks, a thread count the running pool ignores, BS_CUDA_ABLATE)
 } bs_engine;
 
+// How an engine runs (NULL or zeroed: the defaults, i.e. bs_tuning's knobs, BS_* for benchmarks).
+typedef struct bs_engine_opts {
+    int threads;                // > 0: the thread pool's size, if this open starts it (the pool is per process)
+    int no_graphs;              // 1: forwards are never recorded and replayed (CUDA graphs); output unchanged
+} bs_engine_opts;
 int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, bs_err *err);
+int bs_engine_open_opts(bs_engine **out, const char *model_dir, const char *device, const bs_engine_opts *o, bs_err *err);
 void bs_engine_close(bs_engine *e);
 
 // Why generation stopped: the requested count was reached (length), an end-of-sequence token was

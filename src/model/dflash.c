@@ -8,6 +8,7 @@
 #include "io/calibration.h"
 #include "io/draft_vocab.h"
 #include "model/dflash.h"
+#include "util/tuning.h"
 
 #define CTX_CHUNK 64
 
@@ -38,7 +39,7 @@ typedef struct dflash {
     float *vec_r, *vec_z, *vec_3r;   // [r], [2r + H], [3r] (gated / rnn steps)
     // host workspace
     float *hv, *state;               // [3r], [r]
-    int lossy;                       // large matrices in 8 bits (bs_dflash_lossy_weights)
+    int lossy;                       // large matrices lossy (bs_drafter_opts.lossy_weights)
     // draft vocabulary (io/draft_vocab.h): vd > 0 = the LM head (and Markov W2) hold only rows vids[0..vd);
     // their logits go to logits_d [B][vd], then scatter_cols spreads them over logits (-inf elsewhere)
     int vd;
@@ -87,8 +88,6 @@ static int get_mat(dflash *m, const char *name, int64_t rows, int64_t cols, bs_m
     return 0;
 }
 
-int bs_dflash_lossy_weights = -1;
-int bs_dflash_step_walk;
 
 // A large matrix: 8-bit where asked for and the backend offers it, else as stored.
 static int upload_mat(dflash *m, const bs_mat *host, bs_mat *dst, bs_err *err) {
@@ -278,9 +277,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     m->dir = strdup(dir);
     m->target = target; m->be = target->be;
     m->iface.impl = m;
-    if (bs_dflash_lossy_weights < 0) { const char *e = getenv("BS_DRAFTER_FP8"); bs_dflash_lossy_weights = e && strcmp(e, "0") != 0; }
-    { const char *e = getenv("BS_DRAFTER_STEP_WALK"); if (e && strcmp(e, "0") != 0) bs_dflash_step_walk = 1; }   // A/B runs
-    m->lossy = o && o->lossy_weights >= 0 ? o->lossy_weights : bs_dflash_lossy_weights;
+    m->lossy = o && o->lossy_weights >= 0 ? o->lossy_weights : bs_tuning_get()->drafter_fp8;
     bs_drafter_config *c = &m->cfg;
     if (bs_drafter_config_load(c, dir, err)) goto fail;
     if (check_target(m, err)) goto fail;
@@ -486,6 +483,7 @@ static int dflash_add_context(bs_drafter *d, bs_drafter_ctx *dc, const float *fe
             bs_head_norm_rope_multi(be, nm, ks, rows, c->n_kv_heads, c->head_dim, ns, c->rms_eps, pos, m->rope_theta);
         }
     }
+    if (bs_backend_check(be, err)) return bs_wrap(err, "drafter: adding %d context rows", n);
     dc->n_ctx += n;
     return 0;
 }
@@ -613,29 +611,29 @@ static void draft_pass(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, 
 }
 
 // draft_pass, recorded the second time a (row count, picks) pair is seen and replayed from then on (as
-// the target's forward does, qwen3.c); plain on backends without recording, with BS_GRAPHS=0, or if
-// recording fails.
-static void draft_pass_recorded(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, int n, int picks) {
+// the target's forward does, qwen3.c); plain on backends without recording, or with graphs off. A
+// recording that fails is an error, as the target's is (the backend says why: e.g. a workspace it
+// would have had to grow while recording).
+static int draft_pass_recorded(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, int n, int picks, bs_err *err) {
     bs_backend *be = m->be;
-    if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
     const int cap = (int)(sizeof x->recs / sizeof *x->recs);
     int i = 0;
     while (i < x->n_recs && (x->recs[i].n != n || x->recs[i].picks != picks)) i++;
-    if (!bs_qwen3_use_graphs || !be->record_begin || (i == x->n_recs && x->n_recs == cap)) { draft_pass(m, x, n_ctx, ids, n, picks); return; }
+    if (!m->target->use_graphs || !be->record_begin || (i == x->n_recs && x->n_recs == cap)) { draft_pass(m, x, n_ctx, ids, n, picks); return 0; }
     if (i == x->n_recs) { x->recs[i].n = n; x->recs[i].picks = picks; x->recs[i].seen = 0; x->recs[i].rec = NULL; x->n_recs++; }
     int pos0 = n_ctx;
     if (!x->recs[i].rec) {
-        if (x->recs[i].seen++ < 1 || be->record_begin(be, pos0)) { draft_pass(m, x, n_ctx, ids, n, picks); return; }
+        if (x->recs[i].seen++ < 1 || be->record_begin(be, pos0)) { draft_pass(m, x, n_ctx, ids, n, picks); return 0; }
         draft_pass(m, x, n_ctx, ids, n, picks);
-        bs_err err = {0};
-        if (!(x->recs[i].rec = be->record_end(be, &err))) {
-            fprintf(stderr, "blockspec: drafter: recording the block pass failed (%s); running it plainly\n", err.msg);
-            x->recs[i].seen = -1000000;   // do not try again
-            draft_pass(m, x, n_ctx, ids, n, picks);
-            return;
+        if (!(x->recs[i].rec = be->record_end(be, err))) return bs_wrap(err, "drafter: recording the block pass of %d drafts", n);
+        if (bs_backend_check(be, err)) {   // an op failed while recording: the recording is incomplete, never replay it
+            be->record_free(be, x->recs[i].rec);
+            x->recs[i].rec = NULL;
+            return bs_wrap(err, "drafter: recording the block pass of %d drafts", n);
         }
     }
     be->replay(be, x->recs[i].rec, pos0, ids, m->B);
+    return 0;
 }
 
 // Picks d_k from logits row (device) k; fills q row k when sampling.
@@ -726,7 +724,7 @@ static int take_picks(dflash *m, dflash_ctx *x, int32_t anchor, int n, int on_de
         }
         float cl[BS_MAX_DRAFT];
         int have_cl = c->conf_head;
-        if (!bs_sampling_greedy(s) && m->be->embed_from && (r == 0 || c->markov_type == BS_MARKOV_VANILLA) && !bs_dflash_step_walk) {
+        if (!bs_sampling_greedy(s) && m->be->embed_from && (r == 0 || c->markov_type == BS_MARKOV_VANILLA) && !bs_tuning_get()->drafter_step_walk) {
             // Sampled walk without a host round trip per draft: the uniforms are drawn first (the order
             // the step-by-step walk draws them in, so a seeded run drafts the same tokens), each draw lands
             // in picks[k] where the next step's W1 row is gathered from; one download at the end.
@@ -800,11 +798,12 @@ static int forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int 
     ids[0] = anchor;
     for (int i = 1; i < B; i++) ids[i] = c->mask_token_id;
     const int on_device = device_picks_ok(m, s, ins);
-    draft_pass_recorded(m, x, dc->n_ctx, ids, n, on_device);
+    if (draft_pass_recorded(m, x, dc->n_ctx, ids, n, on_device, err)) return -1;
     if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
     if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
-    if (n == 0) return 0;
-    return take_picks(m, x, anchor, n, on_device, s, rng, out, ins, defer);
+    if (n > 0 && take_picks(m, x, anchor, n, on_device, s, rng, out, ins, defer)) return -1;
+    if (bs_backend_check(be, err)) return bs_wrap(err, "drafter: block pass");
+    return 0;
 }
 
 int bs_dflash_forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
@@ -927,6 +926,7 @@ static int dflash_propose_batch(bs_drafter *d, int n, bs_drafter_ctx *const *c, 
         if (k == per_pass || (i == n && k > 0)) {
             bs_draft tmp[BATCH_ROWS];
             propose_pass(m, k, xs, n_ctx, an, nd, sp, rp, tmp);
+            if (bs_backend_check(m->be, err)) return bs_wrap(err, "drafter: block pass of %d sequences", k);
             for (int j = 0; j < k; j++) out[idx[j]] = tmp[j];
             k = 0;
         }

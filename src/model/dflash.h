@@ -23,17 +23,15 @@
 int bs_dflash_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, bs_err *err);
 // The same with options (NULL: all defaults).
 int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int max_ctx, const bs_drafter_opts *o, bs_err *err);
-// Drafters opened from now on keep their large matrices (layers, fc, LM head, Markov W2) lossy where the
-// backend can (weight_lossy): 8 bits on CUDA, halving the bytes a drafter pass reads; bf16 dot products on
-// a CPU with AVX512-BF16 (activations rounded to bf16, ~2x the exact kernels' rate for a block). Output stays exactly the
-// target's (verification decides); only how often drafts are accepted can change. -1 = from
-// $BS_DRAFTER_FP8 (default off), 0 = off, 1 = on.
-extern int bs_dflash_lossy_weights;
-
-// Tests: 1 makes DeepSpec's sampled walk draw step by step (a host round trip per draft), the path gated
-// and RNN Markov heads take ($BS_DRAFTER_STEP_WALK=1 too); the default walk keeps the draws in backend
-// memory. Both draft the same.
-extern int bs_dflash_step_walk;
+// Lossy drafter weights (bs_drafter_opts.lossy_weights; default bs_tuning's drafter_fp8, BS_DRAFTER_FP8):
+// the large matrices (layers, fc, LM head, Markov W2) stored lossily where the backend can (weight_lossy):
+// 8 bits on CUDA, halving the bytes a drafter pass reads; bf16 dot products on a CPU with AVX512-BF16
+// (activations rounded to bf16, ~2x the exact kernels' rate for a block). Output stays exactly the
+// target's (verification decides); only how often drafts are accepted can change.
+//
+// bs_tuning's drafter_step_walk (tests, A/B; BS_DRAFTER_STEP_WALK=1) makes DeepSpec's sampled walk draw
+// step by step (a host round trip per draft), the path gated and RNN Markov heads take; the default walk
+// keeps the draws in backend memory. Both draft the same.
 
 // The parsed config of a drafter opened with bs_dflash_open.
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d);

@@ -3,8 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/qwen3.h"
-
-int bs_qwen3_use_graphs = -1;
+#include "util/tuning.h"
 
 static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const bs_checkpoint *ck, bs_backend *be, bs_err *err) {
     int H = c->hidden_size, qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim, I = c->intermediate_size;
@@ -28,6 +27,7 @@ static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const 
 int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *ck, bs_backend *be, bs_err *err) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg; m->be = be;
+    m->use_graphs = bs_tuning_get()->graphs;
     const bs_qwen3_config *c = cfg;
     bs_mat host;
     if (bs_checkpoint_mat(ck, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, &host, err) ||
@@ -240,8 +240,7 @@ static chunk one_chunk(bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_
 // second time) and replayed from then on. Returns 0 when done, -1 on error, 1 when the call must run plainly.
 static int forward_recorded(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out,
                             const int32_t *dev_ids, bs_err *err) {
-    if (bs_qwen3_use_graphs < 0) { const char *e = getenv("BS_GRAPHS"); bs_qwen3_use_graphs = !(e && !strcmp(e, "0")); }
-    if (!bs_qwen3_use_graphs || out->n_taps > 16) return 1;
+    if (!m->use_graphs || out->n_taps > 16) return 1;
     bs_backend *be = m->be;
     bs_fwd_rec *r = NULL;
     for (int i = 0; i < kv->n_recs && !r; i++) {
@@ -264,9 +263,17 @@ static int forward_recorded(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv,
         forward_chunk(m, ws, &ch, out);
         kv->n_past = pos0;
         if (!(r->rec = be->record_end(be, err))) return -1;
+        // An op that failed while recording (backend.h) left the recording incomplete: never replay it.
+        if (bs_backend_check(be, err)) { be->record_free(be, r->rec); r->rec = NULL; return bs_wrap(err, "target forward (recording)"); }
     }
     be->replay(be, r->rec, pos0, ids, dev_ids ? 1 : n);
     kv->n_past = pos0 + n;
+    return 0;
+}
+
+// The end of every forward: an op that could not run (backend.h, bs_backend_fail) fails the forward.
+static int forward_done(const bs_qwen3 *m, bs_err *err) {
+    if (bs_backend_check(m->be, err)) return bs_wrap(err, "target forward");
     return 0;
 }
 
@@ -299,7 +306,7 @@ int bs_qwen3_forward_batch(const bs_qwen3 *m, bs_qwen3_ws *ws, const bs_seq_rows
     }
     if (n_seqs == 1 && seqs[0].n <= BS_QWEN3_CHUNK_ROWS && m->be->record_begin && !(out->logits_all && seqs[0].last_logits_only)) {
         int rc = forward_recorded(m, ws, seqs[0].kv, seqs[0].ids, seqs[0].n, out, NULL, err);
-        if (rc <= 0) return rc;   // 1: not recordable, run it plainly
+        if (rc <= 0) return rc ? rc : forward_done(m, err);   // 1: not recordable, run it plainly
     }
     // Cut the batch's rows into chunks; a sequence may continue from one chunk into the next.
     chunk ch = { 0 };
@@ -320,7 +327,7 @@ int bs_qwen3_forward_batch(const bs_qwen3 *m, bs_qwen3_ws *ws, const bs_seq_rows
         }
         lrow += all ? seqs[s].n : 1;
     }
-    return 0;
+    return forward_done(m, err);
 }
 
 // The cache's own scratch, allocated on its first forward.
@@ -345,9 +352,9 @@ int bs_qwen3_forward_dev(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv, in
     if (!ws && !(ws = kv_scratch(m, kv, err))) return -1;
     if (m->be->record_begin) {
         int rc = forward_recorded(m, ws, kv, &id0, n, out, dev_ids, err);
-        if (rc <= 0) return rc;
+        if (rc <= 0) return rc ? rc : forward_done(m, err);
     }
     chunk ch = one_chunk(kv, &id0, n, out, dev_ids);
     forward_chunk(m, ws, &ch, out);
-    return 0;
+    return forward_done(m, err);
 }

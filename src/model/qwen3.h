@@ -22,7 +22,9 @@ typedef struct bs_qwen3 {
     bs_mat embed_host, lm_head_host;   // their views in the checkpoint (valid while it is open): drafters compare
                                        // their bundled copies with them and may upload an 8-bit LM head
     bs_qwen3_layer *layers;      // [n_layers]
-} bs_qwen3;   // immutable after bs_qwen3_init: one loaded target serves any number of sequences
+    int use_graphs;              // record/replay forwards on backends that can (CUDA graphs): bs_tuning's graphs
+                                 // at init (BS_GRAPHS), the open options' no_graphs after; drafters follow it
+} bs_qwen3;   // immutable after bs_qwen3_init (use_graphs aside, set before use): one target serves any number of sequences
 
 // Rows per forward chunk: longer inputs (and batches) run in chunks of at most this many rows.
 #define BS_QWEN3_CHUNK_ROWS 64
@@ -66,9 +68,6 @@ void bs_kv_free(bs_kv_cache *kv);
 // O(1): later rows are simply overwritten by the next forward.
 int bs_kv_rollback(bs_kv_cache *kv, int n_past, bs_err *err);
 
-// Record/replay forwards on backends that support it (CUDA graphs): -1 = from $BS_GRAPHS (default on;
-// BS_GRAPHS=0 turns it off), 0 = off, 1 = on.
-extern int bs_qwen3_use_graphs;
 
 // Runs n new rows (ids at positions kv->n_past ...) and appends their K/V. Checks ids and context room.
 // (A batch of one sequence, with the cache's own scratch.)

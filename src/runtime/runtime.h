@@ -34,6 +34,7 @@ typedef struct bs_runtime {
     double t_other;              // the rest of a speculative step (drafter, acceptance, bookkeeping), smoothed
                                  // over earlier steps: the cost model's fixed part (schedule.h, t_fixed)
     int last_rows;               // target rows in the latest step's forward(s) (for servers' metrics)
+    int last_prompt_rows;        // of them, prompt rows of the batched forward (what bs_runtime_prompt_rows planned)
     int32_t *dev_scratch;        // [2 * BS_MAX_DRAFT + 2]: a lone sequence's verify (one download per round)
     float *residual;             // host [V]: the host acceptance's residual row
     bs_seq_rows *rows;           // host [cap_seqs]: the batch descriptor of step 3
@@ -75,6 +76,10 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err);
 // second with 1..n_sps rows; copied). Refused while sequences are active (a sequence that started under
 // "none" has no drafter context to draft from).
 int bs_runtime_set_schedule(bs_runtime *rt, bs_sched_mode mode, const double *sps, int n_sps, bs_err *err);
+
+// The prompt rows the next step's batched forward will take (prefill_rows shared by the prefilling
+// sequences in join order): the scheduler prices the step with it before the forward runs.
+int bs_runtime_prompt_rows(const bs_runtime *rt);
 
 // Inside the runtime (step.c): room for logit_rows rows of logits and batch_rows rows of features.
 int bs_runtime_reserve_rows(bs_runtime *rt, int logit_rows, int batch_rows, bs_err *err);

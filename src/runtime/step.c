@@ -93,14 +93,20 @@ static void take_drafts(bs_seq *s, int n, int alone) {
     }
 }
 
-// Rows of this step's forward that prefill prompts (forward_batch's allotment, computed ahead for the
-// scheduler's cost).
-static int prefill_rows_planned(const bs_runtime *rt) {
+// The prompt rows sequence s puts into this step's forward when `budget` of the step's prefill rows are
+// still free: the rest of its prompt, cut to the budget (0 for a sequence not prefilling). Prefilling
+// sequences take the budget in join order. forward_batch hands out the rows with this and the scheduler
+// prices the step with bs_runtime_prompt_rows (the same walk), so the cost it plans is the forward that runs.
+static int chunk_rows(const bs_seq *s, int budget) {
+    if (s->phase != BS_SEQ_PREFILL) return 0;
+    int left = s->n_prompt - s->n_prefilled;
+    return left < budget ? left : budget;
+}
+
+int bs_runtime_prompt_rows(const bs_runtime *rt) {
     int budget = rt->prefill_rows, rows = 0;
     for (int i = 0; i < rt->n_seqs; i++) {
-        const bs_seq *s = rt->seqs[i];
-        if (s->phase != BS_SEQ_PREFILL) continue;
-        int n = s->n_prompt - s->n_prefilled < budget ? s->n_prompt - s->n_prefilled : budget;
+        int n = chunk_rows(rt->seqs[i], budget);
         budget -= n; rows += n;
     }
     return rows;
@@ -181,7 +187,7 @@ static int draft_batch(bs_runtime *rt, bs_err *err) {
     // Every decoding sequence takes part in the cut (plain ones as one row each): the forward's cost is
     // all of them. draft_seqs is reused as the list (the drafter call is over).
     for (int i = 0; i < rt->n_seqs; i++) if (rt->seqs[i]->phase == BS_SEQ_DECODE) rt->draft_seqs[R++] = rt->seqs[i];
-    return R ? cut_drafts(rt, rt->draft_seqs, R, prefill_rows_planned(rt), 0, err) : 0;
+    return R ? cut_drafts(rt, rt->draft_seqs, R, bs_runtime_prompt_rows(rt), 0, err) : 0;
 }
 
 // After the verdict: keep the anchor's and the accepted drafts' K/V (the next token has none yet), feed
@@ -251,11 +257,12 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
         bs_seq *s = rt->seqs[i];
         int rows;
         if (s->phase == BS_SEQ_PREFILL) {
-            rows = s->n_prompt - s->n_prefilled < budget ? s->n_prompt - s->n_prefilled : budget;
+            rows = chunk_rows(s, budget);
             s->n_chunk = rows;
             if (rows == 0) continue;   // waits for a later step's budget
             if (!s->n_prefilled) s->t_start = t0;
             budget -= rows;
+            rt->last_prompt_rows += rows;
             rt->rows[n_batch++] = (bs_seq_rows){ s->kv, s->prompt + s->n_prefilled, rows, 1 };
         } else if (s->phase == BS_SEQ_DECODE) {
             rows = s->n_draft + 1;
@@ -326,6 +333,7 @@ static void observe_step_cost(bs_runtime *rt, double t_step, int speculative, in
 int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     drop_finished(rt);
     rt->last_rows = 0;
+    rt->last_prompt_rows = 0;
     rt->t_fwd_step = 0;
     double t0 = bs_now();
     int speculative = 0, prefilled = 0;
@@ -342,6 +350,8 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
         // this round out (drafting needs their whole prompt).
         if (draft_batch(rt, err) || forward_batch(rt, err)) return -1;
     }
+    // The ops after the forwards (acceptance, sampling) report their failures here (backend.h).
+    if (bs_backend_check(rt->eng->be, err)) return -1;
     observe_step_cost(rt, bs_now() - t0, speculative, prefilled);
     drop_finished(rt);
     return rt->n_seqs;

@@ -86,7 +86,7 @@ int bs_drafter_open(bs_drafter **out, const char *dir, struct bs_engine *e, int 
 
 // How a drafter is opened (bs_drafter_open_opts; NULL or zeroed + lossy_weights -1: the defaults).
 typedef struct bs_drafter_opts {
-    int lossy_weights;          // -1: bs_dflash_lossy_weights ($BS_DRAFTER_FP8); 0: exact; 1: 8-bit large matrices
+    int lossy_weights;          // -1: bs_tuning's drafter_fp8 (BS_DRAFTER_FP8); 0: exact; 1: lossy large matrices
     const char *draft_vocab;    // NULL: propose from the whole vocabulary; else a draft vocabulary file
                                 // (io/draft_vocab.h): the LM head reads only its rows
     int no_calibration;         // 1: ignore a calibration.json beside a DSpark drafter (raw confidences;

@@ -234,10 +234,7 @@ static int probs_row(const bs_sampling *s, const float *logits, int vocab, float
         return 1;
     }
     float *own = NULL;
-    if (!scratch && !(scratch = own = malloc(sizeof(float) * 2 * vocab))) {
-        fprintf(stderr, "blockspec: sampler: out of memory for %zu bytes of scratch\n", sizeof(float) * 2 * (size_t)vocab);
-        exit(1);
-    }
+    if (!scratch && !(scratch = own = malloc(sizeof(float) * 2 * vocab))) return -1;   // the caller reports it
     probs_job j;
     j.logits = logits; j.p = p; j.vocab = vocab; j.inv_t = 1.0f / s->temperature;
     run_pass(&j, P_SCALE_MAX, parallel);
@@ -266,7 +263,7 @@ int bs_sampling_probs(const bs_sampling *s, const float *logits, int vocab, floa
     return probs_row(s, logits, vocab, p, scratch, 1);
 }
 
-typedef struct { const bs_sampling *s; const float *logits; float *probs; int n, vocab, parallel; } rows_job;
+typedef struct { const bs_sampling *s; const float *logits; float *probs; int n, vocab, parallel, failed; } rows_job;
 static __thread float *row_scratch;
 static __thread size_t row_scratch_n;
 static void rows_task(void *ctx, int t, int nt) {
@@ -279,14 +276,16 @@ static void rows_task(void *ctx, int t, int nt) {
         row_scratch_n = row_scratch ? need : 0;
     }
     for (int r = t; r < j->n; r += nt)   // NULL scratch (out of memory): probs_row allocates its own
-        probs_row(j->s, j->logits + (size_t)r * j->vocab, j->vocab, j->probs + (size_t)r * j->vocab, row_scratch, j->parallel);
+        if (probs_row(j->s, j->logits + (size_t)r * j->vocab, j->vocab, j->probs + (size_t)r * j->vocab, row_scratch, j->parallel) < 0)
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 // Rows on the pool, or (one row, or one thread) on the caller with each row's chunks on the pool.
-void bs_sampling_probs_rows(const bs_sampling *s, const float *logits, int n, int vocab, float *probs) {
+int bs_sampling_probs_rows(const bs_sampling *s, const float *logits, int n, int vocab, float *probs) {
     int tasks = n < bs_pool_size() ? n : bs_pool_size();
-    rows_job j = { s, logits, probs, n, vocab, tasks <= 1 };
+    rows_job j = { s, logits, probs, n, vocab, tasks <= 1, 0 };
     if (tasks <= 1) rows_task(&j, 0, 1);
     else bs_parallel_for(tasks, rows_task, &j);
+    return j.failed ? -1 : 0;
 }
 
 int32_t bs_sample_probs(const float *p, int vocab, bs_rng *rng) { return bs_sample_probs_u(p, vocab, bs_rng_uniform(rng)); }
@@ -327,7 +326,7 @@ int32_t bs_sample_probs_u(const float *p, int vocab, double u01) {
 
 int32_t bs_sample_logits(const bs_sampling *s, const float *logits, int vocab, float *probs, float *scratch, bs_rng *rng) {
     if (bs_sampling_greedy(s)) return bs_argmax(logits, vocab);
-    bs_sampling_probs(s, logits, vocab, probs, scratch);
+    if (bs_sampling_probs(s, logits, vocab, probs, scratch) < 0) return -1;
     return bs_sample_probs(probs, vocab, rng);
 }
 
@@ -336,7 +335,10 @@ void bs_sample_rows(bs_backend *be, const bs_sampling *s, float *probs, const fl
     if (be->sample_rows &&
         be->sample_rows(be, probs, logits, n, vocab, bs_sampling_greedy(s) ? 0.0f : s->temperature, s->top_k, s->top_p, u, ids) == 0)
         return;
-    bs_sampling_probs_rows(s, logits, n, vocab, probs);
+    if (bs_sampling_probs_rows(s, logits, n, vocab, probs)) {
+        bs_backend_fail(be, "sampler: out of memory for %zu bytes of scratch per row", sizeof(float) * 2 * (size_t)vocab);
+        return;
+    }
     if (ids)
         for (int i = 0; i < n; i++) ids[i] = bs_sample_probs_u(probs + (size_t)i * vocab, vocab, u[i]);
 }

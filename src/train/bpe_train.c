@@ -317,10 +317,18 @@ int bs_bpe_train(const char *const *texts, const size_t *lens, size_t n_texts, c
             }
         }
         free(where);
-        if (o->verbose && n_merges % 1000 == 0) fprintf(stderr, "tokenizer-train: %zu tokens, %.1fs\n", T.n_tok, bs_now() - t0);
+        if (o->progress && n_merges % 1000 == 0) {
+            char line[128];
+            snprintf(line, sizeof line, "%zu tokens, %.1fs", T.n_tok, bs_now() - t0);
+            o->progress(o->progress_ctx, line);
+        }
     }
     if (!rc) rc = write_json(&T, o, merges, n_merges, out_path, err);
-    if (o->verbose && !rc) fprintf(stderr, "tokenizer-train: %zu distinct words, %zu merges, %zu tokens, %.2fs\n", T.n_w, n_merges, T.n_tok, bs_now() - t0);
+    if (o->progress && !rc) {
+        char line[160];
+        snprintf(line, sizeof line, "%zu distinct words, %zu merges, %zu tokens, %.2fs", T.n_w, n_merges, T.n_tok, bs_now() - t0);
+        o->progress(o->progress_ctx, line);
+    }
     free(buf); free(stamp); free(merges);
     for (size_t i = 0; i < T.n_w; i++) free(T.w[i].sym);
     for (size_t i = 0; i < T.n_p; i++) free(T.p[i].where);

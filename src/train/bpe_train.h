@@ -8,7 +8,10 @@ typedef struct {
     size_t vocab_size;          // total, special tokens and the 256 byte tokens included
     const char **special; size_t n_special;
     long min_frequency;         // a pair seen fewer times is never merged (default 2)
-    int verbose;
+    // Optional progress lines (every 1000 merges, and a summary), handed to the caller, which decides where
+    // they go (the library never prints): NULL for none.
+    void (*progress)(void *ctx, const char *line);
+    void *progress_ctx;
 } bs_bpe_train_opts;
 
 // Trains on the concatenated texts and writes tokenizer.json to out_path.

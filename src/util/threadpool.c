@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <sched.h>
 #include "util/threadpool.h"
+#include "util/tuning.h"
 
 #define MAX_THREADS 256
 #define SPIN_ROUNDS 200000
@@ -67,8 +68,8 @@ static void *worker(void *arg) {
 void bs_pool_init(int n_threads) {
     if (P.n) return;
     if (n_threads <= 0) {
-        const char *env = getenv("BS_THREADS");
-        n_threads = env ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        bs_tuning_init();   // BS_THREADS, when the pool starts before any engine or backend
+        n_threads = bs_tuning_get()->threads ? bs_tuning_get()->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     }
     if (n_threads < 1) n_threads = 1;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;

@@ -11,6 +11,15 @@ void bs_cpu_install_fast(bs_backend *be);
 void bs_cpu_rmsnorm_row(float *y, const float *x, int dim, const bs_mat *w, float eps);
 void bs_cpu_rope_row(float *x, int hd, int pos, float theta);
 
+// ---- per-thread scratch (cpu_scratch.c) ----
+// *buf (a `static __thread` pointer, *cap bytes) grown to at least need bytes (want when it must grow: room
+// to spare), 64-byte aligned, freed when the thread ends. NULL when memory runs out (*buf then empty): the
+// op reports it with bs_backend_fail and returns (backend.h), never aborting the process.
+void *bs_cpu_scratch(void **buf, size_t *cap, size_t need, size_t want);
+// Test hook: when set to k > 0, the k-th scratch request from now fails as if memory ran out. Requests from
+// pool threads racing past it leave it at 0 or below: <= 0 afterwards means one failed.
+extern int bs_cpu_test_fail_scratch;
+
 // ---- fast-kernel paths (cpu_features.c) ----
 typedef enum {
     BS_CPU_SCALAR = 0,      // portable C, threaded (any x86-64 / any CPU)
@@ -22,7 +31,7 @@ typedef enum {
 } bs_cpu_path;
 const char *bs_cpu_path_name(bs_cpu_path p);
 int bs_cpu_path_supported(bs_cpu_path p);   // this CPU can run it
-bs_cpu_path bs_cpu_default_path(void);      // BS_CPU_KERNELS if set and supported, else the best exact path
+bs_cpu_path bs_cpu_default_path(void);      // bs_tuning's cpu_kernels (BS_CPU_KERNELS) if supported, else the best exact path
 // Installs the fast ops of one path; -1 (and nothing changed) if this CPU can't run it.
 int bs_cpu_install_path(bs_backend *be, bs_cpu_path p);
 
@@ -40,11 +49,12 @@ typedef struct bs_mm_kernel {
     void (*run)(const bs_mat *W, int64_t o0, int64_t o1, const void *xp, int r0, int r1, float *y, int acc);
 } bs_mm_kernel;
 extern const bs_mm_kernel bs_mm_scalar[3], bs_mm_avx2[3], bs_mm_avx512[3], bs_mm_avx512bf16[3];
-// Threaded matmul with the given kernels (indexed by bs_dtype).
-void bs_cpu_matmul_with(const bs_mm_kernel *k, float *y, const float *x, int n, const bs_mat *W, int acc);
-// m matmuls sharing x in one dispatch: y[i] = x . W[i]^T (+= when acc), x laid out once.
-void bs_cpu_matmul_multi_with(const bs_mm_kernel *k, int m, float *const *y, const float *x, int n,
-                              const bs_mat *const *W, int acc);
+// Threaded matmul with the given kernels (indexed by bs_dtype). Returns 0, or -1 when its scratch could not
+// be allocated (nothing computed; the caller reports it, bs_backend_fail).
+int bs_cpu_matmul_with(const bs_mm_kernel *k, float *y, const float *x, int n, const bs_mat *W, int acc);
+// m matmuls sharing x in one dispatch: y[i] = x . W[i]^T (+= when acc), x laid out once. Returns as above.
+int bs_cpu_matmul_multi_with(const bs_mm_kernel *k, int m, float *const *y, const float *x, int n,
+                             const bs_mat *const *W, int acc);
 // x rows permuted within each block of `chunk` floats: evens first, then odds (matches bf16 even/odd widening).
 void bs_mm_prep_evenodd(float *xp, const float *x, int n, int K, int chunk);
 
@@ -55,9 +65,8 @@ void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const flo
 // bs_cpu_attention_fast over a ragged batch's spans, in one thread dispatch (backend.h attention_spans).
 void bs_cpu_attention_spans_fast(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads, int n_kv,
                                  int hd);
-// kv heads per attention task: 0 = automatic (as many as leave every thread a task; BS_CPU_ATT_HG=1 forces
-// one). Results never depend on it; tests set it to check exactly that.
-extern int bs_cpu_attention_heads_per_task;
+// kv heads per attention task: bs_tuning's cpu_att_heads_per_task, 0 = automatic (as many as leave every
+// thread a task; BS_CPU_ATT_HG=1 forces one). Results never depend on it; tests set it to check exactly that.
 void bs_cpu_install_ops_avx2(bs_backend *be);     // cpu_ops_avx2.c: vector elementwise ops + attention
 void bs_cpu_install_ops_scalar(bs_backend *be);   // cpu_fast.c: threaded portable ops
 
@@ -72,7 +81,7 @@ typedef struct bs_cpu_weights {
     size_t used;     // bytes used in the last chunk
     size_t bytes;    // weight bytes copied in all
 } bs_cpu_weights;
-int bs_cpu_hugepages_wanted(void);    // not disabled by BS_CPU_HUGEPAGES=0 and THP not "never"
+int bs_cpu_hugepages_wanted(void);    // not disabled (bs_tuning's cpu_hugepages, BS_CPU_HUGEPAGES=0) and THP not "never"
 // Copies host's elements into the arena, dst = host with the new data pointer; -1 (dst untouched) if not done.
 int bs_cpu_weights_copy(bs_cpu_weights *w, bs_mat *dst, const bs_mat *host);
 void bs_cpu_weights_free(bs_cpu_weights *w);

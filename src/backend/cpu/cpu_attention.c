@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_simd_avx2.h"
 #include "util/threadpool.h"
 #include "util/thread_scratch.h"
+#include "util/tuning.h"
 
 // Blocking (why): K and V rows of one kv head are 4 KiB apart in the cache layout ([pos][kv head][hd]), so
 // every row is on a new page, where the hardware prefetchers stop: without help each row is a demand miss.
@@ -411,20 +412,15 @@ typedef struct {
     int n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window;
     int hg;   // kv heads per task
     score_fn score; softmax_fn softmax; accum_fn accum;
+    bs_backend *be;   // where a task reports scratch it could not get (attn_setup sets it)
 } attn_job;
 
-static __thread float *scratch, *chunk;
-static __thread size_t scratch_cap, chunk_cap;
+static __thread void *scratch_buf, *chunk;
+static __thread size_t scratch_cap, chunk_cap;   // bytes
 
 static float *chunk_buf(int hd) {
-    size_t need = (size_t)JB * hd;
-    if (need > chunk_cap) {
-        if (!chunk) bs_thread_scratch_register((void **)&chunk);
-        free(chunk);
-        if (posix_memalign((void **)&chunk, 64, sizeof(float) * need)) abort();
-        chunk_cap = need;
-    }
-    return chunk;
+    size_t need = sizeof(float) * JB * hd;
+    return bs_cpu_scratch(&chunk, &chunk_cap, need, need);
 }
 static void _mm_prefetch_rows(const float *r, int hd) {
     for (int d = 0; d < hd; d += 16) __builtin_prefetch(r + d);
@@ -460,12 +456,11 @@ static void attn_task(void *p, int t, int nt) {
     if (jhi <= jlo) return;
     const int V = nr * G;   // packed query vectors per kv head: row r, group member g -> r * G + g
     size_t L = (size_t)(jhi - jlo), per = (size_t)V * (L + 1) + 2 * (size_t)V * hd, need = per * nh;
-    if (need > scratch_cap) {
-        if (!scratch) bs_thread_scratch_register((void **)&scratch);
-        free(scratch);
-        scratch_cap = need * 2;
-        scratch = malloc(sizeof(float) * scratch_cap);
-        if (!scratch) abort();
+    float *scratch = bs_cpu_scratch(&scratch_buf, &scratch_cap, sizeof(float) * need, sizeof(float) * need * 2);
+    float *kv_buf = chunk_buf(hd);
+    if (!scratch || !kv_buf) {
+        bs_backend_fail(j->be, "attention: out of memory for %zu bytes of scratch (%d query rows x %zu keys)", sizeof(float) * need, nr, L);
+        return;
     }
     // per head: scores / probabilities [V][L], 1/sum [V], packed queries [V][hd], packed outputs [V][hd]
 #define SC(kh) (scratch + per * (size_t)((kh) - h0))
@@ -481,7 +476,6 @@ static void attn_task(void *p, int t, int nt) {
     // are first copied into a contiguous L1 buffer (one pass over 32 pages, prefetching the next chunk), so
     // the queries' passes do not miss the L1 TLB on every 4 KiB-strided row. With fewer the rows are read
     // in place (prefetched ahead). Same values either way, so the same results.
-    float *kv_buf = chunk_buf(hd);
     for (int pass = 0; pass < 2; pass++) {   // 0: scores, 1: o = sum_j p_j v_j
         if (pass) {
             for (int kh = h0; kh < h1; kh++)
@@ -540,10 +534,9 @@ static void attn_task(void *p, int t, int nt) {
 #undef OP
 }
 
-int bs_cpu_attention_heads_per_task;
-
 // One call's job (kernels and the kv heads per task) and its task count.
 static int attn_setup(bs_backend *be, attn_job *j) {
+    j->be = be;
     int vec = be->impl != (void *)bs_mm_scalar && bs_cpu_path_supported(BS_CPU_AVX2);
     // The AVX-512 paths run the same arithmetic on zmm registers (bit for bit the AVX2 results).
     int wide = vec && (be->impl == (void *)bs_mm_avx512 || be->impl == (void *)bs_mm_avx512bf16) &&
@@ -558,9 +551,8 @@ static int attn_setup(bs_backend *be, attn_job *j) {
     if (groups > j->n_kv) groups = j->n_kv;
     if (groups < 1) groups = 1;
     j->hg = (j->n_kv + groups - 1) / groups;
-    static int env_read;
-    if (!env_read) { const char *e = getenv("BS_CPU_ATT_HG"); env_read = 1; if (e && atoi(e) == 1) bs_cpu_attention_heads_per_task = 1; }
-    if (bs_cpu_attention_heads_per_task > 0) j->hg = bs_cpu_attention_heads_per_task < j->n_kv ? bs_cpu_attention_heads_per_task : j->n_kv;
+    const int fixed = bs_tuning_get()->cpu_att_heads_per_task;
+    if (fixed > 0) j->hg = fixed < j->n_kv ? fixed : j->n_kv;
     return ((j->n_kv + j->hg - 1) / j->hg) * qblocks;
 }
 
@@ -570,7 +562,7 @@ static double attn_work(const attn_job *j) { return (double)j->n_q * j->n_heads 
 
 void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const float *k, const float *v,
                            int n_q, int n_heads, int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
-    attn_job j = { out, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window, 1, NULL, NULL, NULL };
+    attn_job j = { out, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window, 1, NULL, NULL, NULL, be };
     int nt = attn_setup(be, &j);
     if (attn_work(&j) < ATTN_INLINE_WORK) for (int t = 0; t < nt; t++) attn_task(&j, t, nt);
     else bs_parallel_for(nt, attn_task, &j);
@@ -593,14 +585,19 @@ void bs_cpu_attention_spans_fast(bs_backend *be, float *out, const float *q, con
     int first_small[65];
     attn_job *jobs = n_spans <= 64 ? jobs_small : malloc(sizeof *jobs * n_spans);
     int *first = n_spans <= 64 ? first_small : malloc(sizeof *first * (n_spans + 1));
-    if (!jobs || !first) abort();
+    if (!jobs || !first) {
+        bs_backend_fail(be, "attention: out of memory for the jobs of %d sequences", n_spans);
+        if (jobs != jobs_small) free(jobs);
+        if (first != first_small) free(first);
+        return;
+    }
     size_t qw = (size_t)n_heads * hd;
     int nt = 0;
     double work = 0;
     for (int i = 0; i < n_spans; i++) {
         const bs_row_span *s = &spans[i];
         jobs[i] = (attn_job){ out + s->row0 * qw, q + s->row0 * qw, s->k, s->v, s->n, n_heads, n_kv, hd, s->pos0 + s->n, s->pos0, 1, 0, 1,
-                              NULL, NULL, NULL };
+                              NULL, NULL, NULL, be };
         first[i] = nt;
         nt += attn_setup(be, &jobs[i]);
         work += attn_work(&jobs[i]);

@@ -12,18 +12,21 @@
 static const bs_mm_kernel *kernels_for(bs_backend *be, const bs_mat *W) {
     return W->layout == BS_CPU_LAYOUT_BF16DOT ? bs_mm_avx512bf16 : be->impl;
 }
+static void mm_oom(bs_backend *be, int n, const bs_mat *W) {
+    bs_backend_fail(be, "matmul: out of memory for the scratch of %d rows x %lld columns", n, (long long)W->cols);
+}
 static void fast_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
-    bs_cpu_matmul_with(kernels_for(be, W), y, x, n, W, acc);
+    if (bs_cpu_matmul_with(kernels_for(be, W), y, x, n, W, acc)) mm_oom(be, n, W);
 }
 
 static void fast_matmul_multi(bs_backend *be, int m, float *const *y, const float *x, int n, const bs_mat *const *W, int acc) {
     int same = 1;
     for (int i = 1; i < m; i++) same &= W[i]->layout == W[0]->layout;
     if (!same) {   // (never from the models: q/k/v and gate/up are loaded alike)
-        for (int i = 0; i < m; i++) bs_cpu_matmul_with(kernels_for(be, W[i]), y[i], x, n, W[i], acc);
+        for (int i = 0; i < m; i++) if (bs_cpu_matmul_with(kernels_for(be, W[i]), y[i], x, n, W[i], acc)) { mm_oom(be, n, W[i]); return; }
         return;
     }
-    bs_cpu_matmul_multi_with(kernels_for(be, W[0]), m, y, x, n, W, acc);
+    if (bs_cpu_matmul_multi_with(kernels_for(be, W[0]), m, y, x, n, W, acc)) mm_oom(be, n, W[0]);
 }
 
 // Lossy weights for drafters (backend.h, weight_lossy): a BF16 matrix keeps its bytes and is marked for

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/cpu.h"
+#include "util/tuning.h"
 
 static const char *NAMES[BS_CPU_N_PATHS] = { "scalar", "avx2", "avx512", "avx512bf16" };
 
@@ -51,16 +52,24 @@ int bs_cpu_path_supported(bs_cpu_path p) {
     return v == 2;
 }
 
-bs_cpu_path bs_cpu_default_path(void) {
-    const char *env = getenv("BS_CPU_KERNELS");
-    if (env && *env) {
-        for (int p = 0; p < BS_CPU_N_PATHS; p++)
-            if (!strcmp(env, NAMES[p])) {
-                if (bs_cpu_path_supported(p)) return p;
-                fprintf(stderr, "blockspec: BS_CPU_KERNELS=%s is not supported by this CPU; using the best path\n", env);
-                break;
-            }
+const char *bs_cpu_kernels_note(void) {
+    static char note[160];
+    const char *want = bs_tuning_get()->cpu_kernels;
+    if (!*want) return "";
+    for (int p = 0; p < BS_CPU_N_PATHS; p++) {
+        if (strcmp(want, NAMES[p])) continue;
+        if (bs_cpu_path_supported(p)) return "";
+        snprintf(note, sizeof note, "BS_CPU_KERNELS=%s is not supported by this CPU; using the best path", want);
+        return note;
     }
+    snprintf(note, sizeof note, "BS_CPU_KERNELS=%.16s is not a kernel path (scalar, avx2, avx512, avx512bf16); using the best", want);
+    return note;
+}
+
+bs_cpu_path bs_cpu_default_path(void) {
+    const char *want = bs_tuning_get()->cpu_kernels;
+    for (int p = 0; *want && p < BS_CPU_N_PATHS; p++)
+        if (!strcmp(want, NAMES[p]) && bs_cpu_path_supported(p)) return p;   // else bs_cpu_kernels_note says why not
     // The exact (fp32-activation) paths only: avx512bf16 rounds activations and stays opt-in.
     // avx512 computes the avx2 path's results bit for bit (cpu_matmul_avx512.c, cpu_attention.c), so
     // choosing it is a question of speed only, and it was measured faster wherever it ran (session 14,

@@ -81,37 +81,30 @@ static void mm_task(void *p, int t, int nt) {
     j->k->run(j->W[q->mat], q->o0, q->o1, j->xp, q->r0, q->r1, j->y[q->mat], j->acc);
 }
 
-static __thread void *xp_buf;
-static __thread size_t xp_cap;
-static __thread mm_task_t *task_buf;
-static __thread size_t task_cap;
+static __thread void *xp_buf, *task_mem;
+static __thread size_t xp_cap, task_cap;   // bytes
 
 #define O_UNIT 12
 #define MM_MAX_MULTI 16
 
-void bs_cpu_matmul_multi_with(const bs_mm_kernel *kt, int m, float *const *y, const float *x, int n,
-                              const bs_mat *const *W, int acc) {
-    if (n <= 0 || m <= 0) return;
+int bs_cpu_matmul_multi_with(const bs_mm_kernel *kt, int m, float *const *y, const float *x, int n,
+                             const bs_mat *const *W, int acc) {
+    if (n <= 0 || m <= 0) return 0;
     // Shared x layout needs one dtype (one kernel) and one K; otherwise run the matrices one by one.
     int same = m <= MM_MAX_MULTI;
     for (int i = 1; i < m && same; i++) same = W[i]->dtype == W[0]->dtype && W[i]->cols == W[0]->cols;
     if (!same) {
-        for (int i = 0; i < m; i++) bs_cpu_matmul_multi_with(kt, 1, &y[i], x, n, &W[i], acc);
-        return;
+        for (int i = 0; i < m; i++) if (bs_cpu_matmul_multi_with(kt, 1, &y[i], x, n, &W[i], acc)) return -1;
+        return 0;
     }
     const bs_mm_kernel *k = &kt[W[0]->dtype];
     int64_t K = W[0]->cols, Osum = 0;
     for (int i = 0; i < m; i++) Osum += W[i]->rows;
-    if (Osum <= 0) return;
+    if (Osum <= 0) return 0;
     const void *xp = x;
     if (k->prep) {
         size_t need = (size_t)n * K * k->xp_elem + 64;
-        if (need > xp_cap) {
-            if (!xp_buf) bs_thread_scratch_register(&xp_buf);
-            free(xp_buf);
-            xp_cap = need * 2;
-            if (posix_memalign(&xp_buf, 64, xp_cap)) { xp_buf = NULL; xp_cap = 0; abort(); }
-        }
+        if (!bs_cpu_scratch(&xp_buf, &xp_cap, need, need * 2)) return -1;
         k->prep(xp_buf, x, n, (int)K);
         xp = xp_buf;
     }
@@ -141,12 +134,8 @@ void bs_cpu_matmul_multi_with(const bs_mm_kernel *kt, int m, float *const *y, co
         per[i] = units ? (units + ot - 1) / ot * O_UNIT : O_UNIT;
         n_tasks += (size_t)((W[i]->rows + per[i] - 1) / per[i]) * n_chunks;
     }
-    if (n_tasks > task_cap) {
-        if (!task_buf) bs_thread_scratch_register((void **)&task_buf);
-        free(task_buf);
-        task_cap = n_tasks * 2;
-        if (!(task_buf = malloc(sizeof(mm_task_t) * task_cap))) abort();
-    }
+    mm_task_t *task_buf = bs_cpu_scratch(&task_mem, &task_cap, sizeof(mm_task_t) * n_tasks, sizeof(mm_task_t) * n_tasks * 2);
+    if (!task_buf) return -1;
     size_t t = 0;
     for (int i = 0; i < m; i++)
         for (int64_t o0 = 0; o0 < W[i]->rows; o0 += per[i])
@@ -158,8 +147,9 @@ void bs_cpu_matmul_multi_with(const bs_mm_kernel *kt, int m, float *const *y, co
     mm_job j = { .k = k, .W = W, .xp = xp, .y = y, .acc = acc, .tasks = task_buf };
     if (t == 1) mm_task(&j, 0, 1);
     else bs_parallel_for((int)t, mm_task, &j);
+    return 0;
 }
 
-void bs_cpu_matmul_with(const bs_mm_kernel *kt, float *y, const float *x, int n, const bs_mat *W, int acc) {
-    bs_cpu_matmul_multi_with(kt, 1, &y, x, n, &W, acc);
+int bs_cpu_matmul_with(const bs_mm_kernel *kt, float *y, const float *x, int n, const bs_mat *W, int acc) {
+    return bs_cpu_matmul_multi_with(kt, 1, &y, x, n, &W, acc);
 }

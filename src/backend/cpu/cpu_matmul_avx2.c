@@ -8,6 +8,7 @@
 // Blocks: 8 / 6 weight rows x 1 / 2 activation rows, or 3 weight rows x groups of up to 4 (see below).
 #include <stdlib.h>
 #include "backend/cpu/cpu.h"
+#include "util/tuning.h"
 #include "backend/cpu/cpu_simd_avx2.h"
 
 AI_AVX2 void loadw16(int dt, const void *W, size_t i, __m256 *we, __m256 *wo) {
@@ -89,7 +90,7 @@ AI_AVX2 void block_rc(const int dt, const int R, int C, int pf, const void *W, i
 // and 6 x 2 keep 8 and 12 independent accumulator chains and stream 8 / 6 weight rows at once.
 static int mm_small_rows(int nr) {
     static int v = 0;
-    if (!v) { const char *e = getenv("BS_CPU_MM1_ROWS"); v = e && atoi(e) == 4 ? 4 : 8; }
+    if (!v) v = bs_tuning_get()->cpu_mm1_rows == 4 ? 4 : 8;
     return v == 4 ? 4 : nr == 1 ? 8 : 6;
 }
 

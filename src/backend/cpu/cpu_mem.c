@@ -19,13 +19,13 @@
 #include <sys/mman.h>
 #include "backend/cpu/cpu.h"
 #include "util/threadpool.h"
+#include "util/tuning.h"
 
 #define HUGE_SZ ((size_t)2 << 20)
 #define CHUNK_MIN ((size_t)1 << 30)
 
 int bs_cpu_hugepages_wanted(void) {
-    const char *e = getenv("BS_CPU_HUGEPAGES");
-    if (e && (!strcmp(e, "0") || !strcmp(e, "off") || !strcmp(e, "no"))) return 0;
+    if (!bs_tuning_get()->cpu_hugepages) return 0;
     static int thp = -1;   // 1 unless the kernel says THP is off ("[never]")
     if (thp < 0) {
         thp = 1;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "backend/cpu/cpu.h"
+#include "util/tuning.h"
 
 // Every CPU backend is allocated as this struct (bs_backend first), so its ops can reach the weight arena.
 typedef struct { bs_backend be; bs_cpu_weights w; int huge; } cpu_backend;
@@ -66,6 +67,7 @@ size_t bs_cpu_weight_bytes_copied(const bs_backend *be) {
 
 static void ref_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
     float *w = malloc(sizeof(float) * W->cols);   // one weight row, widened once for all n rows
+    if (!w) { bs_backend_fail(be, "matmul (reference): out of memory for a row of %lld weights", (long long)W->cols); return; }
     for (int64_t o = 0; o < W->rows; o++) {
         for (int64_t i = 0; i < W->cols; i++) w[i] = bs_load_elem(W->data, W->dtype, o * W->cols + i);
         for (int r = 0; r < n; r++) {
@@ -119,6 +121,7 @@ static void ref_attention(bs_backend *be, float *out, const float *q, const floa
     int group = n_heads / n_kv;
     float scale = 1.0f / sqrtf((float)hd);
     float *sc = malloc(sizeof(float) * (n_keys > 0 ? n_keys : 1));
+    if (!sc) { bs_backend_fail(be, "attention (reference): out of memory for %d scores", n_keys); return; }
     for (int i = 0; i < n_q; i++) {
         int hi = causal ? q_pos0 + i + 1 : n_keys;
         if (hi > n_keys) hi = n_keys;
@@ -209,6 +212,7 @@ void bs_cpu_fill_reference(bs_backend *be) {
 }
 
 bs_backend *bs_backend_cpu(int reference) {
+    bs_tuning_init();   // the BS_CPU_* knobs, when no engine opened this backend
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return NULL;
     bs_backend *be = &cb->be;

@@ -834,10 +834,7 @@ static void attention2_combine_launch(cuda_impl *c, const att2_args &A) {
 // (BS_CUDA_ATT=v4) where the head dim has it
 static int att_variant(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("BS_CUDA_ATT");
-        v = e && !strcmp(e, "old") ? 0 : e && !strcmp(e, "v2") ? 1 : e && !strcmp(e, "v4") ? 3 : 2;
-    }
+    if (v < 0) v = bs_tuning_get()->cuda_att;
     return v;
 }
 
@@ -882,7 +879,7 @@ static void attention4_launch(cuda_impl *c, float *out, const att_args &a0) {
 template <int HD>
 static void attention4_pick(cuda_impl *c, float *out, const att_args &a0) {
     static int ntq = -1;
-    if (ntq < 0) { const char *e = getenv("BS_CUDA_AT4_NTQ"); ntq = e && !strcmp(e, "4") ? 4 : 8; }
+    if (ntq < 0) ntq = bs_tuning_get()->cuda_at4_ntq;
     if ((size_t)a0.n_q * (a0.n_heads / a0.n_kv) <= 8) attention4_launch<HD, 1, 4>(c, out, a0);
     else if (ntq == 4) attention4_launch<HD, 4, 4>(c, out, a0);
     else attention4_launch<HD, 8, 8>(c, out, a0);
@@ -904,21 +901,21 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
                          int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
     cuda_impl *c = CI(be);
     if (n_q <= 0 || ablated("att")) return;
-    if (hd > ATT_MAX_HD || hd % 4 || n_heads % n_kv) {
-        fprintf(stderr, "blockspec: CUDA attention: head_dim %d / heads %d/%d unsupported\n", hd, n_heads, n_kv); exit(1);
-    }
+    if (hd > ATT_MAX_HD || hd % 4 || n_heads % n_kv)
+        CU_DECLINE(c, "attention: head_dim %d / heads %d/%d unsupported (head_dim a multiple of 4, <= %d; heads a multiple of kv heads)", hd,
+                   n_heads, n_kv, ATT_MAX_HD);
     size_t smem = sizeof(float) * (2 * ATT_CHUNK * (hd + 4) + 2 * ATT_QV * hd + 2 * ATT_QV);
     static size_t smem_set = 48 * 1024;
     if (smem > smem_set) { CK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
     const int RB = 64;   // query rows per launch
-    ensure_ws(c, &c->att_ws, &c->att_ws_bytes, sizeof(float) * (ATT_SPLITS * (size_t)(n_q < RB ? n_q : RB) * n_heads * (hd + 2) + 4));
+    if (ensure_ws(c, &c->att_ws, &c->att_ws_bytes, sizeof(float) * (ATT_SPLITS * (size_t)(n_q < RB ? n_q : RB) * n_heads * (hd + 2) + 4))) return;
     // v3 and v4 may read K/V rows below q_pos0 before their PDL wait when they cannot still be in flight: the
     // attention is causal (the model's forward: rows below q_pos0 come from earlier forwards, rows from
     // q_pos0 on are this forward's) and the kernel before it waited for its own predecessor before letting
     // this one start (qk_norm_rope_store, c->kv_settled), so every kernel of earlier forwards has completed.
     // BS_CUDA_ATT_EARLY=0 turns it off (A/B).
     static int early_on = -1;
-    if (early_on < 0) early_on = env_on_unless_0("BS_CUDA_ATT_EARLY");
+    if (early_on < 0) early_on = bs_tuning_get()->cuda_att_early;
     posarg old_keys = { 0, NULL };
     if (causal && c->kv_settled && early_on) old_keys = P(c, q_pos0);
     const bool v2 = att_variant() && ((uintptr_t)q & 15) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0 && ((uintptr_t)out & 15) == 0;

@@ -27,39 +27,42 @@ static void *cu_alloc(bs_backend *be, size_t bytes, bs_err *err) {
                 CI(be)->name, fr / 1073741824.0, tot / 1073741824.0, cudaGetErrorString(e));
         return NULL;
     }
-    CK(cudaMemsetAsync(p, 0, bytes, CI(be)->st));
+    cuda_impl *c = CI(be);
+    CK(cudaMemsetAsync(p, 0, bytes, c->st));
     return p;
 }
-static void cu_free(bs_backend *be, void *p) { if (p) { CK(cudaStreamSynchronize(CI(be)->st)); CK(cudaFree(p)); } }
+static void cu_free(bs_backend *be, void *p) { cuda_impl *c = CI(be); if (p) { CK(cudaStreamSynchronize(c->st)); CK(cudaFree(p)); } }
 static void cu_upload(bs_backend *be, void *dst, const void *src, size_t n) {
+    cuda_impl *c = CI(be);
     if (!n) return;
-    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, CI(be)->st));
-    CK(cudaStreamSynchronize(CI(be)->st));
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->st));
+    CK(cudaStreamSynchronize(c->st));
 }
 static void cu_download(bs_backend *be, void *dst, const void *src, size_t n) {
+    cuda_impl *c = CI(be);
     if (!n) return;
-    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, CI(be)->st));
-    CK(cudaStreamSynchronize(CI(be)->st));
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->st));
+    CK(cudaStreamSynchronize(c->st));
 }
 static void cu_copy(bs_backend *be, void *dst, const void *src, size_t n) {
-    if (n) CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, CI(be)->st));
+    cuda_impl *c = CI(be);
+    if (n) CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->st));
 }
-static void cu_sync(bs_backend *be) { CK(cudaStreamSynchronize(CI(be)->st)); }
+static void cu_sync(bs_backend *be) { cuda_impl *c = CI(be); CK(cudaStreamSynchronize(c->st)); }
 
 // BS_CUDA_FUSE=0: the fused ops (qk_norm_rope_store, swiglu_matmul) are declined, the model runs the
 // separate ops instead (same results; for isolating a fused kernel).
 bool fuse_enabled(void) {
     static int v = -1;
-    if (v < 0) v = env_on_unless_0("BS_CUDA_FUSE");
+    if (v < 0) v = bs_tuning_get()->cuda_fuse;
     return v;
 }
 
 bool ablated(const char *what) {
     static const char *e = (const char *)-1;
-    if (e == (const char *)-1) {   // read once: ops ask on every launch outside graphs
-        e = getenv("BS_CUDA_ABLATE");
-        if (e && !*e) e = NULL;
-        if (e) fprintf(stderr, "blockspec: BS_CUDA_ABLATE=%s: those kernels are skipped, every result is wrong (timing diagnosis only)\n", e);
+    if (e == (const char *)-1) {   // once: ops ask on every launch outside graphs (the engine warns when it is set)
+        e = bs_tuning_get()->cuda_ablate;
+        if (!*e) e = NULL;
     }
     if (!e) return false;
     size_t n = strlen(what);
@@ -160,24 +163,27 @@ static int cu_weight_lossy(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_e
 // plus the kernel that follows a multi-row GEMM (default; see docs/cuda.md and mm_tiled_launch).
 static int pdl_mode(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("BS_CUDA_PDL");
-        v = !e || !strcmp(e, "after") ? 3 : !strcmp(e, "gemm") ? 2 : strcmp(e, "0") ? 1 : 0;
-    }
+    if (v < 0) v = bs_tuning_get()->cuda_pdl;
     return v;
 }
 bool pdl_enabled(void) { return pdl_mode() == 1; }
 bool pdl_gemm(void) { return pdl_mode() != 0; }
 bool pdl_after_gemm(void) { return pdl_mode() == 3; }
 
-void ensure_ws(cuda_impl *c, float **p, size_t *have, size_t need) {
-    if (need <= *have) return;
-    if (c->capturing) { fprintf(stderr, "blockspec: CUDA workspace too small while recording a graph (%zu < %zu bytes)\n", *have, need); exit(1); }
+int ensure_ws(cuda_impl *c, float **p, size_t *have, size_t need) {
+    if (need <= *have) return 0;
+    if (c->capturing) {
+        bs_backend_fail(c->be, "CUDA workspace too small while recording a graph (%zu < %zu bytes)", *have, need);
+        return -1;
+    }
     CK(cudaStreamSynchronize(c->st));
     if (*p) CK(cudaFree(*p));
+    *p = NULL; *have = 0;
     size_t n = need + need / 2;
-    CK(cudaMalloc((void **)p, n));
+    cudaError_t e = cudaMalloc((void **)p, n);
+    if (e != cudaSuccess) { *p = NULL; cu_fault(c, "growing a workspace (cudaMalloc)", e); return -1; }
     *have = n;
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -218,7 +224,8 @@ static void cu_replay(bs_backend *be, void *rec, int pos_base, const int32_t *id
 }
 static void cu_record_free(bs_backend *be, void *rec) {
     if (!rec) return;
-    CK(cudaStreamSynchronize(CI(be)->st));
+    cuda_impl *c = CI(be);
+    CK(cudaStreamSynchronize(c->st));
     cudaGraphExecDestroy(((cu_rec *)rec)->exec);
     free(rec);
 }
@@ -243,6 +250,7 @@ static void cu_destroy(bs_backend *be) {
 }
 
 extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
+    bs_tuning_init();   // the BS_CUDA_* knobs, when no engine opened this backend
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
@@ -258,7 +266,7 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     if (prop.major < 9) { bs_fail(err, "CUDA device %d (%s) has compute capability %d.%d; this build of blockspec needs 9.0 (Hopper) or newer", ordinal, prop.name, prop.major, prop.minor); return NULL; }
     bs_backend *be = (bs_backend *)calloc(1, sizeof *be);
     cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
-    c->dev = ordinal; c->sms = prop.multiProcessorCount;
+    c->dev = ordinal; c->sms = prop.multiProcessorCount; c->be = be;
     snprintf(c->name, sizeof c->name, "cuda:%d (%s)", ordinal, prop.name);
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMalloc(&c->d_state, sizeof(step_state))) != cudaSuccess ||
@@ -295,6 +303,6 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     if (fuse_enabled()) { be->qk_norm_rope_store = cu_qk_norm_rope_store; be->qkv_norm_rope_store = cu_qkv_norm_rope_store; }
     be->record_begin = cu_record_begin; be->record_end = cu_record_end; be->replay = cu_replay; be->record_free = cu_record_free;
     be->destroy = cu_destroy;
-    if (getenv("BS_CUDA_PROFILE") && !prof_active()) prof_install(be);
+    if (bs_tuning_get()->cuda_profile && !prof_active()) prof_install(be);
     return be;
 }

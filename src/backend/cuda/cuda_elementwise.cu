@@ -35,13 +35,12 @@ __global__ void embed_kernel(float *out, const void *table, int dt, int tiled, i
         out[(size_t)r * cols + i] = tiled ? __bfloat162float(((const __nv_bfloat16 *)table)[tt_index(id, i, cols)])
                                           : ld_elem(table, dt, (size_t)id * cols + i);
 }
-static void embed_table_check(const bs_mat *t) {
-    if (t->layout == BS_CUDA_FP8) { fprintf(stderr, "blockspec: CUDA embed: a %lldx%lld table stored in 8 bits (lossy weights are for matmuls only)\n", (long long)t->rows, (long long)t->cols); exit(1); }
-}
+#define EMBED_TABLE_CHECK(c, t) do { if ((t)->layout == BS_CUDA_FP8) \
+    CU_DECLINE(c, "embed: a %lldx%lld table stored in 8 bits (lossy weights are for matmuls only)", (long long)(t)->rows, (long long)(t)->cols); } while (0)
 void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) {
     cuda_impl *c = CI(be);
-    embed_table_check(t);
-    if (c->capturing && n > MAX_STEP_IDS) { fprintf(stderr, "blockspec: recording an embed of %d > %d rows\n", n, MAX_STEP_IDS); exit(1); }
+    EMBED_TABLE_CHECK(c, t);
+    if (c->capturing && n > MAX_STEP_IDS) CU_DECLINE(c, "embed: recording %d rows (at most %d)", n, MAX_STEP_IDS);
     for (int r = 0; r < n; r += MAX_STEP_IDS) {
         int nn = n - r < MAX_STEP_IDS ? n - r : MAX_STEP_IDS;
         ids_arg a;
@@ -52,7 +51,7 @@ void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, i
 }
 void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *dev_ids, int n) {
     cuda_impl *c = CI(be);
-    embed_table_check(t);
+    EMBED_TABLE_CHECK(c, t);
     if (n <= 0) return;
     ids_arg a;
     memset(&a, 0, sizeof a);
@@ -61,8 +60,9 @@ void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *d
 }
 
 void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width) {
+    cuda_impl *c = CI(be);
     if (n <= 0 || width <= 0) return;
-    CK(cudaMemcpy2DAsync(dst, ds * 4, src, ss * 4, (size_t)width * 4, n, cudaMemcpyDeviceToDevice, CI(be)->st));
+    CK(cudaMemcpy2DAsync(dst, ds * 4, src, ss * 4, (size_t)width * 4, n, cudaMemcpyDeviceToDevice, c->st));
 }
 
 // scatter_cols: block (x, row) owns output columns [x * SC_SLICE, +SC_SLICE) of its row. cols is sorted, so the
@@ -166,5 +166,6 @@ void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, in
         CK(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * nn, cudaMemcpyDeviceToHost, c->st));
         CK(cudaStreamSynchronize(c->st));
         memcpy(out_host + r, c->h_argmax, sizeof(int32_t) * nn);
+        ids_sane(c, out_host + r, nn);
     }
 }

@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 2 ? 4 : 1) mm_bf16_kernel
     // (A register double-buffered variant of this loop was measured slower on the H200: 187 registers
     // halved the resident warps; see docs/cuda.md.) SPLIT: products with the bf16-hi and bf16-lo parts
     // of x go to separate accumulators (two independent MMA chains), summed at the end; otherwise one
-    // chain hi, lo, hi, lo. Either way the order never depends on n (batch invariance).
+    // chain hi, lo, hi, lo (no longer launched: the same speed, docs/cuda.md). Either way the order never
+    // depends on n (batch invariance).
     float dl[2][NT][4];
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -194,13 +195,6 @@ static void mm_generic(cuda_impl *c, float *y, const float *x, int n, const bs_m
     }
 }
 
-// GEMM variant: BS_CUDA_MM=split (two accumulator chains) or BS_CUDA_MM=chain (one); see docs/cuda.md.
-static int mm_variant(void) {
-    static int v = -1;
-    if (v < 0) { const char *e = getenv("BS_CUDA_MM"); v = e && !strcmp(e, "chain") ? 0 : 1; }
-    return v;
-}
-
 // y[i] (+)= x . W[i]^T for `count` bf16 weights of the same K, in one launch per 64 rows.
 static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n) {
     int K = (int)W[0]->cols;
@@ -224,7 +218,7 @@ static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *co
         if (S > 1) { J->counters = (unsigned *)(uintptr_t)ctr; ctr += tiles; }   // offsets, fixed below
     }
     if (ctr > c->n_counters) {
-        if (c->capturing) { fprintf(stderr, "blockspec: too many GEMM tiles while recording\n"); exit(1); }
+        if (c->capturing) CU_DECLINE(c, "matmul: %d split-K counters needed while recording a graph (%d held)", ctr, c->n_counters);
         CK(cudaStreamSynchronize(c->st)); CK(cudaFree(c->counters));
         c->n_counters = ctr; CK(cudaMalloc(&c->counters, sizeof(unsigned) * ctr)); CK(cudaMemsetAsync(c->counters, 0, sizeof(unsigned) * ctr, c->st));
     }
@@ -232,7 +226,7 @@ static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *co
         int nn = n - r < 64 ? n - r : 64;
         size_t wsz = 0;
         for (int i = 0; i < count; i++) if (jobs.j[i].S > 1) wsz += (size_t)jobs.j[i].S * nn * jobs.j[i].tiles * 32;
-        if (wsz) ensure_ws(c, &c->ws, &c->ws_bytes, wsz * sizeof(float));
+        if (wsz && ensure_ws(c, &c->ws, &c->ws_bytes, wsz * sizeof(float))) return;
         mm_jobs jr = jobs;
         size_t off = 0;
         for (int i = 0; i < count; i++) {
@@ -241,17 +235,11 @@ static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *co
             if (J->S > 1) { J->ws = c->ws + off; off += (size_t)J->S * nn * J->tiles * 32; J->counters = c->counters + (uintptr_t)jobs.j[i].counters; }
         }
         const float *xx = x + (size_t)r * K;
-        if (mm_variant()) {
-            if (nn <= 8) mm_bf16_kernel<1, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-            else if (nn <= 16) mm_bf16_kernel<2, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-            else if (nn <= 32) mm_bf16_kernel<4, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-            else mm_bf16_kernel<8, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-        } else {
-            if (nn <= 8) mm_bf16_kernel<1, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-            else if (nn <= 16) mm_bf16_kernel<2, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-            else if (nn <= 32) mm_bf16_kernel<4, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-            else mm_bf16_kernel<8, false><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
-        }
+        // Two accumulator chains (SPLIT); the one-chain form (BS_CUDA_MM=chain) measured the same speed and is gone.
+        if (nn <= 8) mm_bf16_kernel<1, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+        else if (nn <= 16) mm_bf16_kernel<2, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+        else if (nn <= 32) mm_bf16_kernel<4, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
+        else mm_bf16_kernel<8, true><<<blocks, MM_WARPS * 32, 0, c->st>>>(xx, nn, K, jr);
         LAUNCHED("matmul");
     }
 }
@@ -261,7 +249,7 @@ void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W,
     if (n <= 0 || W->rows <= 0) return;
     if (W->layout == BS_CUDA_TILED || W->layout == BS_CUDA_FP8) {
         if ((uintptr_t)x & 15) {   // the tiled kernel copies x with 16-byte cp.async: realign it first
-            ensure_ws(c, &c->xal, &c->xal_bytes, sizeof(float) * (size_t)n * W->cols);
+            if (ensure_ws(c, &c->xal, &c->xal_bytes, sizeof(float) * (size_t)n * W->cols)) return;
             CK(cudaMemcpyAsync(c->xal, x, sizeof(float) * (size_t)n * W->cols, cudaMemcpyDeviceToDevice, c->st));
             x = c->xal;
         }
@@ -308,7 +296,7 @@ void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x,
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int acc) {
     if (n <= 0) return 0;
     static int max_rows = -1;
-    if (max_rows < 0) { const char *e = getenv("BS_CUDA_SWIGLU_ROWS"); max_rows = e && atoi(e) >= 0 && atoi(e) <= 8 ? atoi(e) : 1; }
+    if (max_rows < 0) max_rows = bs_tuning_get()->cuda_swiglu_rows;
     if (n > max_rows || (W->layout != BS_CUDA_TILED && W->layout != BS_CUDA_FP8) || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || !fuse_enabled()) return -1;
     mm_tiled_launch(CI(be), 1, &y, &W, &acc, g, n, u);
     return 0;

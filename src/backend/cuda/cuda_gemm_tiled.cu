@@ -37,7 +37,7 @@
 
 bool mm_tiled_eligible(const bs_mat *host) {
     static int off = -1;
-    if (off < 0) { const char *e = getenv("BS_CUDA_MM"); off = e && !strcmp(e, "old"); }
+    if (off < 0) off = bs_tuning_get()->cuda_mm_old;
     return !off && host->dtype == BS_BF16 && host->rows >= 2 && host->cols % TT_K == 0 && host->cols <= (1 << 20);
 }
 size_t mm_tiled_bytes(const bs_mat *host) { return (size_t)((host->rows + TT_M - 1) / TT_M) * TT_M * host->cols * 2; }
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(512, 2) tt_fixup_kernel(tt_args A) {
 // the earlier fixed block).
 static unsigned tt_fixup_threads(int n) {
     static int fixed = -1;
-    if (fixed < 0) { const char *e = getenv("BS_CUDA_FIXUP_WARPS"); fixed = e && atoi(e) >= 1 && atoi(e) <= 16 ? atoi(e) : 0; }
+    if (fixed < 0) fixed = bs_tuning_get()->cuda_fixup_warps;
     return 32u * (unsigned)(fixed ? fixed : n < 16 ? n : 16);
 }
 
@@ -521,7 +521,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
 
 static int tt_blocks_per_sm(void) {
     static int v = 0;
-    if (!v) { const char *e = getenv("BS_CUDA_MM_BLOCKS"); v = e && atoi(e) > 0 ? atoi(e) : 2; }
+    if (!v) v = bs_tuning_get()->cuda_mm_blocks > 0 ? bs_tuning_get()->cuda_mm_blocks : 2;
     return v;
 }
 
@@ -546,7 +546,7 @@ static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
     // in one run, after 1-row GEMMs it now costs decode 6% (199.5 vs 211.8 tok/s), after 16-row ones it
     // still saves 1% (5.70 vs 5.76 ms).
     static int after1 = -1;   // BS_CUDA_PDL_AFTER1=1: PDL after 1-row GEMMs too (A/B runs)
-    if (after1 < 0) { const char *e = getenv("BS_CUDA_PDL_AFTER1"); after1 = e && !strcmp(e, "1"); }
+    if (after1 < 0) after1 = bs_tuning_get()->cuda_pdl_after1;
     launch_flags_clear(c);
     c->after_gemm = A.n > 1 || after1;
     if (A.qk_on) qknrs_launched(c, A.n);   // what qk_norm_rope_store's launch would have set
@@ -555,14 +555,14 @@ static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
 // Streamed weights use the L2 evict-first policy (BS_CUDA_EVF=0 turns it off).
 static int evict_first_on(void) {
     static int v = -1;
-    if (v < 0) v = env_on_unless_0("BS_CUDA_EVF");
+    if (v < 0) v = bs_tuning_get()->cuda_evf;
     return v;
 }
 // Cut tiles summed by a separate kernel (default) or by the last GEMM block to finish the tile
 // (BS_CUDA_MM_FIXUP=0: the previous scheme, kept for A/B runs). Same sums, same order, same bits.
 static int fixup_kernel_on(void) {
     static int v = -1;
-    if (v < 0) v = env_on_unless_0("BS_CUDA_MM_FIXUP");
+    if (v < 0) v = bs_tuning_get()->cuda_mm_fixup;
     return v;
 }
 
@@ -593,14 +593,14 @@ static void tt_run(cuda_impl *c, int count, float *const *y, const bs_mat *const
         A.j[i].scale = f8 ? (const float *)((const char *)W[i]->data + (size_t)tl * TT_M * A.K) : NULL;
         tiles += tl;
     }
-    if ((long long)tiles * A.kst >= (1ll << 31)) { fprintf(stderr, "blockspec: CUDA matmul: weight too large for the tiled GEMM\n"); exit(1); }
+    if ((long long)tiles * A.kst >= (1ll << 31)) CU_DECLINE(c, "matmul: weight too large for the tiled GEMM (%d tiles)", tiles);
     A.U = tiles * A.kst;
     A.G = tt_grid(c, A.U);
     static int spread_on = -1;   // BS_CUDA_FIXUP_SPREAD=0: one fixup block sums a whole tile (A/B runs)
-    if (spread_on < 0) spread_on = env_on_unless_0("BS_CUDA_FIXUP_SPREAD");
+    if (spread_on < 0) spread_on = bs_tuning_get()->cuda_fixup_spread;
     A.spread = spread_on;
     if (tiles > c->n_counters) {
-        if (c->capturing) { fprintf(stderr, "blockspec: too many GEMM tiles while recording\n"); exit(1); }
+        if (c->capturing) CU_DECLINE(c, "matmul: %d GEMM tiles while recording a graph (%d counters held)", tiles, c->n_counters);
         CK(cudaStreamSynchronize(c->st)); CK(cudaFree(c->counters));
         c->n_counters = tiles; CK(cudaMalloc(&c->counters, sizeof(unsigned) * tiles)); CK(cudaMemsetAsync(c->counters, 0, sizeof(unsigned) * tiles, c->st));
     }
@@ -608,13 +608,13 @@ static void tt_run(cuda_impl *c, int count, float *const *y, const bs_mat *const
     A.evict_first = evict_first_on();
     A.fixup = fixup_kernel_on();
     static int pre = -1;
-    if (pre < 0) { const char *e = getenv("BS_CUDA_MM_PRE"); pre = e && atoi(e) >= 0 && atoi(e) < TT_STAGES ? atoi(e) : TT_STAGES - 1; }
+    if (pre < 0) { const int k = bs_tuning_get()->cuda_mm_pre; pre = k >= 0 && k < TT_STAGES ? k : TT_STAGES - 1; }
     A.pre = pre;
     long long bytes = 0;
     for (int i = 0; i < count; i++) bytes += (long long)(f8 ? mm_fp8_bytes(W[i]) : mm_tiled_bytes(W[i]));
     for (int r = 0; r < n; r += 64) {
         int nn = n - r < 64 ? n - r : 64;
-        ensure_ws(c, &c->ws, &c->ws_bytes, sizeof(float) * (size_t)A.G * 2 * nn * TT_M);
+        if (ensure_ws(c, &c->ws, &c->ws_bytes, sizeof(float) * (size_t)A.G * 2 * nn * TT_M)) return;
         A.ws = c->ws; A.n = nn; A.x = x + (size_t)r * A.K; A.up = up ? up + (size_t)r * A.K : NULL;
         for (int i = 0; i < count; i++) A.j[i].y = y[i] + (size_t)r * A.j[i].M;
         A.trace = mm_trace_next(A.G, tiles * TT_M, A.K, count, nn, bytes, up != NULL);
@@ -655,7 +655,7 @@ int cu_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *
                            float *kcache, float *vcache) {
     cuda_impl *c = CI(be);
     static int on = -1;
-    if (on < 0) on = env_on_unless_0("BS_CUDA_QKV_FUSE");
+    if (on < 0) on = bs_tuning_get()->cuda_qkv_fuse;
     if (n <= 0) return 0;
     if (!on || !fuse_enabled() || ablated("qknrs") || ablated("fixup") || !fixup_kernel_on() || hd != TT_M || ((uintptr_t)x & 15)) return -1;
     for (int i = 0; i < 3; i++)

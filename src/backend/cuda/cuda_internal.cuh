@@ -14,6 +14,7 @@
 
 extern "C" {
 #include "backend/backend.h"
+#include "util/tuning.h"   // the knobs (BS_CUDA_*): read from bs_tuning_get(), never from the environment
 }
 
 #define MAX_STEP_IDS 64
@@ -49,16 +50,29 @@ struct cuda_impl {
     void *stage; size_t stage_bytes;      // weight upload: device staging for the tiled relayout
     void **weights; int n_weights, cap_weights;
     char name[320];
+    bs_backend *be;                      // the backend this is the state of: where ops report faults
 };
 
 static inline cuda_impl *CI(bs_backend *be) { return (cuda_impl *)be->impl; }
 
-static inline void fatal(const char *what, cudaError_t e) {
-    fprintf(stderr, "blockspec: CUDA error in %s: %s (%s)\n", what, cudaGetErrorString(e), cudaGetErrorName(e));
-    exit(1);
+// A CUDA call or launch that failed becomes the backend's fault (backend.h): the op goes on (what it
+// computes is garbage), the forward's bs_backend_check returns the error to the caller, and nothing
+// exits the process. The error is taken off the runtime's last-error slot so that later calls are judged
+// on their own (one that persists, like a lost context, simply fails them too).
+static inline void cu_fault(cuda_impl *c, const char *what, cudaError_t e) {
+    cudaGetLastError();
+    bs_backend_fail(c->be, "CUDA error in %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
-#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) fatal(#call, e_); } while (0)
-#define LAUNCHED(what) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) fatal(what, e_); } while (0)
+// An op that declines its arguments (a shape its kernels do not take, a recording it cannot make): the
+// backend's fault, then the op returns without launching anything.
+#define CU_DECLINE(c, ...) do { bs_backend_fail((c)->be, "CUDA " __VA_ARGS__); return; } while (0)
+// Ids or counts read back to the host after a fault may be stale values of another op (the pinned buffer is
+// shared): zeros instead, always in range (a count of 0, token 0), until the caller's check reports the fault.
+static inline void ids_sane(cuda_impl *c, int32_t *host, int n) {
+    if (__atomic_load_n(&c->be->failed, __ATOMIC_ACQUIRE)) memset(host, 0, sizeof(int32_t) * (size_t)n);
+}
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) cu_fault(c, #call, e_); } while (0)
+#define LAUNCHED(what) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) cu_fault(c, what, e_); } while (0)
 
 static inline posarg P(cuda_impl *c, int v) {
     posarg p;
@@ -160,22 +174,21 @@ static inline void launch_k(cuda_impl *c, const char *what, void (*kernel)(KArgs
     cfg.attrs = at; cfg.numAttrs = pdl_enabled() || (c->after_gemm && pdl_after_gemm()) || c->pdl_next ? 1 : 0;
     launch_flags_clear(c);
     cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-    if (e != cudaSuccess) fatal(what, e);
+    if (e != cudaSuccess) cu_fault(c, what, e);
 }
 
 bool fuse_enabled(void);   // BS_CUDA_FUSE (cuda_backend.cu)
 // BS_CUDA_ABLATE=rmsnorm,qknrs,att,combine,fixup (diagnosis of timing only: the named kernels are not
 // launched, so results are WRONG): what each link of a layer's chain costs inside a graphed step.
 bool ablated(const char *what);
-// A switch that is on unless the environment variable is "0" (read it once and cache the answer).
-static inline int env_on_unless_0(const char *name) { const char *e = getenv(name); return !(e && !strcmp(e, "0")); }
 
 // The weight-upload buffers (one set per backend, kept until it is destroyed): a pinned double buffer
 // of at least pin_bytes and a device staging buffer of at least stage_bytes (0: none needed).
 int upload_buffers(cuda_impl *c, size_t pin_bytes, size_t stage_bytes, bs_err *err);
 
-// Grows a workspace outside of recording (recording cannot allocate).
-void ensure_ws(cuda_impl *c, float **p, size_t *have, size_t need);
+// Grows a workspace outside of recording (recording cannot allocate). Returns 0, or -1 with the backend's
+// fault set (too small while recording, or out of memory): the caller must not launch into it.
+int ensure_ws(cuda_impl *c, float **p, size_t *have, size_t need);
 
 // The ops (each defined in the file of its job).
 void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc);

@@ -65,13 +65,15 @@ __global__ void __launch_bounds__(256) rmsnorm_vec_kernel(float *y, const float 
 }
 
 // Norm weights are vectors (rows = 1), which the backend never tiles; a tiled one here is a bug.
-static void require_row_major(const bs_mat *w, const char *op) {
-    if (w && w->layout) { fprintf(stderr, "blockspec: CUDA %s: a %lldx%lld weight in tiled layout (norm weights must be vectors)\n", op, (long long)w->rows, (long long)w->cols); exit(1); }
-}
+#define REQUIRE_ROW_MAJOR(c, w, op) do { if ((w) && (w)->layout) \
+    CU_DECLINE(c, "%s: a %lldx%lld weight in tiled layout (norm weights must be vectors)", op, (long long)(w)->rows, (long long)(w)->cols); } while (0)
+// RoPE pairs element i with i + hd/2 and a warp holds at most ATT_MAX_HD elements of a head.
+#define REQUIRE_HEAD_DIM(c, hd) do { if ((hd) > ATT_MAX_HD || (hd) % 2) \
+    CU_DECLINE(c, "head_norm_rope: head_dim %d unsupported (even, <= %d)", hd, ATT_MAX_HD); } while (0)
 
 void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) {
     if (n <= 0 || ablated("rmsnorm")) return;
-    require_row_major(w, "rmsnorm");
+    REQUIRE_ROW_MAJOR(CI(be), w, "rmsnorm");
     if (dim % 4 == 0 && dim <= 256 * 4 * RN_MAX && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0 &&
         (!w || w->dtype != BS_BF16 || ((uintptr_t)w->data & 7) == 0)) {
         launch_k(CI(be), "rmsnorm", rmsnorm_vec_kernel, dim3(n), dim3(256), 0, y, x, dim, (const void *)(w ? w->data : NULL), (int)(w ? w->dtype : 0), eps);
@@ -102,7 +104,7 @@ void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, 
                              float eps, int pos0, float theta) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
-    if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
+    REQUIRE_HEAD_DIM(c, hd);
     int warps = n * n_heads;
     for (int i0 = 0; i0 < count; i0 += HNR_MULTI) {
         hnr_multi_arg A;
@@ -110,7 +112,7 @@ void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, 
         int m = count - i0 < HNR_MULTI ? count - i0 : HNR_MULTI;
         for (int i = 0; i < m; i++) {
             const bs_mat *w = norm_w[i0 + i];
-            require_row_major(w, "head_norm_rope");
+            REQUIRE_ROW_MAJOR(c, w, "head_norm_rope");
             A.x[i] = x[i0 + i]; A.w[i] = w ? w->data : NULL; A.dt[i] = w ? (int)w->dtype : 0;
         }
         launch_k(c, "head_norm_rope", head_norm_rope_multi_kernel, dim3((warps + 7) / 8, m), dim3(256), 0, A, n, n_heads, hd, eps, P(c, pos0), theta);
@@ -146,8 +148,8 @@ void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, i
                                   float *kcache, float *vcache) {
     cuda_impl *c = CI(be);
     if (n <= 0 || ablated("qknrs")) return;
-    require_row_major(q_norm, "qk_norm_rope_store"); require_row_major(k_norm, "qk_norm_rope_store");
-    if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
+    REQUIRE_ROW_MAJOR(c, q_norm, "qk_norm_rope_store"); REQUIRE_ROW_MAJOR(c, k_norm, "qk_norm_rope_store");
+    REQUIRE_HEAD_DIM(c, hd);
     int warps = n * (n_heads + 2 * n_kv);
     launch_k(c, "qk_norm_rope_store", qk_norm_rope_store_kernel, dim3((warps + 7) / 8), dim3(256), 0, q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
         q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), theta, kcache, vcache);
@@ -161,15 +163,15 @@ void qknrs_launched(cuda_impl *c, int n) {
     // Measured on the H200 (docs/history/benchmarks-diary.md, session 11): 16-row forward 5.21 vs 5.25 ms at 512 keys,
     // 5.91 vs 5.99 at 4096; decode +0.5% at 512 keys but -4.6% at 4096.
     static int att_pdl = -1;
-    if (att_pdl < 0) { const char *e = getenv("BS_CUDA_ATT_PDL"); att_pdl = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "all") ? 2 : 1; }
+    if (att_pdl < 0) att_pdl = bs_tuning_get()->cuda_att_pdl;
     c->pdl_next = pdl_gemm() && (att_pdl == 2 || (att_pdl == 1 && n > 1));
 }
 
 void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, float theta) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
-    require_row_major(norm_w, "head_norm_rope");
-    if (hd > ATT_MAX_HD || hd % 2) { fprintf(stderr, "blockspec: CUDA head_norm_rope: head_dim %d unsupported (even, <= %d)\n", hd, ATT_MAX_HD); exit(1); }
+    REQUIRE_ROW_MAJOR(c, norm_w, "head_norm_rope");
+    REQUIRE_HEAD_DIM(c, hd);
     int warps = n * n_heads;
     launch_k(c, "head_norm_rope", head_norm_rope_kernel, dim3((warps + 7) / 8), dim3(256), 0, x, n, n_heads, hd, norm_w ? norm_w->data : NULL,
                                                              norm_w ? norm_w->dtype : 0, eps, P(c, pos0), theta);

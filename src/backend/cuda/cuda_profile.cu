@@ -125,9 +125,8 @@ static int g_tr_n = -1, g_tr_full;
 
 unsigned long long *mm_trace_next(int G, int M, int K, int count, int n, long long bytes, bool swiglu) {
     if (g_tr_n < 0) {
-        const char *e = getenv("BS_CUDA_MM_TRACE");
         g_tr_n = 0;
-        if (!e || !strcmp(e, "0")) { g_tr_n = TRACE_LAUNCHES; return NULL; }
+        if (!bs_tuning_get()->cuda_mm_trace) { g_tr_n = TRACE_LAUNCHES; return NULL; }
         size_t sz = sizeof(unsigned long long) * TRACE_LAUNCHES * TRACE_MAX_G * 5;
         if (cudaMalloc(&g_tr_dev, sz) != cudaSuccess || cudaMemset(g_tr_dev, 0, sz) != cudaSuccess) {
             cudaGetLastError(); g_tr_n = TRACE_LAUNCHES; fprintf(stderr, "BS_CUDA_MM_TRACE: no memory for the trace\n"); return NULL;

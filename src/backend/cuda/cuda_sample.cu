@@ -371,6 +371,7 @@ static void ids_download(cuda_impl *c, int32_t *host, int n) {
     CK(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * n, cudaMemcpyDeviceToHost, c->st));
     CK(cudaStreamSynchronize(c->st));
     memcpy(host, c->h_argmax, sizeof(int32_t) * n);
+    ids_sane(c, host, n);
 }
 
 // Rows in launches of SR_MAX_ROWS; the draws (when u is given) go to ids_dev (device memory) or, with
@@ -403,7 +404,7 @@ int cu_sample_rows_to(bs_backend *be, float *probs, const float *logits, int n, 
 // (drafts_dev), the verdict (a, next) into out (device memory).
 static void accept_launch(cuda_impl *c, const float *p, const float *q, const int32_t *drafts_host, const int32_t *drafts_dev, int n,
                           int V, const double *u, int32_t *out) {
-    if (n > SR_MAX_ROWS) { fprintf(stderr, "blockspec: accept_sampled: %d drafts (at most %d)\n", n, SR_MAX_ROWS); exit(1); }
+    if (n > SR_MAX_ROWS) CU_DECLINE(c, "accept_sampled: %d drafts (at most %d)", n, SR_MAX_ROWS);
     launch_flags_clear(c);
     sr_drafts D; sr_uniforms U;
     memset(&D, 0, sizeof D); memset(&U, 0, sizeof U);
