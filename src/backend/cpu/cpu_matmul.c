@@ -36,10 +36,11 @@ static void widen_panel(const bs_mat *W, int64_t o, int64_t k0, int kl, float *o
     }
     const uint32_t *row = (const uint32_t *)W->data + o * bs_affine_words(W->cols, W->bits);
     size_t gb = (size_t)o * (W->cols / W->group);
-    for (int k = 0; k < kl; k++) {
-        int64_t e = k0 + k;
-        size_t g = gb + e / W->group;
-        out[k] = bs_affine_value(bs_load_elem(W->scales, W->dtype, g), bs_affine_code(row, W->bits, e), bs_load_elem(W->biases, W->dtype, g));
+    for (int k = 0; k < kl;) {   // a group (or the part of one inside the panel) at a time
+        int64_t e = k0 + k, g = e / W->group, end = (g + 1) * W->group - k0;
+        if (end > kl) end = kl;
+        float s = bs_load_elem(W->scales, W->dtype, gb + g), b = bs_load_elem(W->biases, W->dtype, gb + g);
+        for (; k < end; k++) out[k] = bs_affine_value(s, bs_affine_code(row, W->bits, k0 + k), b);
     }
 }
 
