@@ -49,11 +49,14 @@ static inline int bs_mm_kind(const bs_mat *W) {
     return W->format == BS_WFMT_AFFINE ? (W->bits == 4 ? BS_MM_AFF4 : BS_MM_AFF8) : (int)W->dtype;
 }
 extern const bs_mm_kernel bs_mm_scalar[BS_MM_KINDS], bs_mm_avx2[BS_MM_KINDS], bs_mm_avx512[BS_MM_KINDS], bs_mm_avx512bf16[BS_MM_KINDS];
-// The affine kernels (cpu_matmul_affine.c), shared by the AVX2 and AVX-512 tables (one run for 4 and 8 bits).
+// The affine kernels (cpu_matmul_affine.c; one run for 4 and 8 bits).
 void bs_mm_affine_prep(void *xp, const float *x, int n, const bs_mat *W);
 int64_t bs_mm_affine_xp_floats(const bs_mat *W);
 void bs_mm_affine_run_avx2(const bs_mat *W, int64_t o0, int64_t o1, const void *xp, int r0, int r1, float *y, int acc);
 #define BS_MM_AFFINE_AVX2 { NULL, 4, bs_mm_affine_run_avx2, bs_mm_affine_prep, bs_mm_affine_xp_floats }
+// Its AVX-512 form (cpu_matmul_affine_avx512.c): two weight rows per zmm, the AVX2 kernel's results bit for bit.
+void bs_mm_affine_run_avx512(const bs_mat *W, int64_t o0, int64_t o1, const void *xp, int r0, int r1, float *y, int acc);
+#define BS_MM_AFFINE_AVX512 { NULL, 4, bs_mm_affine_run_avx512, bs_mm_affine_prep, bs_mm_affine_xp_floats }
 // The scalar kernel over x rows xs floats apart (any weight kind): the portable path, and the affine kernels'
 // fallback for a group size their vector layout does not divide.
 void bs_mm_scalar_strided(const bs_mat *W, int64_t o0, int64_t o1, const float *x, int64_t xs, int r0, int r1, float *y, int acc);

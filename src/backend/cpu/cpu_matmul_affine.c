@@ -13,13 +13,17 @@
 // which would read as a negative int32) is shifted down instead. Per 8 weights: an AND, a convert and one FMA
 // per activation row.
 //
-// Every (weight row, activation row) pair has one chain of operations whatever the block shape or the
-// thread split: per group, a fresh vector sum over the group's chunks in order (codes j = 0..P-1), then
-// acc += s_g * that and bsum += b_g * X_g; the result is hsum8(acc) + bsum. So a row's result never depends
-// on how many rows share the call (a verify block reproduces a decode step bit for bit: row invariance).
-// Blocks: 4 weight rows x 1 activation row (decode), 2 x 2, or 1 weight row x groups of 3-4 activation rows.
+// Every (weight row, activation row) pair has one sequence of operations whatever the block shape or the
+// thread split: per group, two fresh vector sums (codes j even, j odd: two FMA chains, so a block of few
+// pairs still keeps 6-8 chains in flight against the FMA latency) over the group's chunks in order, then
+// acc += s_g * (even + odd) and bsum += b_g * X_g; the result is hsum8(acc) + bsum. So a row's result never
+// depends on how many rows share the call (a verify block reproduces a decode step bit for bit).
+// Blocks: 3 weight rows x 1 activation row (decode), 2 x 2, or 1 weight row x groups of 3-4 activation rows.
+// (Converting a group's codes once into an L1 buffer shared by all activation rows measured slower at 4-16
+// rows here than re-extracting them per group of 3-4 rows: its stores and per-group overhead cost more.)
 // Group sizes whose chunk the layout does not divide (4-bit codes in groups of 32) take the scalar kernel.
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 #include "backend/affine.h"
 #include "backend/cpu/cpu.h"
@@ -67,13 +71,13 @@ AI_AVX2 void aff_block(const int bits, const int R, const int C, const int PF, c
     const int64_t K = W->cols, group = W->group, G = K / group, wpr = K * bits / 32;
     const uint32_t *codes = (const uint32_t *)W->data + o * wpr;
     const bs_dtype dt = W->dtype;
-    __m256 A[4][4], D[4][4];
+    __m256 A[4][4], D[4][4][2];
     float bsum[4][4];
     for (int i = 0; i < R; i++)
         for (int c = 0; c < C; c++) { A[i][c] = _mm256_setzero_ps(); bsum[i][c] = 0; }
     for (int64_t g = 0; g < G; g++) {
         for (int i = 0; i < R; i++)
-            for (int c = 0; c < C; c++) D[i][c] = _mm256_setzero_ps();
+            for (int c = 0; c < C; c++) D[i][c][0] = D[i][c][1] = _mm256_setzero_ps();
         for (int64_t k = g * group; k < (g + 1) * group; k += C8) {
             __m256i v[4];
             for (int i = 0; i < R; i++) v[i] = _mm256_loadu_si256((const __m256i *)(codes + i * wpr + k / P));
@@ -85,7 +89,7 @@ AI_AVX2 void aff_block(const int bits, const int R, const int C, const int PF, c
                 for (int i = 0; i < R; i++) {
                     __m256i q = j < P - 1 ? _mm256_and_si256(v[i], m) : _mm256_srli_epi32(v[i], bits * (P - 1));
                     __m256 qf = _mm256_cvtepi32_ps(q);
-                    for (int c = 0; c < C; c++) D[i][c] = _mm256_fmadd_ps(qf, _mm256_loadu_ps(x + c * xs + k + 8 * j), D[i][c]);
+                    for (int c = 0; c < C; c++) D[i][c][j & 1] = _mm256_fmadd_ps(qf, _mm256_loadu_ps(x + c * xs + k + 8 * j), D[i][c][j & 1]);
                 }
             }
         }
@@ -94,7 +98,7 @@ AI_AVX2 void aff_block(const int bits, const int R, const int C, const int PF, c
             __m256 s = _mm256_set1_ps(ld(W->scales, dt, gi));
             float b = ld(W->biases, dt, gi);
             for (int c = 0; c < C; c++) {
-                A[i][c] = _mm256_fmadd_ps(s, D[i][c], A[i][c]);
+                A[i][c] = _mm256_fmadd_ps(s, _mm256_add_ps(D[i][c][0], D[i][c][1]), A[i][c]);
                 bsum[i][c] = __builtin_fmaf(b, x[c * xs + K + g], bsum[i][c]);
             }
         }
@@ -108,7 +112,7 @@ AI_AVX2 void aff_block(const int bits, const int R, const int C, const int PF, c
 
 #define AFF_BITS(R_, C_, PF_) (bits == 4 ? aff_block(4, R_, C_, PF_, W, o, x, xs, y, O, acc) : aff_block(8, R_, C_, PF_, W, o, x, xs, y, O, acc))
 AI_AVX2 void aff_rc(int bits, int R, int C, int pf, const bs_mat *W, int64_t o, const float *x, int64_t xs, float *y, int64_t O, int acc) {
-    if (R == 4) { if (pf) AFF_BITS(4, 1, 1); else AFF_BITS(4, 1, 0); }
+    if (R == 3) { if (pf) AFF_BITS(3, 1, 1); else AFF_BITS(3, 1, 0); }
     else if (R == 2) { if (pf) AFF_BITS(2, 2, 1); else AFF_BITS(2, 2, 0); }
     else if (C == 1) AFF_BITS(1, 1, 0);
     else if (C == 2) AFF_BITS(1, 2, 0);
@@ -123,8 +127,8 @@ TGT_AVX2 void bs_mm_affine_run_avx2(const bs_mat *W, int64_t o0, int64_t o1, con
     float *yt = y + (size_t)r0 * O;
     if (!vec_ok(W)) { bs_mm_scalar_strided(W, o0, o1, xpv, xs, r0, r1, y, acc); return; }
     const int bits = W->bits, nr = r1 - r0;
-    if (nr <= 2) {   // memory-bound: 4 x 1 (decode) or 2 x 2 blocks stream several weight rows at once
-        const int R = nr == 1 ? 4 : 2;
+    if (nr <= 2) {   // memory-bound: 3 x 1 (decode) or 2 x 2 blocks stream several weight rows at once
+        const int R = nr == 1 ? 3 : 2;
         int64_t o = o0;
         for (; o + R <= o1; o += R) aff_rc(bits, R, nr, o + R * (PFD + 1) <= o1, W, o, xt, xs, yt + o, O, acc);
         for (; o < o1; o++) aff_rc(bits, 1, nr, 0, W, o, xt, xs, yt + o, O, acc);
