@@ -746,3 +746,23 @@ TEST(cuda_greedy_spec_equals_plain) {
     free(vl); free(plain_logits); be->free(be, dl);
     bs_kv_free(&kv); bs_engine_close(e);
 }
+
+// MLX affine weights (docs/quantization.md) have no CUDA kernels yet: weight() refuses them with a message
+// (never a silent dense reading of the codes), weight_lossy declines, and a quantised model folder fails to
+// open on the GPU with an error that names the tensor.
+TEST(cuda_affine_weight_refused) {
+    NEED_CUDA(be);
+    static uint32_t codes[64 * 64 / 8];
+    static uint16_t sb[64];
+    bs_mat h = { .data = codes, .dtype = BS_BF16, .rows = 64, .cols = 64, .format = BS_WFMT_AFFINE, .bits = 4, .group = 64,
+                 .scales = sb, .biases = sb }, d;
+    bs_err err = {0};
+    CHECK(be->weight(be, &d, &h, &err) != 0 && strstr(err.msg, "affine"), "weight() took an affine matrix: '%s'", err.msg);
+    CHECK(!be->weight_lossy || be->weight_lossy(be, &d, &h, &err) == 1, "weight_lossy did not decline");
+    if (access("models/blockspec-30m/config.json", F_OK)) return;
+    char dir[600], cmd[2048], out[4096];
+    snprintf(dir, sizeof dir, "%s/q4", bs_test_tmpdir("cuda_affine"));
+    snprintf(cmd, sizeof cmd, "%s quantize -m models/blockspec-30m --bits 4 --out %s && %s generate -m %s -d none --device cuda -p x -n 2",
+             bs_cli_path(), dir, bs_cli_path(), dir);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) != 0 && strstr(out, "model.embed_tokens.weight") && strstr(out, "affine"), "%s", out);
+}

@@ -194,6 +194,27 @@ TEST(quant_row_invariance_and_embed) {
     }
 }
 
+// The AVX-512 affine kernel computes the AVX2 kernel's results bit for bit (cpu_matmul_affine_avx512.c).
+TEST(quant_avx512_equals_avx2) {
+    if (!bs_cpu_path_supported(BS_CPU_AVX512)) SKIP("this CPU has no AVX-512");
+    bs_backend *a2 = path_be(BS_CPU_AVX2), *a5 = path_be(BS_CPU_AVX512);
+    bs_rng r; bs_rng_seed(&r, 21);
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int group = 32; group <= 128; group *= 2) {
+            const int K = 512, O = 61;
+            qmat q; qmat_make(&q, &r, O, K, bits, group, BS_BF16);
+            float *x = malloc(sizeof(float) * 32 * K), *y2 = malloc(sizeof(float) * 32 * O), *y5 = malloc(sizeof(float) * 32 * O);
+            for (int i = 0; i < 32 * K; i++) x[i] = urand(&r);
+            for (int n = 1; n <= 32; n++) {
+                a2->matmul(a2, y2, x, n, &q.m, 0);
+                a5->matmul(a5, y5, x, n, &q.m, 0);
+                CHECK(!memcmp(y2, y5, sizeof(float) * n * O), "bits %d group %d n %d: avx512 differs from avx2", bits, group, n);
+            }
+            free(x); free(y2); free(y5); qmat_free(&q);
+        }
+    a2->destroy(a2); a5->destroy(a5);
+}
+
 // ---- loader: bad input ----
 
 // A safetensors checkpoint in memory with one quantised matrix "m.weight" [R][K] and the given deviations.
