@@ -367,6 +367,17 @@ TEST(quant_greedy_spec_equals_plain) {
         }
         if (bits == 4) tu_greedy_spec_equals_plain(failed_, "cpu-ref", t, d, NULL, 1, 300 + bits);
         if (*failed_) return;
+        // a draft vocabulary: the drafter gathers rows of the target's quantised (tied) LM head
+        char vpath[700], list[32768];
+        snprintf(vpath, sizeof vpath, "%s/dv.json", bs_test_tmpdir("quant_dv"));
+        size_t l = 0;
+        list[l++] = '[';
+        for (int id = 0; id < 8192; id += 3) l += (size_t)snprintf(list + l, sizeof list - l, "%s%d", id ? "," : "", id);
+        snprintf(list + l, sizeof list - l, "]");
+        CHECK(tu_write_text(vpath, list) == 0, "cannot write %s", vpath);
+        bs_drafter_opts o = { .lossy_weights = 0, .draft_vocab = vpath };
+        tu_greedy_spec_equals_plain(failed_, "cpu", t, d, &o, 2, 400 + bits);
+        if (*failed_) return;
     }
 }
 
