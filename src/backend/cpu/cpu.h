@@ -53,6 +53,8 @@ extern const bs_mm_kernel bs_mm_scalar[BS_MM_KINDS], bs_mm_avx2[BS_MM_KINDS], bs
 void bs_mm_affine_prep(void *xp, const float *x, int n, const bs_mat *W);
 int64_t bs_mm_affine_xp_floats(const bs_mat *W);
 void bs_mm_affine_run_avx2(const bs_mat *W, int64_t o0, int64_t o1, const void *xp, int r0, int r1, float *y, int acc);
+// sum_g biases[o][g] * X[g] in the affine kernels' one order (X: a prepared row's group sums of x).
+float bs_mm_affine_bias_dot(const bs_mat *W, int64_t o, const float *X);
 #define BS_MM_AFFINE_AVX2 { NULL, 4, bs_mm_affine_run_avx2, bs_mm_affine_prep, bs_mm_affine_xp_floats }
 // Its AVX-512 form (cpu_matmul_affine_avx512.c): two weight rows per zmm, the AVX2 kernel's results bit for bit.
 void bs_mm_affine_run_avx512(const bs_mat *W, int64_t o0, int64_t o1, const void *xp, int r0, int r1, float *y, int acc);

@@ -16,8 +16,9 @@
 // Every (weight row, activation row) pair has one sequence of operations whatever the block shape or the
 // thread split: per group, two fresh vector sums (codes j even, j odd: two FMA chains, so a block of few
 // pairs still keeps 6-8 chains in flight against the FMA latency) over the group's chunks in order, then
-// acc += s_g * (even + odd) and bsum += b_g * X_g; the result is hsum8(acc) + bsum. So a row's result never
-// depends on how many rows share the call (a verify block reproduces a decode step bit for bit).
+// acc += s_g * (even + odd); the result is hsum8(acc) + sum_g b_g X_g (bs_mm_affine_bias_dot, once per
+// pair at the end rather than a scalar step per group). So a row's result never depends on how many rows
+// share the call (a verify block reproduces a decode step bit for bit).
 // Blocks: 3 weight rows x 1 activation row (decode), 2 x 2, or 1 weight row x groups of 3-4 activation rows.
 // (Converting a group's codes once into an L1 buffer shared by all activation rows measured slower at 4-16
 // rows here than re-extracting them per group of 3-4 rows: its stores and per-group overhead cost more.)
@@ -62,50 +63,65 @@ void bs_mm_affine_prep(void *xpv, const float *x, int n, const bs_mat *W) {
     }
 }
 
-static inline float ld(const void *p, bs_dtype dt, size_t i) { return bs_load_elem(p, dt, i); }
+// The bias part of one (weight row, activation row) result: sum_g b_g X_g over the row's G groups, eight
+// groups a step then a scalar tail, one fixed order (the AVX-512 kernel calls this too: same bits).
+TGT_AVX2 float bs_mm_affine_bias_dot(const bs_mat *W, int64_t o, const float *X) {
+    const int64_t G = W->cols / W->group;
+    const size_t off = (size_t)o * G;
+    __m256 a = _mm256_setzero_ps();
+    int64_t g = 0;
+    for (; g + 8 <= G; g += 8) a = _mm256_fmadd_ps(bs_load8_w(W->biases, W->dtype, off + g), _mm256_loadu_ps(X + g), a);
+    float s = bs_hsum8(a);
+    for (; g < G; g++) s = __builtin_fmaf(bs_load_elem(W->biases, W->dtype, off + g), X[g], s);
+    return s;
+}
 
 // R weight rows from o x C activation rows (x: prepared rows xs floats apart; y: rows O apart, at column o).
+// One loop over the row's chunks of codes; where a group ends, its two sums are scaled into A (a branch
+// the predictor learns, keeping every accumulator in a register across groups).
 AI_AVX2 void aff_block(const int bits, const int R, const int C, const int PF, const bs_mat *W, int64_t o, const float *x, int64_t xs,
                        float *y, int64_t O, int acc) {
     const int P = 32 / bits, C8 = 8 * P;
-    const int64_t K = W->cols, group = W->group, G = K / group, wpr = K * bits / 32;
+    const int64_t K = W->cols, G = K / W->group, wpr = K * bits / 32;
+    const int cpg = W->group / C8;   // chunks per group
     const uint32_t *codes = (const uint32_t *)W->data + o * wpr;
     const bs_dtype dt = W->dtype;
+    const void *scales = W->scales;
     __m256 A[4][4], D[4][4][2];
-    float bsum[4][4];
     for (int i = 0; i < R; i++)
-        for (int c = 0; c < C; c++) { A[i][c] = _mm256_setzero_ps(); bsum[i][c] = 0; }
-    for (int64_t g = 0; g < G; g++) {
-        for (int i = 0; i < R; i++)
-            for (int c = 0; c < C; c++) D[i][c][0] = D[i][c][1] = _mm256_setzero_ps();
-        for (int64_t k = g * group; k < (g + 1) * group; k += C8) {
-            __m256i v[4];
-            for (int i = 0; i < R; i++) v[i] = _mm256_loadu_si256((const __m256i *)(codes + i * wpr + k / P));
-            if (PF && !((k / P) & 15))   // one 64-byte line per row, PFD blocks ahead
-                for (int i = 0; i < R; i++) _mm_prefetch((const char *)(codes + (PFD * R + i) * wpr + k / P), _MM_HINT_T0);
+        for (int c = 0; c < C; c++) A[i][c] = D[i][c][0] = D[i][c][1] = _mm256_setzero_ps();
+    int left = cpg;
+    int64_t g = 0;
+    for (int64_t k = 0; k < K; k += C8) {
+        __m256i v[4];
+        for (int i = 0; i < R; i++) v[i] = _mm256_loadu_si256((const __m256i *)(codes + i * wpr + k / P));
+        if (PF && !((k / P) & 15))   // one 64-byte line per row, PFD blocks ahead
+            for (int i = 0; i < R; i++) _mm_prefetch((const char *)(codes + (PFD * R + i) * wpr + k / P), _MM_HINT_T0);
 #pragma GCC unroll 8
-            for (int j = 0; j < P; j++) {
-                const __m256i m = _mm256_set1_epi32((int)(((1u << bits) - 1u) << (bits * j)));
-                for (int i = 0; i < R; i++) {
-                    __m256i q = j < P - 1 ? _mm256_and_si256(v[i], m) : _mm256_srli_epi32(v[i], bits * (P - 1));
-                    __m256 qf = _mm256_cvtepi32_ps(q);
-                    for (int c = 0; c < C; c++) D[i][c][j & 1] = _mm256_fmadd_ps(qf, _mm256_loadu_ps(x + c * xs + k + 8 * j), D[i][c][j & 1]);
-                }
+        for (int j = 0; j < P; j++) {
+            const __m256i m = _mm256_set1_epi32((int)(((1u << bits) - 1u) << (bits * j)));
+            for (int i = 0; i < R; i++) {
+                __m256i q = j < P - 1 ? _mm256_and_si256(v[i], m) : _mm256_srli_epi32(v[i], bits * (P - 1));
+                __m256 qf = _mm256_cvtepi32_ps(q);
+                for (int c = 0; c < C; c++) D[i][c][j & 1] = _mm256_fmadd_ps(qf, _mm256_loadu_ps(x + c * xs + k + 8 * j), D[i][c][j & 1]);
             }
         }
-        for (int i = 0; i < R; i++) {
-            size_t gi = (size_t)(o + i) * G + g;
-            __m256 s = _mm256_set1_ps(ld(W->scales, dt, gi));
-            float b = ld(W->biases, dt, gi);
-            for (int c = 0; c < C; c++) {
-                A[i][c] = _mm256_fmadd_ps(s, _mm256_add_ps(D[i][c][0], D[i][c][1]), A[i][c]);
-                bsum[i][c] = __builtin_fmaf(b, x[c * xs + K + g], bsum[i][c]);
+        if (--left == 0) {   // the group ends: A += s_g * (even + odd), fresh sums for the next group
+            for (int i = 0; i < R; i++) {
+                const size_t gi = (size_t)(o + i) * G + g;
+                const __m256 sv = _mm256_set1_ps(dt == BS_BF16 ? bs_bf16_to_f32(((const uint16_t *)scales)[gi]) : bs_load_elem(scales, dt, gi));
+                for (int c = 0; c < C; c++) {
+                    A[i][c] = _mm256_fmadd_ps(sv, _mm256_add_ps(D[i][c][0], D[i][c][1]), A[i][c]);
+                    D[i][c][0] = D[i][c][1] = _mm256_setzero_ps();
+                }
             }
+            left = cpg;
+            g++;
         }
     }
     for (int i = 0; i < R; i++)
         for (int c = 0; c < C; c++) {
-            float v = bs_hsum8(A[i][c]) + bsum[i][c], *d = y + (size_t)c * O + i;
+            float v = bs_hsum8(A[i][c]) + bs_mm_affine_bias_dot(W, o + i, x + c * xs + K), *d = y + (size_t)c * O + i;
             *d = acc ? *d + v : v;
         }
 }

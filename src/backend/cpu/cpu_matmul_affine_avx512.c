@@ -20,54 +20,57 @@ AI512 __m256 half512(__m512 v, int h) {
     return h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)) : _mm512_castps512_ps256(v);
 }
 
-// NP pairs of weight rows from o (rows o .. o + 2 NP - 1) x C activation rows.
+// NP pairs of weight rows from o (rows o .. o + 2 NP - 1) x C activation rows (the AVX2 block's loop).
 AI512 void aff512_block(const int bits, const int NP, const int C, const int PF, const bs_mat *W, int64_t o, const float *x, int64_t xs,
                         float *y, int64_t O, int acc) {
     const int P = 32 / bits, C8 = 8 * P;
-    const int64_t K = W->cols, group = W->group, G = K / group, wpr = K * bits / 32;
+    const int64_t K = W->cols, G = K / W->group, wpr = K * bits / 32;
+    const int cpg = W->group / C8;
     const uint32_t *codes = (const uint32_t *)W->data + o * wpr;
     const bs_dtype dt = W->dtype;
+    const void *scales = W->scales;
     __m512 A[4][4], D[4][4][2];
-    float bsum[8][4];
     for (int p = 0; p < NP; p++)
-        for (int c = 0; c < C; c++) { A[p][c] = _mm512_setzero_ps(); bsum[2 * p][c] = bsum[2 * p + 1][c] = 0; }
-    for (int64_t g = 0; g < G; g++) {
+        for (int c = 0; c < C; c++) A[p][c] = D[p][c][0] = D[p][c][1] = _mm512_setzero_ps();
+    int left = cpg;
+    int64_t g = 0;
+    for (int64_t k = 0; k < K; k += C8) {
+        __m512i v[4];
         for (int p = 0; p < NP; p++)
-            for (int c = 0; c < C; c++) D[p][c][0] = D[p][c][1] = _mm512_setzero_ps();
-        for (int64_t k = g * group; k < (g + 1) * group; k += C8) {
-            __m512i v[4];
-            for (int p = 0; p < NP; p++)
-                v[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(codes + 2 * p * wpr + k / P))),
-                                          _mm256_loadu_si256((const __m256i *)(codes + (2 * p + 1) * wpr + k / P)), 1);
-            if (PF && !((k / P) & 15))
-                for (int i = 0; i < 2 * NP; i++) _mm_prefetch((const char *)(codes + (PFD * 2 * NP + i) * wpr + k / P), _MM_HINT_T0);
+            v[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(codes + 2 * p * wpr + k / P))),
+                                      _mm256_loadu_si256((const __m256i *)(codes + (2 * p + 1) * wpr + k / P)), 1);
+        if (PF && !((k / P) & 15))
+            for (int i = 0; i < 2 * NP; i++) _mm_prefetch((const char *)(codes + (PFD * 2 * NP + i) * wpr + k / P), _MM_HINT_T0);
 #pragma GCC unroll 8
-            for (int j = 0; j < P; j++) {
-                const __m512i m = _mm512_set1_epi32((int)(((1u << bits) - 1u) << (bits * j)));
-                __m512 xv[4];
-                for (int c = 0; c < C; c++) xv[c] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + c * xs + k + 8 * j));
-                for (int p = 0; p < NP; p++) {
-                    __m512i q = j < P - 1 ? _mm512_and_si512(v[p], m) : _mm512_srli_epi32(v[p], bits * (P - 1));
-                    __m512 qf = _mm512_cvtepi32_ps(q);
-                    for (int c = 0; c < C; c++) D[p][c][j & 1] = _mm512_fmadd_ps(qf, xv[c], D[p][c][j & 1]);
-                }
+        for (int j = 0; j < P; j++) {
+            const __m512i m = _mm512_set1_epi32((int)(((1u << bits) - 1u) << (bits * j)));
+            __m512 xv[4];
+            for (int c = 0; c < C; c++) xv[c] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + c * xs + k + 8 * j));
+            for (int p = 0; p < NP; p++) {
+                __m512i q = j < P - 1 ? _mm512_and_si512(v[p], m) : _mm512_srli_epi32(v[p], bits * (P - 1));
+                __m512 qf = _mm512_cvtepi32_ps(q);
+                for (int c = 0; c < C; c++) D[p][c][j & 1] = _mm512_fmadd_ps(qf, xv[c], D[p][c][j & 1]);
             }
         }
-        for (int p = 0; p < NP; p++) {
-            size_t ga = (size_t)(o + 2 * p) * G + g, gb = ga + G;
-            __m512 s = _mm512_insertf32x8(_mm512_set1_ps(bs_load_elem(W->scales, dt, ga)), _mm256_set1_ps(bs_load_elem(W->scales, dt, gb)), 1);
-            float ba = bs_load_elem(W->biases, dt, ga), bb = bs_load_elem(W->biases, dt, gb);
-            for (int c = 0; c < C; c++) {
-                A[p][c] = _mm512_fmadd_ps(s, _mm512_add_ps(D[p][c][0], D[p][c][1]), A[p][c]);
-                bsum[2 * p][c] = __builtin_fmaf(ba, x[c * xs + K + g], bsum[2 * p][c]);
-                bsum[2 * p + 1][c] = __builtin_fmaf(bb, x[c * xs + K + g], bsum[2 * p + 1][c]);
+        if (--left == 0) {
+            for (int p = 0; p < NP; p++) {
+                const size_t ga = (size_t)(o + 2 * p) * G + g, gb = ga + G;
+                const float sa = dt == BS_BF16 ? bs_bf16_to_f32(((const uint16_t *)scales)[ga]) : bs_load_elem(scales, dt, ga);
+                const float sb = dt == BS_BF16 ? bs_bf16_to_f32(((const uint16_t *)scales)[gb]) : bs_load_elem(scales, dt, gb);
+                const __m512 sv = _mm512_insertf32x8(_mm512_set1_ps(sa), _mm256_set1_ps(sb), 1);
+                for (int c = 0; c < C; c++) {
+                    A[p][c] = _mm512_fmadd_ps(sv, _mm512_add_ps(D[p][c][0], D[p][c][1]), A[p][c]);
+                    D[p][c][0] = D[p][c][1] = _mm512_setzero_ps();
+                }
             }
+            left = cpg;
+            g++;
         }
     }
     for (int p = 0; p < NP; p++)
         for (int c = 0; c < C; c++)
             for (int h = 0; h < 2; h++) {
-                float v = bs_hsum8(half512(A[p][c], h)) + bsum[2 * p + h][c], *d = y + (size_t)c * O + 2 * p + h;
+                float v = bs_hsum8(half512(A[p][c], h)) + bs_mm_affine_bias_dot(W, o + 2 * p + h, x + c * xs + K), *d = y + (size_t)c * O + 2 * p + h;
                 *d = acc ? *d + v : v;
             }
 }
