@@ -4,15 +4,19 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "backend/backend.h"
 
 // The one dequantisation formula every path is held to: fp32 scale * code + bias with one rounding.
 static inline float bs_affine_value(float scale, uint32_t q, float bias) { return __builtin_fmaf(scale, (float)q, bias); }
 
-// Code k of a packed row (bits 4 or 8; the format also defines 2).
+// Code k of a packed row (bits 4 or 8; the format also defines 2). The word is read with memcpy: in a
+// safetensors file a U32 tensor need not start at a multiple of 4 bytes (a BF16 tensor of odd size before it).
 static inline uint32_t bs_affine_code(const uint32_t *row, int bits, int64_t k) {
     int per = 32 / bits;
-    return (row[k / per] >> ((k % per) * bits)) & ((1u << bits) - 1u);
+    uint32_t w;
+    memcpy(&w, (const char *)row + (size_t)(k / per) * 4, 4);
+    return (w >> ((k % per) * bits)) & ((1u << bits) - 1u);
 }
 
 // Words per packed row: cols * bits / 32.
