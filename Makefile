@@ -59,7 +59,9 @@ $(BUILD)/cpu_mm_kernel: $(BUILD)/bench/cpu_mm_kernel.o $(LIB) ; $(CC) $(CFLAGS) 
 $(BUILD)/cpu_attention_stream: $(BUILD)/bench/cpu_attention_stream.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # One CPU training step of a random Qwen3 target, forward + backward (bench/train_step.c): `make bench-tools`.
 $(BUILD)/train_step: $(BUILD)/bench/train_step.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
-bench-tools: $(BUILD)/train_step $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders $(BUILD)/cpu_mm_kernel $(BUILD)/cpu_attention_stream
+# BF16 vs affine 4/8-bit matmul rows (bench/cpu_mm_quant.c): `make bench-tools`.
+$(BUILD)/cpu_mm_quant: $(BUILD)/bench/cpu_mm_quant.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+bench-tools: $(BUILD)/cpu_mm_quant $(BUILD)/train_step $(BUILD)/backend_bench $(BUILD)/cpu_mm_stream $(BUILD)/cpu_read_orders $(BUILD)/cpu_mm_kernel $(BUILD)/cpu_attention_stream
 # Qwen3 target pre-training on the GPU, standalone (bench/train_target_cuda.c): built by `make cuda`.
 $(BUILD)/train_target_cuda: $(BUILD)/bench/train_target_cuda.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # Drafter training throughput on the GPU against a random ~30M target (bench/train_drafter_cuda.c): built by `make cuda`.

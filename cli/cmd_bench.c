@@ -18,6 +18,7 @@
 #include "cli/bench_trace.h"
 #include "cli/builtin_model.h"
 #include "cli/commands.h"
+#include "backend/affine.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_roofline.h"
 #include "util/threadpool.h"
@@ -380,18 +381,23 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
     int n_ids = maxn > ctx ? maxn : ctx; if (n_ids < 64) n_ids = 64;
     ids = malloc(sizeof(int32_t) * n_ids);
     for (int i = 0; i < n_ids; i++) ids[i] = (int32_t)((i * 7919 + 13) % c->vocab_size);
-    bs_dtype dt = e->target.layers[0].wq.dtype;
+    // the compute roof: the bf16 kernels' rate for BF16 weights, the fp32 FMA rate for the others (affine
+    // codes are multiplied as fp32)
+    bs_dtype dt = e->target.layers[0].wq.format == BS_WFMT_AFFINE ? BS_F32 : e->target.layers[0].wq.dtype;
     int64_t H = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim, I = c->intermediate_size;
     double per_layer = (double)H * q * 2 + (double)H * kvd * 2 + 3.0 * H * I;   // multiply-adds per row (= weight elements)
     double mm_elems = per_layer * c->n_layers + (double)c->vocab_size * H;
-    double wbytes = mm_elems * bs_dtype_size(dt);
+    // bytes per weight element as stored (affine: codes + scales + biases, bs_mat_bytes)
+    const bs_mat *w0 = &e->target.layers[0].w_gate;
+    double wbytes = mm_elems * ((double)bs_mat_bytes(w0) / ((double)w0->rows * w0->cols));
     const double head_elems = (double)c->vocab_size * H;
     // multiply-adds of an n-row forward after ctx keys: matmuls (the LM head over every row, or the last
     // one with --last-logits) and attention's q.k and p.v
 #define ROW_FMA(n) ((n) * mm_elems - (bench_last_logits ? ((n) - 1) * head_elems : 0) + \
                     (double)c->n_layers * (n) * c->n_heads * c->head_dim * 2.0 * (ctx + (n)))
+    char wdesc[96];
     printf("model %s: %d layers, hidden %d, weights %s, %.2f GB streamed per forward\n", dir, c->n_layers, c->hidden_size,
-           bs_dtype_name(dt), wbytes / 1e9);
+           bs_mat_describe(w0, wdesc, sizeof wdesc), wbytes / 1e9);
     if (!strcmp(be->name, "cpu"))
         printf("weights: %.2f GB copied to huge-page memory (BS_CPU_HUGEPAGES=0: mmap view), process AnonHugePages %.2f GB\n",
                bs_cpu_weight_bytes_copied(be) / 1e9, bs_cpu_anon_huge_bytes() / 1e9);

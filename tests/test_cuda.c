@@ -17,6 +17,8 @@
 #include "harness.h"
 #include "util/tuning.h"
 #include "blockspec.h"
+#include "backend/affine.h"
+#include "io/quantize_ckpt.h"
 #include "fixture_util.h"
 #include "test_util_models.h"
 #include "engine/engine.h"
@@ -780,4 +782,76 @@ TEST(cuda_unsupported_head_dim_is_an_error) {
     int32_t out[4]; size_t n_out;
     CHECK(blockspec_generate(bs, ids, 4, &p, out, 4, &n_out, NULL, NULL, NULL, msg, sizeof msg) != 0 && strstr(msg, "head_dim 320"), "%s", msg);
     blockspec_close(bs);
+}
+
+// MLX affine weights (docs/quantization.md, src/backend/cuda/cuda_affine.cu): the GPU matmul against the
+// CPU reference within the CPU kernels' bound ((K + 8) 2^-24 M, tests/test_quant.c), rows 1-32; each row's
+// result equal bit for bit to the same row computed alone (batch invariance); embed equal to the
+// dequantised rows; greedy speculative == plain greedy on the quantised built-in model on the GPU.
+TEST(cuda_affine_matmul_and_embed) {
+    NEED_CUDA(be);
+    bs_backend *ref = bs_backend_cpu(1);
+    const int O = 75, K = 512;
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int group = 32; group <= 128; group *= 2) {
+            int words = K * bits / 32, G = K / group;
+            uint32_t *codes = malloc(sizeof(uint32_t) * O * words);
+            uint16_t *sc = malloc(2 * O * G), *bi = malloc(2 * O * G);
+            for (int i = 0; i < O * words; i++) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; codes[i] = (uint32_t)rs; }
+            for (int i = 0; i < O * G; i++) { sc[i] = bs_f32_to_bf16(frand() * 0.1f); bi[i] = bs_f32_to_bf16(frand()); }
+            bs_mat h = { .data = codes, .dtype = BS_BF16, .rows = O, .cols = K, .format = BS_WFMT_AFFINE, .bits = bits, .group = group,
+                         .scales = sc, .biases = bi }, d;
+            bs_err err = {0};
+            CHECK(be->weight(be, &d, &h, &err) == 0, "%s", err.msg);
+            float *x = rand_vec(32 * K, 1.0f), *yr = malloc(sizeof(float) * 32 * O), *y1 = malloc(sizeof(float) * 32 * O), *yn = malloc(sizeof(float) * 32 * O);
+            float *dx = be->alloc(be, sizeof(float) * 32 * K, &err), *dy = be->alloc(be, sizeof(float) * 32 * O, &err);
+            CHECK(dx && dy, "%s", err.msg);
+            be->upload(be, dx, x, sizeof(float) * 32 * K);
+            ref->matmul(ref, yr, x, 32, &h, 0);
+            for (int i = 0; i < 32; i++) be->matmul(be, dy + (size_t)i * O, dx + (size_t)i * K, 1, &d, 0);
+            be->download(be, y1, dy, sizeof(float) * 32 * O);
+            for (int i = 0; i < 32; i++)
+                for (int o = 0; o < O; o++) {
+                    double M = 0;   // the bound's M: sum over groups of |s| sum |q x| + |b| sum |x|
+                    for (int g = 0; g < G; g++) {
+                        double s = bs_bf16_to_f32(sc[o * G + g]), b = bs_bf16_to_f32(bi[o * G + g]), sq = 0, sx = 0;
+                        for (int k = g * group; k < (g + 1) * group; k++) {
+                            unsigned q = bs_affine_code(codes + (size_t)o * words, bits, k);
+                            sq += fabs(q * (double)x[(size_t)i * K + k]); sx += fabs(x[(size_t)i * K + k]);
+                        }
+                        M += fabs(s) * sq + fabs(b) * sx;
+                    }
+                    double e = fabs(y1[(size_t)i * O + o] - yr[(size_t)i * O + o]);
+                    CHECK(e <= 2 * (K + 8) * 0x1p-24 * M, "bits %d group %d row %d col %d: |%g - %g| (two paths' errors: bound 2x)", bits, group, i, o,
+                          y1[(size_t)i * O + o], yr[(size_t)i * O + o]);
+                }
+            for (int n = 2; n <= 32; n++) {
+                be->matmul(be, dy, dx, n, &d, 0);
+                be->download(be, yn, dy, sizeof(float) * n * O);
+                CHECK(!memcmp(y1, yn, sizeof(float) * n * O), "bits %d group %d: %d rows differ from one-row calls", bits, group, n);
+            }
+            int32_t ids[3] = { 0, 74, 31 };
+            float *row = malloc(sizeof(float) * K), *emb = malloc(sizeof(float) * 3 * K);
+            be->embed(be, dy, &d, ids, 3);
+            be->download(be, emb, dy, sizeof(float) * 3 * K);
+            for (int i = 0; i < 3; i++) {
+                bs_mat_row_f32(&h, ids[i], row);
+                CHECK(!memcmp(row, emb + (size_t)i * K, sizeof(float) * K), "embed row %d", ids[i]);
+            }
+            be->free(be, dx); be->free(be, dy);
+            free(row); free(emb); free(x); free(yr); free(y1); free(yn); free(codes); free(sc); free(bi);
+        }
+    ref->destroy(ref);
+}
+
+TEST(cuda_affine_greedy_spec_equals_plain) {
+    NEED_CUDA(be);
+    if (access("models/blockspec-30m/config.json", F_OK)) SKIP("models/blockspec-30m is not here (run from the repository root)");
+    bs_err err = {0};
+    char t[600], d[600];
+    snprintf(t, sizeof t, "%s/t", bs_test_tmpdir("cuda_affine"));
+    snprintf(d, sizeof d, "%s/d", bs_test_tmpdir("cuda_affine"));
+    CHECK(bs_quantize_checkpoint("models/blockspec-30m", t, 4, 64, NULL, &err) == 0, "%s", err.msg);
+    CHECK(bs_quantize_checkpoint("models/blockspec-30m-dspark", d, 4, 64, NULL, &err) == 0, "%s", err.msg);
+    tu_greedy_spec_equals_plain(failed_, "cuda", t, d, NULL, 4, 61);
 }

@@ -5,8 +5,9 @@
 // - Activations are fp32, row-major, rows contiguous: a [n][dim] buffer is n*dim floats.
 //   Pointers are backend pointers (host memory on the CPU, device memory on CUDA): model code
 //   may do pointer arithmetic on them but never dereferences them.
-// - Weights are bs_mat views in their stored dtype (BF16/F16/F32), widened on the fly,
-//   accumulation in fp32. A Linear weight is [out][in] as nn.Linear stores it.
+// - Weights are bs_mat views in their stored dtype (BF16/F16/F32) or MLX affine codes (4/8 bits with
+//   per-group scales and biases), widened or dequantised on the fly, accumulation in fp32.
+//   A Linear weight is [out][in] as nn.Linear stores it.
 // - Small integer inputs (token ids) are host arrays; the backend copies what it needs.
 // - Ops are asynchronous with respect to the host on devices; download() and sync() order them.
 #pragma once
@@ -15,17 +16,29 @@
 #include "util/dtype.h"
 #include "util/err.h"
 
-// A 2-D weight view: rows x cols elements of dtype, row-major (a vector is rows = 1).
+// A 2-D weight: rows x cols logical elements, row-major (a vector is rows = 1), in one of two formats.
+// - BS_WFMT_DENSE: `data` holds rows*cols elements of `dtype` (BF16/F16/F32).
+// - BS_WFMT_AFFINE (MLX's affine quantisation, docs/quantization.md): `data` holds rows x cols*bits/32
+//   uint32 words of `bits`-bit codes q (lowest bits first: element k of a row is bits [(k % (32/bits)) *
+//   bits, ...) of word k / (32/bits)); `scales` and `biases` hold rows x cols/group values of `dtype`, and
+//   element (r, k) is scales[r][k/group] * q + biases[r][k/group]. Only Linear weights, embeddings and LM
+//   heads take this format; vectors (norm weights) are always dense.
+// Every backend either computes with a format in each op that takes a matrix (matmul, matmul_multi,
+// swiglu_matmul, embed, embed_from, the fused q/k/v op) or refuses it in weight(), with an error, at load.
 // `layout` is the backend's private storage order of a weight it uploaded: 0 = row-major (every
 // host view, every exact CPU weight); the CUDA backend stores large BF16 matrices in the tiles its GEMM
 // streams (docs/cuda.md); the CPU marks a lossy weight (weight_lossy) with BS_CPU_LAYOUT_BF16DOT: the
 // same row-major bytes, multiplied with bf16-rounded activations. Model code copies views whole and
 // never looks inside.
+typedef enum { BS_WFMT_DENSE = 0, BS_WFMT_AFFINE = 1 } bs_wformat;
 typedef struct bs_mat {
-    const void *data;   // backend pointer to rows*cols elements
-    bs_dtype dtype;
+    const void *data;   // backend pointer: DENSE rows*cols elements; AFFINE rows*cols*bits/32 uint32 words
+    bs_dtype dtype;     // DENSE: of the elements; AFFINE: of scales and biases
     int64_t rows, cols;
     int layout;
+    bs_wformat format;
+    int bits, group;              // AFFINE: 4 or 8 bits a code; group (32, 64, 128) divides cols
+    const void *scales, *biases;  // AFFINE: backend pointers to [rows][cols / group] values of dtype
 } bs_mat;
 
 typedef struct bs_backend bs_backend;

@@ -248,7 +248,15 @@ int bs_checkpoint_mat(const bs_checkpoint *ck, const char *name, int64_t rows, i
     strcat(have, "]");
     int ok = rows ? (t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols) : (t->n_dims == 1 && t->shape[0] == cols);
     if (!ok) return bs_fail(err, "%s: tensor '%s' has shape %s, expected %s from config.json", t->file, name, t->n_dims ? have : "[]", want);
-    if (!t->dtype_ok) return bs_fail(err, "%s: tensor '%s' has dtype %s; blockspec reads BF16, F16 or F32 weights", t->file, name, t->dtype_name);
+    if (!t->dtype_ok) {
+        // A quantised tensor where only a float one is read (a norm weight, a drafter head): say so.
+        char sc[300];
+        size_t l = strlen(name);
+        snprintf(sc, sizeof sc, "%.*s.scales", (int)(l > 7 && !strcmp(name + l - 7, ".weight") ? l - 7 : l), name);
+        if (bs_checkpoint_find(ck, sc))
+            return bs_fail(err, "%s: tensor '%s' is affine-quantised (%s beside it), but blockspec reads this tensor only as BF16, F16 or F32", t->file, name, sc);
+        return bs_fail(err, "%s: tensor '%s' has dtype %s; blockspec reads BF16, F16 or F32 weights", t->file, name, t->dtype_name);
+    }
     *out = (bs_mat){ .data = t->data, .dtype = t->dtype, .rows = rows ? rows : 1, .cols = cols, .layout = 0 };
     return 0;
 }

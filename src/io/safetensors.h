@@ -38,6 +38,14 @@ const bs_tensor_info *bs_checkpoint_find(const bs_checkpoint *ck, const char *na
 // tensor of cols elements when rows == 0. Errors name the tensor, the expected and the stored shape.
 int bs_checkpoint_mat(const bs_checkpoint *ck, const char *name, int64_t rows, int64_t cols, bs_mat *out, bs_err *err);
 
+// A Linear weight, embedding or LM head ([rows][cols], `name` ending in ".weight"): dense as bs_checkpoint_mat,
+// or MLX affine codes when "<module>.scales" sits beside it (affine_load.c). The quantised form is checked
+// against qc (config.json's "quantization" block; NULL = none) and against the shape: codes U32
+// [rows, cols*bits/32], scales and biases [rows, cols/group] of one float dtype, group dividing cols.
+struct bs_quant_config;
+int bs_checkpoint_weight(const bs_checkpoint *ck, const struct bs_quant_config *qc, const char *name, int64_t rows, int64_t cols,
+                         bs_mat *out, bs_err *err);
+
 // Writing (dump, make-random, training): collect tensors, then write one file.
 typedef struct bs_st_writer bs_st_writer;
 bs_st_writer *bs_st_writer_new(void);

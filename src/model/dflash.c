@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "backend/affine.h"
 #include "io/calibration.h"
 #include "io/draft_vocab.h"
+#include "io/quant_config.h"
 #include "model/dflash.h"
 #include "util/tuning.h"
 
@@ -17,6 +19,7 @@ typedef struct dflash {
     bs_drafter_config cfg;
     char *dir;
     bs_checkpoint *ck;
+    bs_quant_config qc;              // config.json's "quantization" block (MLX affine weights), for loading
     bs_backend *be;
     bs_qwen3 *target;
     int taps[BS_MAX_TAPS];           // hidden_states indices = target_layer_ids + 1
@@ -74,7 +77,8 @@ const float *bs_dflash_calibration(const bs_drafter *d, const float **bias) {
 
 // ---- loading ----------------------------------------------------------------------------------------------
 
-// Finds `name` or "model." + name (some exports add the prefix) and checks its shape.
+// Finds `name` or "model." + name (some exports add the prefix) and checks its shape; a matrix (rows > 0)
+// may be MLX affine-quantised (bs_checkpoint_weight), a vector never.
 static int get_mat(dflash *m, const char *name, int64_t rows, int64_t cols, bs_mat *host, bs_err *err) {
     char alt[300];
     const char *use = name;
@@ -84,7 +88,8 @@ static int get_mat(dflash *m, const char *name, int64_t rows, int64_t cols, bs_m
             return bs_fail(err, "drafter %s: missing tensor '%s' (a %s checkpoint needs it)", m->dir, name, m->cfg.arch_name);
         use = alt;
     }
-    if (bs_checkpoint_mat(m->ck, use, rows, cols, host, err)) return bs_wrap(err, "drafter %s", m->dir);
+    if (rows ? bs_checkpoint_weight(m->ck, &m->qc, use, rows, cols, host, err) : bs_checkpoint_mat(m->ck, use, rows, cols, host, err))
+        return bs_wrap(err, "drafter %s", m->dir);
     return 0;
 }
 
@@ -111,27 +116,41 @@ static int lossy_or_shared(dflash *m, const bs_mat *host, const bs_mat *shared, 
     return 0;
 }
 
+// (A backend that cannot compute with a weight's format refuses it; the message then names the tensor.)
 static int load_w(dflash *m, const char *name, int64_t rows, int64_t cols, bs_mat *dst, bs_err *err) {
     bs_mat host;
     if (get_mat(m, name, rows, cols, &host, err)) return -1;
-    return m->be->weight(m->be, dst, &host, err);
+    if (m->be->weight(m->be, dst, &host, err)) return bs_wrap(err, "drafter %s: tensor '%s'", m->dir, name);
+    return 0;
 }
 static int load_mat(dflash *m, const char *name, int64_t rows, int64_t cols, bs_mat *dst, bs_err *err) {
     bs_mat host;
     if (get_mat(m, name, rows, cols, &host, err)) return -1;
-    return upload_mat(m, &host, dst, err);
+    if (upload_mat(m, &host, dst, err)) return bs_wrap(err, "drafter %s: tensor '%s'", m->dir, name);
+    return 0;
 }
 
-// The rows vids[0..vd) of a host matrix, gathered into host memory the drafter keeps (slot: rows_host index).
+// The rows vids[0..vd) of a host matrix, gathered into host memory the drafter keeps (slot: rows_host index);
+// an affine matrix's codes, scales and biases rows alike, one after the other in the one buffer.
 static int gather_rows(dflash *m, const bs_mat *host, bs_mat *out, int slot, bs_err *err) {
-    size_t rb = (size_t)host->cols * bs_dtype_size(host->dtype);
-    char *buf = bs_malloc(rb * (size_t)m->vd, err);
+    int aff = host->format == BS_WFMT_AFFINE;
+    size_t rb = aff ? (size_t)bs_affine_words(host->cols, host->bits) * 4 : (size_t)host->cols * bs_dtype_size(host->dtype);
+    size_t pb = aff ? (size_t)(host->cols / host->group) * bs_dtype_size(host->dtype) : 0;   // scales (and biases) of a row
+    char *buf = bs_malloc((rb + 2 * pb) * (size_t)m->vd, err);
     if (!buf) return bs_wrap(err, "drafter %s: draft-vocabulary rows", m->dir);
-    for (int i = 0; i < m->vd; i++) memcpy(buf + (size_t)i * rb, (const char *)host->data + (size_t)m->vids[i] * rb, rb);
+    char *sc = buf + rb * m->vd, *bi = sc + pb * m->vd;
+    for (int i = 0; i < m->vd; i++) {
+        memcpy(buf + (size_t)i * rb, (const char *)host->data + (size_t)m->vids[i] * rb, rb);
+        if (aff) {
+            memcpy(sc + (size_t)i * pb, (const char *)host->scales + (size_t)m->vids[i] * pb, pb);
+            memcpy(bi + (size_t)i * pb, (const char *)host->biases + (size_t)m->vids[i] * pb, pb);
+        }
+    }
     free(m->rows_host[slot]);
     m->rows_host[slot] = buf;
     *out = *host;
     out->data = buf;
+    if (aff) { out->scales = sc; out->biases = bi; }
     out->rows = m->vd;
     return 0;
 }
@@ -183,13 +202,14 @@ static int has_tensor(dflash *m, const char *name) {
     return bs_checkpoint_find(m->ck, name) || bs_checkpoint_find(m->ck, alt);
 }
 
-// Bit-identical matrices (same shape and values; dtypes may differ when every value converts exactly).
+// Bit-identical matrices (same shape and values; the storage may differ when every value converts exactly,
+// e.g. a drafter's BF16 copy of a target's F32 table; an affine matrix compares its dequantised values).
 static int same_mat(const bs_mat *a, const bs_mat *b) {
     if (a->rows != b->rows || a->cols != b->cols) return 0;
-    size_t n = (size_t)a->rows * a->cols;
-    if (a->dtype == b->dtype) return a->data == b->data || !memcmp(a->data, b->data, n * bs_dtype_size(a->dtype));
-    for (size_t i = 0; i < n; i++)
-        if (bs_load_elem(a->data, a->dtype, i) != bs_load_elem(b->data, b->dtype, i)) return 0;
+    if (bs_mat_same_bytes(a, b)) return 1;
+    for (int64_t r = 0; r < a->rows; r++)
+        for (int64_t k = 0; k < a->cols; k++)
+            if (bs_mat_elem(a, r, k) != bs_mat_elem(b, r, k)) return 0;
     return 1;
 }
 
@@ -198,8 +218,7 @@ static double sample_rows_diff(dflash *m, const bs_mat *a, const bs_mat *b) {
     double diff = 0;
     for (int i = 0; i < 5; i++)
         for (int64_t k = 0; k < m->H; k++) {
-            size_t at = (size_t)ids[i] * m->H + k;
-            double d = fabs((double)bs_load_elem(a->data, a->dtype, at) - bs_load_elem(b->data, b->dtype, at));
+            double d = fabs((double)bs_mat_elem(a, ids[i], k) - bs_mat_elem(b, ids[i], k));
             if (!(d <= diff)) diff = d;
         }
     return diff;
@@ -281,7 +300,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     bs_drafter_config *c = &m->cfg;
     if (bs_drafter_config_load(c, dir, err)) goto fail;
     if (check_target(m, err)) goto fail;
-    if (bs_checkpoint_open(&m->ck, dir, err)) goto fail;
+    if (bs_checkpoint_open(&m->ck, dir, err) || bs_quant_config_load(&m->qc, dir, err)) goto fail;
     const bs_qwen3_config *b = &c->base;
     m->B = c->block_size; m->gamma = bs_drafter_gamma(c);
     m->H = b->hidden_size; m->V = b->vocab_size; m->I = b->intermediate_size;
@@ -409,6 +428,7 @@ static void dflash_free(bs_drafter *d) {
     free(m->gate_b); free(m->joint_b);
     free(m->layers);
     bs_checkpoint_close(m->ck);
+    bs_quant_config_free(&m->qc);
     free(m->dir);
     free(m);
 }

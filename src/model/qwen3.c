@@ -2,10 +2,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "io/quant_config.h"
 #include "model/qwen3.h"
 #include "util/tuning.h"
 
-static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const bs_checkpoint *ck, bs_backend *be, bs_err *err) {
+// A matrix (Linear, embedding, LM head): dense or MLX affine as the checkpoint holds it, handed to the
+// backend; a backend that cannot compute with its format refuses it here, and the message names the tensor.
+static int load_matrix(const bs_checkpoint *ck, const bs_quant_config *qc, bs_backend *be, const char *name, int64_t rows, int64_t cols,
+                       bs_mat *dst, bs_mat *host, bs_err *err) {
+    bs_mat h;
+    if (bs_checkpoint_weight(ck, qc, name, rows, cols, &h, err)) return -1;
+    if (be->weight(be, dst, &h, err)) return bs_wrap(err, "%s: tensor '%s'", ck->path, name);
+    if (host) *host = h;
+    return 0;
+}
+
+static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const bs_checkpoint *ck, const bs_quant_config *qc, bs_backend *be,
+                      bs_err *err) {
     int H = c->hidden_size, qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim, I = c->intermediate_size;
     struct { bs_mat *m; const char *name; int64_t rows, cols; } w[] = {
         { &L->attn_norm, "input_layernorm.weight", 0, H },
@@ -19,7 +32,8 @@ static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const 
     for (size_t k = 0; k < sizeof w / sizeof *w; k++) {
         char name[256]; bs_mat host;
         snprintf(name, sizeof name, "model.layers.%d.%s", i, w[k].name);
-        if (bs_checkpoint_mat(ck, name, w[k].rows, w[k].cols, &host, err) || be->weight(be, w[k].m, &host, err)) return -1;
+        if (w[k].rows ? load_matrix(ck, qc, be, name, w[k].rows, w[k].cols, w[k].m, NULL, err)
+                      : bs_checkpoint_mat(ck, name, 0, w[k].cols, &host, err) || be->weight(be, w[k].m, &host, err)) return -1;
     }
     return 0;
 }
@@ -30,22 +44,26 @@ int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *
     m->use_graphs = bs_tuning_get()->graphs;
     const bs_qwen3_config *c = cfg;
     bs_mat host;
-    if (bs_checkpoint_mat(ck, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, &host, err) ||
-        be->weight(be, &m->embed, &host, err)) goto fail;
+    // A quantised checkpoint's bits and group sizes (MLX affine, docs/quantization.md) come from its config.json.
+    bs_quant_config qc;
+    if (bs_quant_config_load(&qc, ck->path, err)) return -1;
+    if (load_matrix(ck, &qc, be, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, &m->embed, &host, err)) goto fail;
     m->embed_host = m->lm_head_host = host;
     if (bs_checkpoint_mat(ck, "model.norm.weight", 0, c->hidden_size, &host, err) || be->weight(be, &m->norm, &host, err)) goto fail;
     if (c->tie_embeddings) {
         m->lm_head = m->embed;
     } else if (!bs_checkpoint_find(ck, "lm_head.weight")) {
         bs_fail(err, "%s: missing tensor 'lm_head.weight' (config.json says tie_word_embeddings is false)", ck->path); goto fail;
-    } else if (bs_checkpoint_mat(ck, "lm_head.weight", c->vocab_size, c->hidden_size, &host, err) || be->weight(be, &m->lm_head, &host, err)) {
+    } else if (load_matrix(ck, &qc, be, "lm_head.weight", c->vocab_size, c->hidden_size, &m->lm_head, &m->lm_head_host, err)) {
         goto fail;
-    } else m->lm_head_host = host;
+    }
     m->layers = calloc(c->n_layers, sizeof *m->layers);
     if (!m->layers) { bs_fail(err, "out of memory"); goto fail; }
-    for (int i = 0; i < c->n_layers; i++) if (load_layer(&m->layers[i], i, c, ck, be, err)) goto fail;
+    for (int i = 0; i < c->n_layers; i++) if (load_layer(&m->layers[i], i, c, ck, &qc, be, err)) goto fail;
+    bs_quant_config_free(&qc);
     return 0;
 fail:
+    bs_quant_config_free(&qc);
     bs_qwen3_free(m);
     return -1;
 }

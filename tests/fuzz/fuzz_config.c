@@ -1,9 +1,11 @@
 // libFuzzer harness for model folders' JSON: config.json [--8<-- generation_config.json], written to a
 // scratch folder and loaded as a target (config + generation_config, folder handling) and as a drafter
-// (z-lab DFlash / DeepSpec config, dflash_config nesting, target_layer_ids, layer_types).
+// (z-lab DFlash / DeepSpec config, dflash_config nesting, target_layer_ids, layer_types), and its MLX
+// "quantization" block (io/quant_config.h).
 #include "fuzz_util.h"
 #include "io/config.h"
 #include "io/drafter_config.h"
+#include "io/quant_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *part[2]; size_t len[2];
@@ -18,6 +20,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bs_drafter_config d;
     if (bs_drafter_config_load(&d, fuzz_dir(), &err) == 0) {
         if (d.n_taps <= 0 || d.n_taps > BS_MAX_TAPS || d.block_size < 2) abort();
+    } else if (!strstr(err.msg, fuzz_dir())) abort();
+    bs_quant_config q;   // the "quantization" block of MLX checkpoints
+    if (bs_quant_config_load(&q, fuzz_dir(), &err) == 0) {
+        if (q.present && ((q.bits != 4 && q.bits != 8) || (q.group != 32 && q.group != 64 && q.group != 128))) abort();
+        int bits, group;
+        for (int i = 0; i < q.n; i++)
+            if (bs_quant_config_for(&q, q.over[i].module, &bits, &group) && bits != 4 && bits != 8) abort();
+        bs_quant_config_free(&q);
     } else if (!strstr(err.msg, fuzz_dir())) abort();
     return 0;
 }

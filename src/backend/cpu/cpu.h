@@ -41,15 +41,37 @@ int bs_cpu_install_path(bs_backend *be, bs_cpu_path p);
 #define BS_CPU_LAYOUT_BF16DOT 1
 
 // ---- matmul (cpu_matmul*.c) ----
-// A per-dtype matmul kernel. prep (NULL: kernel reads x as is) lays x [n][K] out the way the kernel wants
-// (xp has n*K elements of xp_elem bytes). run computes y[r][o] for r in [r0,r1), o in [o0,o1).
+// A matmul kernel for one weight kind. prep (NULL: kernel reads x as is) lays x [n][K] out the way the kernel
+// wants (xp has n*K elements of xp_elem bytes); an affine kernel's prep_w instead sees the weight (its bits
+// and group decide the layout) and writes xp_floats(W) floats per row. run computes y[r][o] for r in
+// [r0,r1), o in [o0,o1).
 typedef struct bs_mm_kernel {
     void (*prep)(void *xp, const float *x, int n, int K);
     int xp_elem;
     void (*run)(const bs_mat *W, int64_t o0, int64_t o1, const void *xp, int r0, int r1, float *y, int acc);
+    void (*prep_w)(void *xp, const float *x, int n, const bs_mat *W);
+    int64_t (*xp_floats)(const bs_mat *W);
 } bs_mm_kernel;
-extern const bs_mm_kernel bs_mm_scalar[3], bs_mm_avx2[3], bs_mm_avx512[3], bs_mm_avx512bf16[3];
-// Threaded matmul with the given kernels (indexed by bs_dtype). Returns 0, or -1 when its scratch could not
+// Kernel tables are indexed by weight kind: the dense dtypes (bs_dtype), then MLX affine 4 and 8 bits.
+enum { BS_MM_AFF4 = 3, BS_MM_AFF8 = 4, BS_MM_KINDS = 5 };
+static inline int bs_mm_kind(const bs_mat *W) {
+    return W->format == BS_WFMT_AFFINE ? (W->bits == 4 ? BS_MM_AFF4 : BS_MM_AFF8) : (int)W->dtype;
+}
+extern const bs_mm_kernel bs_mm_scalar[BS_MM_KINDS], bs_mm_avx2[BS_MM_KINDS], bs_mm_avx512[BS_MM_KINDS], bs_mm_avx512bf16[BS_MM_KINDS];
+// The affine kernels (cpu_matmul_affine.c; one run for 4 and 8 bits).
+void bs_mm_affine_prep(void *xp, const float *x, int n, const bs_mat *W);
+int64_t bs_mm_affine_xp_floats(const bs_mat *W);
+void bs_mm_affine_run_avx2(const bs_mat *W, int64_t o0, int64_t o1, const void *xp, int r0, int r1, float *y, int acc);
+// sum_g biases[o][g] * X[g] in the affine kernels' one order (X: a prepared row's group sums of x).
+float bs_mm_affine_bias_dot(const bs_mat *W, int64_t o, const float *X);
+#define BS_MM_AFFINE_AVX2 { NULL, 4, bs_mm_affine_run_avx2, bs_mm_affine_prep, bs_mm_affine_xp_floats }
+// Its AVX-512 form (cpu_matmul_affine_avx512.c): two weight rows per zmm, the AVX2 kernel's results bit for bit.
+void bs_mm_affine_run_avx512(const bs_mat *W, int64_t o0, int64_t o1, const void *xp, int r0, int r1, float *y, int acc);
+#define BS_MM_AFFINE_AVX512 { NULL, 4, bs_mm_affine_run_avx512, bs_mm_affine_prep, bs_mm_affine_xp_floats }
+// The scalar kernel over x rows xs floats apart (any weight kind): the portable path, and the affine kernels'
+// fallback for a group size their vector layout does not divide.
+void bs_mm_scalar_strided(const bs_mat *W, int64_t o0, int64_t o1, const float *x, int64_t xs, int r0, int r1, float *y, int acc);
+// Threaded matmul with the given kernels (indexed by bs_mm_kind). Returns 0, or -1 when its scratch could not
 // be allocated (nothing computed; the caller reports it, bs_backend_fail).
 int bs_cpu_matmul_with(const bs_mm_kernel *k, float *y, const float *x, int n, const bs_mat *W, int acc);
 // m matmuls sharing x in one dispatch: y[i] = x . W[i]^T (+= when acc), x laid out once. Returns as above.

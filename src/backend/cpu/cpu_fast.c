@@ -33,7 +33,7 @@ static void fast_matmul_multi(bs_backend *be, int m, float *const *y, const floa
 // the vdpbf16ps kernels (about 2x the multiply-add rate of the exact kernels for verify-sized blocks). A
 // drafter's output only proposes tokens; verification by the exact target decides what is emitted.
 static int lossy_ok(bs_backend *be, const bs_mat *m) {
-    return m->dtype == BS_BF16 && m->layout == 0 && (be->impl == (void *)bs_mm_avx512 || be->impl == (void *)bs_mm_avx512bf16) &&
+    return m->format == BS_WFMT_DENSE && m->dtype == BS_BF16 && m->layout == 0 && (be->impl == (void *)bs_mm_avx512 || be->impl == (void *)bs_mm_avx512bf16) &&
            bs_cpu_path_supported(BS_CPU_AVX512BF16);
 }
 static int fast_weight_lossy_view(bs_backend *be, bs_mat *dst, const bs_mat *src) {

@@ -11,6 +11,7 @@
 // - larger n (prefill): rows are tiled so a tile of x stays in L2 while the weight rows stream past it.
 #include <stdlib.h>
 #include <string.h>
+#include "backend/affine.h"
 #include "backend/cpu/cpu.h"
 #include "util/threadpool.h"
 #include "util/thread_scratch.h"
@@ -27,8 +28,23 @@ void bs_mm_prep_evenodd(float *xp, const float *x, int n, int K, int chunk) {
 }
 
 // ---- scalar kernel (portable C; the compiler may vectorise the inner loops with SSE2) ----
-static void run_scalar(const bs_mat *W, int64_t o0, int64_t o1, const void *xpv, int r0, int r1, float *y, int acc) {
-    const float *x = xpv;
+// Widens (or dequantises: affine.h's formula) a panel [k0, k0 + kl) of weight row o.
+static void widen_panel(const bs_mat *W, int64_t o, int64_t k0, int kl, float *out) {
+    if (W->format != BS_WFMT_AFFINE) {
+        for (int k = 0; k < kl; k++) out[k] = bs_load_elem(W->data, W->dtype, (size_t)o * W->cols + k0 + k);
+        return;
+    }
+    const uint32_t *row = (const uint32_t *)W->data + o * bs_affine_words(W->cols, W->bits);
+    size_t gb = (size_t)o * (W->cols / W->group);
+    for (int k = 0; k < kl;) {   // a group (or the part of one inside the panel) at a time
+        int64_t e = k0 + k, g = e / W->group, end = (g + 1) * W->group - k0;
+        if (end > kl) end = kl;
+        float s = bs_load_elem(W->scales, W->dtype, gb + g), b = bs_load_elem(W->biases, W->dtype, gb + g);
+        for (; k < end; k++) out[k] = bs_affine_value(s, bs_affine_code(row, W->bits, k0 + k), b);
+    }
+}
+
+void bs_mm_scalar_strided(const bs_mat *W, int64_t o0, int64_t o1, const float *x, int64_t xs, int r0, int r1, float *y, int acc) {
     int64_t K = W->cols, O = W->rows;
     float wbuf[4][256];
     for (int64_t o = o0; o < o1; o += 4) {
@@ -39,11 +55,10 @@ static void run_scalar(const bs_mat *W, int64_t o0, int64_t o1, const void *xpv,
             memset(s, 0, sizeof s);
             for (int64_t k0 = 0; k0 < K; k0 += 256) {
                 int kl = K - k0 < 256 ? (int)(K - k0) : 256;
-                for (int i = 0; i < ro; i++)   // widen a 256-wide panel of the weight rows once per activation group
-                    for (int k = 0; k < kl; k++) wbuf[i][k] = bs_load_elem(W->data, W->dtype, (size_t)(o + i) * K + k0 + k);
+                for (int i = 0; i < ro; i++) widen_panel(W, o + i, k0, kl, wbuf[i]);   // once per activation group
                 for (int i = 0; i < ro; i++)
                     for (int j = 0; j < rn; j++) {
-                        const float *xr = x + (size_t)(r + j) * K + k0;
+                        const float *xr = x + (size_t)(r + j) * xs + k0;
                         float a = 0;
                         for (int k = 0; k < kl; k++) a += wbuf[i][k] * xr[k];
                         s[i][j] += a;
@@ -58,8 +73,13 @@ static void run_scalar(const bs_mat *W, int64_t o0, int64_t o1, const void *xpv,
     }
 }
 
-const bs_mm_kernel bs_mm_scalar[3] = {
+static void run_scalar(const bs_mat *W, int64_t o0, int64_t o1, const void *xpv, int r0, int r1, float *y, int acc) {
+    bs_mm_scalar_strided(W, o0, o1, xpv, W->cols, r0, r1, y, acc);
+}
+
+const bs_mm_kernel bs_mm_scalar[BS_MM_KINDS] = {
     [BS_F32] = { NULL, 4, run_scalar }, [BS_BF16] = { NULL, 4, run_scalar }, [BS_F16] = { NULL, 4, run_scalar },
+    [BS_MM_AFF4] = { NULL, 4, run_scalar }, [BS_MM_AFF8] = { NULL, 4, run_scalar },
 };
 
 // ---- threaded driver ----
@@ -90,22 +110,25 @@ static __thread size_t xp_cap, task_cap;   // bytes
 int bs_cpu_matmul_multi_with(const bs_mm_kernel *kt, int m, float *const *y, const float *x, int n,
                              const bs_mat *const *W, int acc) {
     if (n <= 0 || m <= 0) return 0;
-    // Shared x layout needs one dtype (one kernel) and one K; otherwise run the matrices one by one.
+    // Shared x layout needs one weight kind (one kernel), one K and (affine) one group size; otherwise run
+    // the matrices one by one.
     int same = m <= MM_MAX_MULTI;
-    for (int i = 1; i < m && same; i++) same = W[i]->dtype == W[0]->dtype && W[i]->cols == W[0]->cols;
+    for (int i = 1; i < m && same; i++)
+        same = bs_mm_kind(W[i]) == bs_mm_kind(W[0]) && W[i]->dtype == W[0]->dtype && W[i]->cols == W[0]->cols && W[i]->group == W[0]->group;
     if (!same) {
         for (int i = 0; i < m; i++) if (bs_cpu_matmul_multi_with(kt, 1, &y[i], x, n, &W[i], acc)) return -1;
         return 0;
     }
-    const bs_mm_kernel *k = &kt[W[0]->dtype];
+    const bs_mm_kernel *k = &kt[bs_mm_kind(W[0])];
     int64_t K = W[0]->cols, Osum = 0;
     for (int i = 0; i < m; i++) Osum += W[i]->rows;
     if (Osum <= 0) return 0;
     const void *xp = x;
-    if (k->prep) {
-        size_t need = (size_t)n * K * k->xp_elem + 64;
+    if (k->prep || k->prep_w) {
+        size_t need = (k->prep_w ? (size_t)n * k->xp_floats(W[0]) * 4 : (size_t)n * K * k->xp_elem) + 64;
         if (!bs_cpu_scratch(&xp_buf, &xp_cap, need, need * 2)) return -1;
-        k->prep(xp_buf, x, n, (int)K);
+        if (k->prep_w) k->prep_w(xp_buf, x, n, W[0]);
+        else k->prep(xp_buf, x, n, (int)K);
         xp = xp_buf;
     }
     // Row tiles: all rows at once up to 32; beyond, as many rows as keep ~384 KiB of x in L2 (multiple of 12

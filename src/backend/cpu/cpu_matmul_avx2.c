@@ -143,6 +143,7 @@ TGT_AVX2 static void run_f32(const bs_mat *W, int64_t o0, int64_t o1, const void
 }
 static void prep_bf16(void *xp, const float *x, int n, int K) { bs_mm_prep_evenodd(xp, x, n, K, 16); }
 
-const bs_mm_kernel bs_mm_avx2[3] = {
+const bs_mm_kernel bs_mm_avx2[BS_MM_KINDS] = {
     [BS_F32] = { NULL, 4, run_f32 }, [BS_BF16] = { prep_bf16, 4, run_bf16 }, [BS_F16] = { NULL, 4, run_f16 },
+    [BS_MM_AFF4] = BS_MM_AFFINE_AVX2, [BS_MM_AFF8] = BS_MM_AFFINE_AVX2,
 };

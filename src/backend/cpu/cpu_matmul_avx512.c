@@ -151,8 +151,9 @@ static void run_f16(const bs_mat *W, int64_t o0, int64_t o1, const void *x, int 
 }
 static void prep_bf16(void *xp, const float *x, int n, int K) { bs_mm_prep_evenodd(xp, x, n, K, 16); }
 
-const bs_mm_kernel bs_mm_avx512[3] = {
+const bs_mm_kernel bs_mm_avx512[BS_MM_KINDS] = {
     [BS_F32] = { NULL, 4, run_f32 }, [BS_BF16] = { prep_bf16, 4, run_bf16 }, [BS_F16] = { NULL, 4, run_f16 },
+    [BS_MM_AFF4] = BS_MM_AFFINE_AVX512, [BS_MM_AFF8] = BS_MM_AFFINE_AVX512,
 };
 
 // ---- AVX512-BF16: activations rounded to bf16, vdpbf16ps ----
@@ -252,6 +253,7 @@ TBF static void run_dot_bf16(const bs_mat *Wm, int64_t o0, int64_t o1, const voi
         }
     }
 }
-const bs_mm_kernel bs_mm_avx512bf16[3] = {
+const bs_mm_kernel bs_mm_avx512bf16[BS_MM_KINDS] = {
     [BS_F32] = { NULL, 4, run_f32 }, [BS_BF16] = { prep_x_bf16, 2, run_dot_bf16 }, [BS_F16] = { NULL, 4, run_f16 },
+    [BS_MM_AFF4] = BS_MM_AFFINE_AVX512, [BS_MM_AFF8] = BS_MM_AFFINE_AVX512,
 };

@@ -78,35 +78,47 @@ static void cp_task(void *p, int t, int nt) {
     memcpy(j->dst + lo, j->src + lo, hi - lo);
 }
 
-int bs_cpu_weights_copy(bs_cpu_weights *w, bs_mat *dst, const bs_mat *host) {
-    size_t bytes = (size_t)host->rows * host->cols * bs_dtype_size(host->dtype);
-    if (!bytes || !host->data) return -1;
-    // Memory check: the copy must leave 1 GiB + 1/16 of RAM available.
-    size_t total, avail = mem_available(&total);
-    if (!avail || bytes + ((size_t)1 << 30) + total / 16 > avail) return -1;
+// One array into the arena (64-byte aligned); NULL when the arena cannot grow.
+static char *arena_put(bs_cpu_weights *w, const void *src, size_t bytes) {
     size_t off = (w->used + 63) / 64 * 64;
     if (!w->n || off + bytes > w->chunks[w->n - 1].len) {   // a new chunk
         if (w->n == w->cap) {
             int cap = w->cap ? 2 * w->cap : 8;
             void *c = realloc(w->chunks, sizeof *w->chunks * cap);
-            if (!c) return -1;
+            if (!c) return NULL;
             w->chunks = c; w->cap = cap;
         }
         size_t len, want = bytes > CHUNK_MIN ? bytes : CHUNK_MIN;
         char *m = bs_cpu_huge_map(want, 1, &len);
-        if (!m) return -1;
+        if (!m) return NULL;
         w->chunks[w->n].p = m; w->chunks[w->n].len = len;
         w->n++;
         off = 0;
     }
     char *d = w->chunks[w->n - 1].p + off;
-    cp_job j = { d, host->data, bytes };
+    cp_job j = { d, src, bytes };
     if (bytes >= ((size_t)1 << 20)) bs_parallel_for(bs_pool_size(), cp_task, &j);
-    else memcpy(d, host->data, bytes);
+    else memcpy(d, src, bytes);
     w->used = off + bytes;
     w->bytes += bytes;
+    return d;
+}
+
+int bs_cpu_weights_copy(bs_cpu_weights *w, bs_mat *dst, const bs_mat *host) {
+    int aff = host->format == BS_WFMT_AFFINE;
+    // An affine weight is three arrays: its codes, then its scales and biases ([rows][cols / group] each).
+    size_t bytes = aff ? (size_t)host->rows * (host->cols * host->bits / 32) * 4 : (size_t)host->rows * host->cols * bs_dtype_size(host->dtype);
+    size_t pbytes = aff ? (size_t)host->rows * (host->cols / host->group) * bs_dtype_size(host->dtype) : 0;
+    if (!bytes || !host->data) return -1;
+    // Memory check: the copy must leave 1 GiB + 1/16 of RAM available.
+    size_t total, avail = mem_available(&total);
+    if (!avail || bytes + 2 * pbytes + ((size_t)1 << 30) + total / 16 > avail) return -1;
+    char *d = arena_put(w, host->data, bytes), *s = NULL, *b = NULL;
+    if (!d) return -1;
+    if (aff && (!(s = arena_put(w, host->scales, pbytes)) || !(b = arena_put(w, host->biases, pbytes)))) return -1;
     *dst = *host;
     dst->data = d;
+    if (aff) { dst->scales = s; dst->biases = b; }
     return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/affine.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_simd_avx2.h"
 #include "util/threadpool.h"
@@ -134,6 +135,10 @@ static void v_add(bs_backend *be, float *y, const float *x, size_t n) {
 
 // ---- embed ----
 TGT_AVX2 static void v_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) {
+    if (t->format == BS_WFMT_AFFINE) {   // a few rows a call: the host formula (affine.h) is fast enough
+        for (int r = 0; r < n; r++) bs_mat_row_f32(t, ids[r], out + (size_t)r * t->cols);
+        return;
+    }
     int64_t D = t->cols, d8 = D / 8 * 8;
     for (int r = 0; r < n; r++) {
         size_t base = (size_t)ids[r] * D;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include "backend/affine.h"
 #include "backend/cpu/cpu.h"
 #include "util/tuning.h"
 
@@ -66,10 +67,10 @@ size_t bs_cpu_weight_bytes_copied(const bs_backend *be) {
 }
 
 static void ref_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
-    float *w = malloc(sizeof(float) * W->cols);   // one weight row, widened once for all n rows
+    float *w = malloc(sizeof(float) * W->cols);   // one weight row, widened (or dequantised) once for all n rows
     if (!w) { bs_backend_fail(be, "matmul (reference): out of memory for a row of %lld weights", (long long)W->cols); return; }
     for (int64_t o = 0; o < W->rows; o++) {
-        for (int64_t i = 0; i < W->cols; i++) w[i] = bs_load_elem(W->data, W->dtype, o * W->cols + i);
+        bs_mat_row_f32(W, o, w);
         for (int r = 0; r < n; r++) {
             float s = 0;
             for (int64_t i = 0; i < W->cols; i++) s += x[r * W->cols + i] * w[i];
@@ -157,8 +158,7 @@ static void ref_swiglu(bs_backend *be, float *h, const float *g, const float *u,
 static void ref_add(bs_backend *be, float *y, const float *x, size_t n) { for (size_t i = 0; i < n; i++) y[i] += x[i]; }
 
 static void ref_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) {
-    for (int r = 0; r < n; r++)
-        for (int64_t i = 0; i < t->cols; i++) out[r * t->cols + i] = bs_load_elem(t->data, t->dtype, (size_t)ids[r] * t->cols + i);
+    for (int r = 0; r < n; r++) bs_mat_row_f32(t, ids[r], out + (size_t)r * t->cols);
 }
 
 static void cpu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width) {

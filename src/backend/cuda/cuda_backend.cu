@@ -123,6 +123,14 @@ static int weight_keep(cuda_impl *c, bs_mat *dst, const bs_mat *host, void *d, i
 
 static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
     cuda_impl *c = CI(be);
+    if (host->format == BS_WFMT_AFFINE) {   // MLX affine codes: uploaded as they are, multiplied by cuda_affine.cu
+        bs_mat dev;
+        void *d;
+        if (cu_affine_upload(c, &dev, host, &d, err)) return -1;
+        weight_keep(c, dst, host, d, BS_CUDA_AFFINE);
+        dst->scales = dev.scales; dst->biases = dev.biases;
+        return 0;
+    }
     const bool tiled = mm_tiled_eligible(host);
     size_t bytes = tiled ? mm_tiled_bytes(host) : (size_t)host->rows * host->cols * bs_dtype_size(host->dtype);
     void *d;
@@ -151,7 +159,7 @@ static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *er
 // Declines (1) what it cannot store that way; the caller then uses cu_weight.
 static int cu_weight_lossy(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
     cuda_impl *c = CI(be);
-    if (!mm_fp8_eligible(host)) return 1;
+    if (host->format != BS_WFMT_DENSE || !mm_fp8_eligible(host)) return 1;   // (an affine weight stays as it is: cu_weight)
     size_t bytes = mm_fp8_bytes(host);
     void *d;
     if (weight_alloc(c, host, bytes, " in 8 bits", &d, err)) return -1;

@@ -26,13 +26,20 @@ void cu_add(bs_backend *be, float *y, const float *x, size_t n) {
 
 struct ids_arg { int ids[MAX_STEP_IDS]; };
 // ids from (first non-NULL) dev_ids (device memory: embed_from), the replay's step state, or the launch arguments.
+// An affine table's scales and biases (bits 0: the table is dense).
+struct aff_arg { const void *scales, *biases; int bits, group; };
+static aff_arg aff_of(const bs_mat *t) {
+    aff_arg a = { t->scales, t->biases, t->layout == BS_CUDA_AFFINE ? t->bits : 0, t->group };
+    return a;
+}
 __global__ void embed_kernel(float *out, const void *table, int dt, int tiled, int cols, ids_arg ids, const step_state *st,
-                             const int32_t *dev_ids) {
+                             const int32_t *dev_ids, aff_arg aff) {
     pdl_enter();
     int r = blockIdx.x;
     int id = dev_ids ? dev_ids[r] : st ? st->ids[r] : ids.ids[r];
     for (int i = threadIdx.x; i < cols; i += blockDim.x)
-        out[(size_t)r * cols + i] = tiled ? __bfloat162float(((const __nv_bfloat16 *)table)[tt_index(id, i, cols)])
+        out[(size_t)r * cols + i] = aff.bits ? affine_elem((const uint32_t *)table, aff.scales, aff.biases, dt, aff.bits, aff.group, cols, id, i)
+                                  : tiled ? __bfloat162float(((const __nv_bfloat16 *)table)[tt_index(id, i, cols)])
                                           : ld_elem(table, dt, (size_t)id * cols + i);
 }
 #define EMBED_TABLE_CHECK(c, t) do { if ((t)->layout == BS_CUDA_FP8) \
@@ -46,7 +53,7 @@ void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, i
         ids_arg a;
         for (int i = 0; i < nn; i++) a.ids[i] = ids[r + i];
         launch_k(c, "embed", embed_kernel, dim3(nn), dim3(256), 0, out + (size_t)r * t->cols, t->data, (int)t->dtype, (int)(t->layout == BS_CUDA_TILED),
-                 (int)t->cols, a, (const step_state *)(c->capturing ? c->d_state : NULL), (const int32_t *)NULL);
+                 (int)t->cols, a, (const step_state *)(c->capturing ? c->d_state : NULL), (const int32_t *)NULL, aff_of(t));
     }
 }
 void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *dev_ids, int n) {
@@ -56,7 +63,7 @@ void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *d
     ids_arg a;
     memset(&a, 0, sizeof a);
     launch_k(c, "embed", embed_kernel, dim3(n), dim3(256), 0, out, t->data, (int)t->dtype, (int)(t->layout == BS_CUDA_TILED),
-             (int)t->cols, a, (const step_state *)NULL, dev_ids);
+             (int)t->cols, a, (const step_state *)NULL, dev_ids, aff_of(t));
 }
 
 void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width) {

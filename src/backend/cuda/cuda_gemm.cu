@@ -247,6 +247,7 @@ static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *co
 void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
     cuda_impl *c = CI(be);
     if (n <= 0 || W->rows <= 0) return;
+    if (W->layout == BS_CUDA_AFFINE) { mm_affine(c, y, x, n, W, acc); return; }
     if (W->layout == BS_CUDA_TILED || W->layout == BS_CUDA_FP8) {
         if ((uintptr_t)x & 15) {   // the tiled kernel copies x with 16-byte cp.async: realign it first
             if (ensure_ws(c, &c->xal, &c->xal_bytes, sizeof(float) * (size_t)n * W->cols)) return;

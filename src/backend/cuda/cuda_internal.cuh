@@ -132,6 +132,22 @@ size_t mm_tiled_bytes(const bs_mat *host);
 int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
 // 8-bit tiles with row scales (tiled_layout.h), layout = BS_CUDA_FP8: lossy weights (weight_lossy).
 #define BS_CUDA_FP8 2
+// MLX affine codes + scales + biases in one allocation (cuda_affine.cu), layout = BS_CUDA_AFFINE.
+#define BS_CUDA_AFFINE 3
+// Uploads an affine weight: *dst its device view, *d the allocation to free with the backend.
+int cu_affine_upload(cuda_impl *c, bs_mat *dst, const bs_mat *host, void **d, bs_err *err);
+// y (+)= x . W^T for an affine W (any row count; batch-invariant).
+void mm_affine(cuda_impl *c, float *y, const float *x, int n, const bs_mat *W, int acc);
+// Element (id, i) of an affine table, dequantised with the format's formula (fmaf(scale, q, bias) in fp32).
+__device__ __forceinline__ float affine_elem(const uint32_t *codes, const void *scales, const void *biases, int dt, int bits, int group,
+                                             int cols, int id, int i) {
+    const int P = 32 / bits;
+    const uint32_t v = codes[(size_t)id * (cols / P) + i / P];
+    const size_t g = (size_t)id * (cols / group) + i / group;
+    return fmaf(dt == BS_F32 ? ((const float *)scales)[g] : dt == BS_BF16 ? __bfloat162float(((const __nv_bfloat16 *)scales)[g]) : __half2float(((const __half *)scales)[g]),
+                (float)((v >> ((i % P) * bits)) & ((1u << bits) - 1u)),
+                dt == BS_F32 ? ((const float *)biases)[g] : dt == BS_BF16 ? __bfloat162float(((const __nv_bfloat16 *)biases)[g]) : __half2float(((const __half *)biases)[g]));
+}
 bool mm_fp8_eligible(const bs_mat *host);
 size_t mm_fp8_bytes(const bs_mat *host);
 int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
