@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/qwen3.h"
+#include "model/rope.h"
 
 int bs_qwen3_use_graphs = -1;
 
@@ -18,6 +19,7 @@ static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const 
         { &L->w_down, "mlp.down_proj.weight", H, I },
     };
     for (size_t k = 0; k < sizeof w / sizeof *w; k++) {
+        if ((w[k].m == &L->q_norm || w[k].m == &L->k_norm) && !bs_qwen3_has_qk_norm(c)) continue;   // Llama
         char name[256]; bs_mat host;
         snprintf(name, sizeof name, "model.layers.%d.%s", i, w[k].name);
         if (bs_checkpoint_mat(ck, name, w[k].rows, w[k].cols, &host, err) || be->weight(be, w[k].m, &host, err)) return -1;
@@ -41,6 +43,7 @@ int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *
     } else if (bs_checkpoint_mat(ck, "lm_head.weight", c->vocab_size, c->hidden_size, &host, err) || be->weight(be, &m->lm_head, &host, err)) {
         goto fail;
     } else m->lm_head_host = host;
+    if (!(m->rope_inv_freq = bs_rope_table(be, c->rope_theta, &c->rope, c->head_dim, err))) goto fail;
     m->layers = calloc(c->n_layers, sizeof *m->layers);
     if (!m->layers) { bs_fail(err, "out of memory"); goto fail; }
     for (int i = 0; i < c->n_layers; i++) if (load_layer(&m->layers[i], i, c, ck, be, err)) goto fail;
@@ -52,6 +55,7 @@ fail:
 
 void bs_qwen3_free(bs_qwen3 *m) {
     if (!m->be) return;
+    if (m->rope_inv_freq) m->be->free(m->be, m->rope_inv_freq);
     free(m->layers);
     memset(m, 0, sizeof *m);
 }
@@ -176,19 +180,20 @@ static void forward_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch, c
     emit_taps(m, out, 0, ws->x, row0, n);
     for (int l = 0; l < c->n_layers; l++) {
         const bs_qwen3_layer *L = &m->layers[l];
+        const bs_mat *qn = bs_qwen3_has_qk_norm(c) ? &L->q_norm : NULL, *kn = bs_qwen3_has_qk_norm(c) ? &L->k_norm : NULL;
         be->rmsnorm(be, ws->xn, ws->x, n, H, &L->attn_norm, c->rms_eps);
         const bs_mat *wqkv[3] = { &L->wq, &L->wk, &L->wv };
         for (int i = 0; i < ch->n_pieces; i++) { spans[i].k = ch->p[i].kv->k[l]; spans[i].v = ch->p[i].kv->v[l]; }
         // q/k/v, then q/k norm + RoPE and the new K/V rows into each sequence's cache at its positions (a
         // position argument: replayable). One sequence: the fused op, bit-equal to the two steps (backend.h).
         if (ch->n_pieces == 1) {
-            bs_qkv_norm_rope_store(be, ws->xn, n, wqkv, ws->q, ws->kx, ws->vx, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps,
-                                   spans[0].pos0, c->rope_theta, spans[0].k, spans[0].v);
+            bs_qkv_norm_rope_store(be, ws->xn, n, wqkv, ws->q, ws->kx, ws->vx, nH, nKV, hd, qn, kn, c->rms_eps,
+                                   spans[0].pos0, m->rope_inv_freq, spans[0].k, spans[0].v);
         } else {
             float *y[3] = { ws->q, ws->kx, ws->vx };
             bs_matmul_multi(be, 3, y, ws->xn, n, wqkv, 0);
-            bs_qk_norm_rope_store_spans(be, ws->q, ws->kx, ws->vx, spans, ch->n_pieces, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps,
-                                        c->rope_theta);
+            bs_qk_norm_rope_store_spans(be, ws->q, ws->kx, ws->vx, spans, ch->n_pieces, nH, nKV, hd, qn, kn, c->rms_eps,
+                                        m->rope_inv_freq);
         }
         bs_attention_spans(be, ws->att, ws->q, spans, ch->n_pieces, nH, nKV, hd);
         be->matmul(be, ws->x, ws->att, n, &L->wo, 1);  // residual add fused into the projection
