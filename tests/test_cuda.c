@@ -707,6 +707,18 @@ TEST(cuda_target_fixture) {
     fx_check_target_fixture(failed_, "cuda");
 }
 
+// transformers' Llama vectors (tests/ref/llama: llama3 scaling untied, and tied with a transformers-4 config) on
+// the GPU, with the CPU tests' check (test_llama.c runs them on cpu and cpu-ref).
+static void cuda_llama_fixture(int *failed_, const char *name) {
+    char dir[256], file[256];
+    snprintf(dir, sizeof dir, "tests/ref/llama/%s", name);
+    snprintf(file, sizeof file, "tests/ref/llama/%s.expect.safetensors", name);
+    if (access(file, R_OK)) SKIP("tests/ref/llama has no reference vectors yet (made by tests/ref/make_llama_fixture.py)");
+    fx_check_target_fixture_at(failed_, "cuda", dir, file);
+}
+TEST(cuda_llama_fixture_llama3) { NEED_CUDA(be0); (void)be0; cuda_llama_fixture(failed_, "llama3"); }
+TEST(cuda_llama_fixture_tied) { NEED_CUDA(be0); (void)be0; cuda_llama_fixture(failed_, "llama_tied"); }
+
 // Greedy speculative decoding == plain greedy decoding on the GPU. Plain greedy runs one row per
 // forward (recorded graphs after the first steps); the speculative side verifies blocks of 16 rows
 // whose drafts are the true continuation with one token corrupted at a varying place (so rounds
