@@ -81,6 +81,21 @@ TEST(llama_config_both_styles) {
     free(txt); cJSON_Delete(j);
 }
 
+// bench/configs/llama-3.1-8b.json (for `make-random` + `bench` at the real shape) reads as Llama-3.1-8B.
+TEST(llama_bench_config_reads_as_llama31_8b) {
+    bs_err err = {0};
+    cJSON *root = bs_json_load("bench/configs/llama-3.1-8b.json", &err);
+    CHECK(root, "%s", err.msg);
+    bs_qwen3_config c;
+    CHECK(bs_qwen3_config_parse(&c, root, "llama-3.1-8b.json", &err) == 0, "%s", err.msg);
+    cJSON_Delete(root);
+    CHECK(c.arch == BS_ARCH_LLAMA && c.hidden_size == 4096 && c.n_layers == 32 && c.n_heads == 32 && c.n_kv_heads == 8 &&
+          c.head_dim == 128 && c.intermediate_size == 14336 && c.vocab_size == 128256 && c.max_position == 131072 && !c.tie_embeddings,
+          "shape");
+    CHECK(c.rope_theta == 500000.0f && c.rope.type == BS_ROPE_LLAMA3 && c.rope.factor == 8 && c.rope.low_freq_factor == 1 &&
+          c.rope.high_freq_factor == 4 && c.rope.original_max == 8192 && c.n_eos == 3, "RoPE / eos");
+}
+
 // What blockspec does not compute is refused, with the file and the field named.
 TEST(llama_config_refusals_name_the_field) {
     static const struct { const char *scaling, *extra, *want; } cases[] = {
