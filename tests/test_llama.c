@@ -254,6 +254,134 @@ TEST(llama_random_target_cpu_vs_reference) {
     if (system(cmd)) {}
 }
 
+// ---- an independent Llama forward, in double, straight from the checkpoint (no engine code) ----------------
+// Until transformers' vectors are in tests/ref/llama, this is what holds the engine's Llama layer (no q/k
+// norm, llama3 frequencies from the rule in double, GQA, tied head) to the architecture as written down.
+
+typedef struct { const bs_checkpoint *ck; bs_err *err; int bad; } ref_w;
+
+static double w_at(ref_w *w, const char *name, int64_t rows, int64_t cols, int64_t r, int64_t c) {
+    bs_mat m;
+    if (bs_checkpoint_mat(w->ck, name, rows, cols, &m, w->err)) { w->bad = 1; return 0; }
+    return bs_load_elem(m.data, m.dtype, (size_t)(r * cols + c));
+}
+
+// y[rows] = W[rows][cols] x
+static void ref_matvec(ref_w *w, const char *name, int64_t rows, int64_t cols, const double *x, double *y) {
+    bs_mat m;
+    if (bs_checkpoint_mat(w->ck, name, rows, cols, &m, w->err)) { w->bad = 1; return; }
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int64_t c = 0; c < cols; c++) s += bs_load_elem(m.data, m.dtype, (size_t)(r * cols + c)) * x[c];
+        y[r] = s;
+    }
+}
+
+static void ref_rms(ref_w *w, const char *name, const double *x, double *y, int H, double eps) {
+    double ss = 0;
+    for (int i = 0; i < H; i++) ss += x[i] * x[i];
+    double inv = 1 / sqrt(ss / H + eps);
+    for (int i = 0; i < H; i++) y[i] = x[i] * inv * w_at(w, name, 0, H, 0, i);
+}
+
+static void ref_rope(double *v, int hd, int pos, double theta, double factor, double low, double high, double orig) {
+    for (int i = 0; i < hd / 2; i++) {
+        double f = pow(theta, -2.0 * i / hd), wl = 2 * M_PI / f;
+        if (wl > orig / low) f /= factor;
+        else if (wl >= orig / high) { double s = (orig / wl - low) / (high - low); f = (1 - s) * f / factor + s * f; }
+        double a = pos * f, x0 = v[i], x1 = v[i + hd / 2];
+        v[i] = x0 * cos(a) - x1 * sin(a);
+        v[i + hd / 2] = x1 * cos(a) + x0 * sin(a);
+    }
+}
+
+// Logits of the last row of ids for a tied Llama target of this shape with llama3 scaling.
+static int ref_llama_last_logits(const bs_checkpoint *ck, const bs_qwen3_config *c, const int32_t *ids, int n, double *logits, bs_err *err) {
+    const int H = c->hidden_size, nH = c->n_heads, nKV = c->n_kv_heads, hd = c->head_dim, I = c->intermediate_size, V = c->vocab_size;
+    const int qd = nH * hd, kd = nKV * hd;
+    ref_w w = { ck, err, 0 };
+    double *x = calloc((size_t)n * H, 8), *xn = malloc(8 * H), *q = malloc(8 * (size_t)n * qd), *k = malloc(8 * (size_t)n * kd);
+    double *v = malloc(8 * (size_t)n * kd), *att = malloc(8 * qd), *o = malloc(8 * H), *g = malloc(8 * I), *u = malloc(8 * I), *sc = malloc(8 * n);
+    char name[256];
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < H; i++) x[(size_t)t * H + i] = w_at(&w, "model.embed_tokens.weight", V, H, ids[t], i);
+    for (int l = 0; l < c->n_layers && !w.bad; l++) {
+#define LW(s) (snprintf(name, sizeof name, "model.layers.%d.%s", l, s), name)
+        for (int t = 0; t < n; t++) {
+            ref_rms(&w, LW("input_layernorm.weight"), x + (size_t)t * H, xn, H, c->rms_eps);
+            ref_matvec(&w, LW("self_attn.q_proj.weight"), qd, H, xn, q + (size_t)t * qd);
+            ref_matvec(&w, LW("self_attn.k_proj.weight"), kd, H, xn, k + (size_t)t * kd);
+            ref_matvec(&w, LW("self_attn.v_proj.weight"), kd, H, xn, v + (size_t)t * kd);
+            for (int h = 0; h < nH; h++)
+                ref_rope(q + (size_t)t * qd + h * hd, hd, t, c->rope_theta, c->rope.factor, c->rope.low_freq_factor, c->rope.high_freq_factor,
+                         c->rope.original_max);
+            for (int h = 0; h < nKV; h++)
+                ref_rope(k + (size_t)t * kd + h * hd, hd, t, c->rope_theta, c->rope.factor, c->rope.low_freq_factor, c->rope.high_freq_factor,
+                         c->rope.original_max);
+        }
+        for (int t = 0; t < n; t++) {
+            for (int h = 0; h < nH; h++) {   // causal softmax attention, query head h reads kv head h / (nH / nKV)
+                const double *qh = q + (size_t)t * qd + h * hd;
+                int kh = h / (nH / nKV);
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double s = 0;
+                    for (int i = 0; i < hd; i++) s += qh[i] * k[(size_t)j * kd + kh * hd + i];
+                    sc[j] = s / sqrt(hd);
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int j = 0; j <= t; j++) { sc[j] = exp(sc[j] - mx); sum += sc[j]; }
+                for (int i = 0; i < hd; i++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++) a += sc[j] * v[(size_t)j * kd + kh * hd + i];
+                    att[h * hd + i] = a / sum;
+                }
+            }
+            double *xt = x + (size_t)t * H;
+            ref_matvec(&w, LW("self_attn.o_proj.weight"), H, qd, att, o);
+            for (int i = 0; i < H; i++) xt[i] += o[i];
+            ref_rms(&w, LW("post_attention_layernorm.weight"), xt, xn, H, c->rms_eps);
+            ref_matvec(&w, LW("mlp.gate_proj.weight"), I, H, xn, g);
+            ref_matvec(&w, LW("mlp.up_proj.weight"), I, H, xn, u);
+            for (int i = 0; i < I; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+            ref_matvec(&w, LW("mlp.down_proj.weight"), H, I, g, o);
+            for (int i = 0; i < H; i++) xt[i] += o[i];
+        }
+#undef LW
+    }
+    if (!w.bad) {
+        ref_rms(&w, "model.norm.weight", x + (size_t)(n - 1) * H, xn, H, c->rms_eps);
+        ref_matvec(&w, "model.embed_tokens.weight", V, H, xn, logits);   // tied: the embedding is the head
+    }
+    free(x); free(xn); free(q); free(k); free(v); free(att); free(o); free(g); free(u); free(sc);
+    return w.bad ? -1 : 0;
+}
+
+TEST(llama_random_target_vs_independent_forward) {
+    bs_err err = {0};
+    const char *dir = make_llama("llama_indep", 300, 96, 3, 3, 1, 160, L3_SCALING, &err);
+    CHECK(dir, "%s", err.msg);
+    enum { N = 90 };   // past original_max (64)
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 53 + 7) % 300;
+    int V;
+    float *got = forward_logits(dir, "cpu-ref", ids, N, &V, &err);
+    CHECK(got, "%s", err.msg);
+    bs_qwen3_config c;
+    bs_checkpoint *ck;
+    CHECK(bs_qwen3_config_load(&c, dir, &err) == 0 && bs_checkpoint_open(&ck, dir, &err) == 0, "%s", err.msg);
+    CHECK(c.tie_embeddings && c.rope.type == BS_ROPE_LLAMA3, "the test model should be tied with llama3 scaling");
+    double *want = malloc(sizeof(double) * V);
+    CHECK(ref_llama_last_logits(ck, &c, ids, N, want, &err) == 0, "%s", err.msg);
+    double worst = 0, scale = 0;
+    const float *last = got + (size_t)(N - 1) * V;
+    for (int i = 0; i < V; i++) { worst = fmax(worst, fabs(last[i] - want[i])); scale = fmax(scale, fabs(want[i])); }
+    printf("  last-row logits: max |engine - independent| = %.3g (max |logit| %.3g)\n", worst, scale);
+    CHECK(worst < 1e-3 * (1 + scale), "engine and the independent Llama forward differ by %g", worst);
+    free(want); free(got);
+    bs_checkpoint_close(ck);
+}
+
 // Greedy speculative == plain on a random Llama target with a random z-lab DFlash drafter (its backbone is
 // Qwen3 layers whatever the target; here with the target's llama3 scaling, as z-lab's Llama drafters
 // carry it), over random prompts; a tiny vocabulary so that some random drafts are accepted.
