@@ -70,6 +70,8 @@ $(BUILD)/train_drafter_cuda: $(BUILD)/bench/train_drafter_cuda.o $(LIB) ; $(CC) 
 build-cuda/cuda_link_latency: bench/cuda_link_latency.cu ; @mkdir -p build-cuda && $(NVCC) $(NVFLAGS) -o $@ $<
 # AdamW's update loop vectorises only when sqrtf need not set errno (its argument is never negative).
 $(BUILD)/src/train/optim.o: CFLAGS += -fno-math-errno
+# RoPE tables round every step as PyTorch does (no fused multiply-adds: src/model/rope.c)
+$(BUILD)/src/model/rope.o: CFLAGS += -ffp-contract=off
 $(BUILD)/%.o: %.c ; @mkdir -p $(dir $@) && $(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 $(BUILD)/%.o: %.cu ; @mkdir -p $(dir $@) && $(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 

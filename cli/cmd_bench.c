@@ -331,8 +331,8 @@ static void pr_matmul_multi(bs_backend *be, int m, float *const *y, const float 
 static void pr_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) {
     PR_WRAP(PR_NORM, pr_orig.rmsnorm(be, y, x, n, dim, w, eps));
 }
-static void pr_rope(bs_backend *be, float *x, int n, int nh, int hd, const bs_mat *nw, float eps, int pos0, float theta) {
-    PR_WRAP(PR_ROPE, pr_orig.head_norm_rope(be, x, n, nh, hd, nw, eps, pos0, theta));
+static void pr_rope(bs_backend *be, float *x, int n, int nh, int hd, const bs_mat *nw, float eps, int pos0, const float *inv_freq) {
+    PR_WRAP(PR_ROPE, pr_orig.head_norm_rope(be, x, n, nh, hd, nw, eps, pos0, inv_freq));
 }
 static void pr_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int nh,
                          int nkv, int hd, int n_keys, int q_pos0, int causal, int window) {

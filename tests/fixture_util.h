@@ -18,3 +18,5 @@ void fx_join_ids(const int32_t *ids, long n, char *buf, size_t cap);
 // The target fixture (shared/fixtures/target*) through the library on a device ("cpu", "cuda", ...):
 // prefill logits and hidden states, greedy steps, a verify block; defined in test_target_fixture.c.
 void fx_check_target_fixture(int *failed_, const char *device);
+// The same check on any target folder and its NAME.expect.safetensors (same tensor names; e.g. tests/ref/llama).
+void fx_check_target_fixture_at(int *failed_, const char *device, const char *model_dir, const char *expect_file);

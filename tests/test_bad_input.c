@@ -90,7 +90,7 @@ TEST(bad_checkpoint_contents) {
         { "s/\"vocab_size\": 384/\"vocab_size\": \"many\"/", "\"vocab_size\" must be an integer" },
         { "s/\"Qwen3ForCausalLM\"/\"BertModel\"/", "architectures[0] is \"BertModel\"" },
         { "s/\"num_key_value_heads\": 2/\"num_key_value_heads\": 3/", "multiple of num_key_value_heads" },
-        { "s/\"rope_type\": \"default\"/\"rope_type\": \"yarn\"/", "rope type \"yarn\"" },
+        { "s/\"rope_type\": \"default\"/\"rope_type\": \"yarn\"/", "\"rope_parameters.rope_type\" is \"yarn\"" },
         { "s/{/[/", "invalid JSON" },
         { "/\"hidden_size\"/d", "missing field \"hidden_size\"" },
     };

@@ -83,7 +83,7 @@ static const bad_case CASES[] = {
       "m/config.json: head_dim defaults to hidden_size / num_attention_heads = 2 / 4 = 0", "" },
     { "a number with a leading zero", GOOD_CK "sed -i 's/\"hidden_size\": 64/\"hidden_size\": 064/' m/config.json", NULL, GEN, 1, "m/config.json: malformed number", "" },
     { "unsupported architecture", GOOD_CK "sed -i 's/Qwen3ForCausalLM/BertModel/' m/config.json", NULL, GEN, 1, "m/config.json", "architectures[0] is \"BertModel\"" },
-    { "yarn RoPE", GOOD_CK "sed -i 's/\"rope_type\": \"default\"/\"rope_type\": \"yarn\"/' m/config.json", NULL, GEN, 1, "m/config.json", "rope type \"yarn\"" },
+    { "yarn RoPE", GOOD_CK "sed -i 's/\"rope_type\": \"default\"/\"rope_type\": \"yarn\"/' m/config.json", NULL, GEN, 1, "m/config.json", "\"rope_parameters.rope_type\" is \"yarn\"" },
     { "drafter block_size a string inside dflash_config", "mkdir d && sed 's/\"block_size\": [0-9]*/\"block_size\": \"eight\"/' %F/dflash/config.json > d/config.json && cp %F/dflash/model.safetensors d/", NULL,
       "%B generate -m %F/target -d d --prompt-ids 1,2,3 -n 2", 1, "d/config.json", "block_size\" must be an integer" },
     // --- safetensors ---

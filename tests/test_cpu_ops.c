@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "util/tuning.h"
+#include "model/rope.h"
 #include "harness.h"
 #include "backend/cpu/cpu.h"
 #include "util/rng.h"
@@ -218,9 +219,10 @@ static void cpu_small_ops_on(int *failed_, int only) {
                     fill(&rng, x0, m);
                     memcpy(x1, x0, 4 * m);
                     const bs_mat *wp = (a + b) % 3 ? &W : NULL;
-                    float theta = (a + b) % 2 ? 1000000.0f : 10000.0f;
-                    ref->head_norm_rope(ref, x0, n, nh, hd, wp, 1e-6f, pos0, theta);
-                    be->head_norm_rope(be, x1, n, nh, hd, wp, 1e-6f, pos0, theta);
+                    float theta = (a + b) % 2 ? 1000000.0f : 10000.0f, inv[128];
+                    bs_rope_inv_freqs(theta, NULL, hd, inv);   // CPU backends: host memory is backend memory
+                    ref->head_norm_rope(ref, x0, n, nh, hd, wp, 1e-6f, pos0, inv);
+                    be->head_norm_rope(be, x1, n, nh, hd, wp, 1e-6f, pos0, inv);
                     NEAR_ARRAYS(x0, x1, m, 1e-5 * maxabs(x0, m) + 1e-6);
                     free(x0); free(x1); free(w);
                 }
@@ -365,7 +367,9 @@ static void cpu_rope_fp32_inv_freq_on(int *failed_, int only) {
             bs_rng rng; bs_rng_seed(&rng, 7);
             fill(&rng, x0, n * nh * hd);
             memcpy(x, x0, sizeof x);
-            be->head_norm_rope(be, x, n, nh, hd, NULL, 1e-6f, pos0, thetas[t]);
+            float table[hd / 2];
+            bs_rope_inv_freqs(thetas[t], NULL, hd, table);
+            be->head_norm_rope(be, x, n, nh, hd, NULL, 1e-6f, pos0, table);
             double worst = 0;
             for (int r = 0; r < n; r++)
                 for (int h = 0; h < nh; h++)

@@ -23,6 +23,7 @@
 #include "test_util_models.h"
 #include "engine/engine.h"
 #include "io/random_ckpt.h"
+#include "model/rope.h"
 #include "io/json.h"
 #include "util/rng.h"
 #include "backend/cuda/tiled_layout.h"
@@ -55,6 +56,14 @@ static float *up(bs_backend *be, const float *h, size_t n) {
     return d;
 }
 static float *down(bs_backend *be, const float *d, size_t n) { float *h = malloc(n * 4); be->download(be, h, d, n * 4); return h; }
+// A RoPE table in backend memory (be->free it): default (s NULL) or scaled frequencies.
+static float *rope_dev(bs_backend *be, float theta, const bs_rope_scaling *s, int hd) {
+    float inv[512];
+    bs_rope_inv_freqs(theta, s, hd, inv);
+    return up(be, inv, (size_t)hd / 2);
+}
+// Llama 3.1's scaling (factor 8, original context 8192): long wavelengths slowed, the middle blended.
+static const bs_rope_scaling llama31 = { BS_ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192 };
 static double rel_err(const float *a, const float *ref, size_t n) {
     double mx = 1, d = 0;
     for (size_t i = 0; i < n; i++) { if (fabs(ref[i]) > mx) mx = fabs(ref[i]); }
@@ -208,7 +217,10 @@ TEST(cuda_qkv_norm_rope_store) {
         bs_mat qn = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, kn = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, dqn, dkn;
         CHECK(be->weight(be, &dqn, &qn, &err) == 0 && be->weight(be, &dkn, &kn, &err) == 0, "%s", err.msg);
         const int ns[] = { 1, 3, 16, 70 };
+        float *rope = rope_dev(be, 5e5f, &llama31, hd);
         for (int ni = 0; ni < 4 && !*failed_; ni++, calls++) {
+            // odd calls: a Llama layer (no q/k norm)
+            const bs_mat *qnp = ni % 2 ? NULL : &dqn, *knp = ni % 2 ? NULL : &dkn;
             const int n = ns[ni], pos0 = 5 + ni;
             float *x = rand_vec((size_t)n * K, 1), *c0 = rand_vec((size_t)ctx * kd, 1), *dx = up(be, x, (size_t)n * K);
             float *o[2][5];   // q, k, v, kcache, vcache: [0] separate ops, [1] fused
@@ -218,8 +230,8 @@ TEST(cuda_qkv_norm_rope_store) {
                 o[f][3] = up(be, c0, sz[3]); o[f][4] = up(be, c0, sz[4]);
             }
             be->matmul_multi(be, 3, o[0], dx, n, wp, 0);
-            be->qk_norm_rope_store(be, o[0][0], o[0][1], o[0][2], n, nh, nkv, hd, &dqn, &dkn, 1e-6f, pos0, 1e6f, o[0][3], o[0][4]);
-            int r = be->qkv_norm_rope_store(be, dx, n, wp, o[1][0], o[1][1], o[1][2], nh, nkv, hd, &dqn, &dkn, 1e-6f, pos0, 1e6f, o[1][3], o[1][4]);
+            be->qk_norm_rope_store(be, o[0][0], o[0][1], o[0][2], n, nh, nkv, hd, qnp, knp, 1e-6f, pos0, rope, o[0][3], o[0][4]);
+            int r = be->qkv_norm_rope_store(be, dx, n, wp, o[1][0], o[1][1], o[1][2], nh, nkv, hd, qnp, knp, 1e-6f, pos0, rope, o[1][3], o[1][4]);
             // (row-major weights, BS_CUDA_MM=old: nothing to fuse, and the model runs the two ops)
             CHECK(r == 0 || !dw[0].layout, "qkv_norm_rope_store declined a shape it fuses (%d rows%s)", n, lossy ? ", 8-bit" : "");
             compared += r == 0;
@@ -234,6 +246,7 @@ TEST(cuda_qkv_norm_rope_store) {
         }
         for (int i = 0; i < 3; i++) free((void *)hw[i].data);
         free((void *)qn.data); free((void *)kn.data);
+        be->free(be, rope);
     }
     // Row-major weights (BS_CUDA_MM=old): the op declines every call and nothing was compared; say so
     // rather than pass (the unfused ops are held to the CPU by cuda_forward_random_model_vs_cpu).
@@ -419,20 +432,22 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
             free(x); free(y); free(g); free((void *)hw.data); be->free(be, dx);
         }
     }
-    // head norm + rope (two bases: a Qwen3 target's and a small drafter's)
+    // head norm + rope (two bases: a Qwen3 target's and a small drafter's; wn 3: Llama 3.1's scaled table)
     int hds[] = { 16, 64, 128 };
     for (int hi = 0; hi < 3; hi++)
         for (int wn = 0; wn < 4; wn++) {
             int hd = hds[hi], nh = 8, n = 7, pos0 = hi * 1000 + 3;
-            float theta = wn >= 2 ? 1e4f : 1e6f;
+            float theta = wn >= 2 ? 1e4f : 1e6f, inv[64];
+            bs_rope_inv_freqs(theta, wn == 3 ? &llama31 : NULL, hd, inv);
+            float *dinv = up(be, inv, (size_t)hd / 2);
             bs_mat hw = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, dw;
             CHECK(be->weight(be, &dw, &hw, &err) == 0, "%s", err.msg);
             float *x = rand_vec((size_t)n * nh * hd, 2), *dx = up(be, x, (size_t)n * nh * hd);
-            ref->head_norm_rope(ref, x, n, nh, hd, wn & 1 ? &hw : NULL, 1e-6f, pos0, theta);
-            be->head_norm_rope(be, dx, n, nh, hd, wn & 1 ? &dw : NULL, 1e-6f, pos0, theta);
+            ref->head_norm_rope(ref, x, n, nh, hd, wn & 1 ? &hw : NULL, 1e-6f, pos0, inv);
+            be->head_norm_rope(be, dx, n, nh, hd, wn & 1 ? &dw : NULL, 1e-6f, pos0, dinv);
             float *g = down(be, dx, (size_t)n * nh * hd);
             CHECK(rel_err(g, x, (size_t)n * nh * hd) < 1e-5, "head_norm_rope hd %d norm %d theta %g: %g", hd, wn & 1, theta, rel_err(g, x, (size_t)n * nh * hd));
-            free(x); free(g); free((void *)hw.data); be->free(be, dx);
+            free(x); free(g); free((void *)hw.data); be->free(be, dx); be->free(be, dinv);
         }
     // qk_norm_rope_store (where the backend has it) == head_norm_rope q, k + store_rows k, v, bit for bit
     if (be->qk_norm_rope_store) {
@@ -444,11 +459,13 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
         float *q1 = up(be, q, (size_t)n * nh * hd), *k1 = up(be, k, (size_t)n * kd), *v1 = up(be, v, (size_t)n * kd);
         float *q2 = up(be, q, (size_t)n * nh * hd), *k2 = up(be, k, (size_t)n * kd), *v2 = up(be, v, (size_t)n * kd);
         float *kc1 = up(be, c0, (size_t)ctx * kd), *vc1 = up(be, c0, (size_t)ctx * kd), *kc2 = up(be, c0, (size_t)ctx * kd), *vc2 = up(be, c0, (size_t)ctx * kd);
-        be->head_norm_rope(be, q1, n, nh, hd, &dqw, 1e-6f, pos0, 1e6f);
-        be->head_norm_rope(be, k1, n, nkv, hd, &dkw, 1e-6f, pos0, 1e6f);
+        float *rope = rope_dev(be, 1e6f, NULL, hd);
+        be->head_norm_rope(be, q1, n, nh, hd, &dqw, 1e-6f, pos0, rope);
+        be->head_norm_rope(be, k1, n, nkv, hd, &dkw, 1e-6f, pos0, rope);
         be->store_rows(be, kc1, pos0, k1, n, kd);
         be->store_rows(be, vc1, pos0, v1, n, kd);
-        be->qk_norm_rope_store(be, q2, k2, v2, n, nh, nkv, hd, &dqw, &dkw, 1e-6f, pos0, 1e6f, kc2, vc2);
+        be->qk_norm_rope_store(be, q2, k2, v2, n, nh, nkv, hd, &dqw, &dkw, 1e-6f, pos0, rope, kc2, vc2);
+        be->free(be, rope);
         float *a[4] = { down(be, q1, (size_t)n * nh * hd), down(be, k1, (size_t)n * kd), down(be, kc1, (size_t)ctx * kd), down(be, vc1, (size_t)ctx * kd) };
         float *b[4] = { down(be, q2, (size_t)n * nh * hd), down(be, k2, (size_t)n * kd), down(be, kc2, (size_t)ctx * kd), down(be, vc2, (size_t)ctx * kd) };
         size_t sz[4] = { (size_t)n * nh * hd, (size_t)n * kd, (size_t)ctx * kd, (size_t)ctx * kd };
@@ -464,21 +481,21 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
         size_t sz = (size_t)n * nkv * hd;
         bs_mat hw[11], dw[11];
         const bs_mat *wp[11];
-        float *xa[11], *xb[11], *x = rand_vec(sz * cnt, 2);
+        float *xa[11], *xb[11], *x = rand_vec(sz * cnt, 2), *rope = rope_dev(be, 1e6f, &llama31, hd);
         for (int i = 0; i < cnt; i++) {
             hw[i] = (bs_mat){ rand_mat(BS_BF16, hd), BS_BF16, 1, hd };
             CHECK(be->weight(be, &dw[i], &hw[i], &err) == 0, "%s", err.msg);
             wp[i] = i % 4 == 3 ? NULL : &dw[i];
             xa[i] = up(be, x + sz * i, sz); xb[i] = up(be, x + sz * i, sz);
-            be->head_norm_rope(be, xa[i], n, nkv, hd, wp[i], 1e-6f, pos0, -1e6f);
+            be->head_norm_rope(be, xa[i], n, nkv, hd, wp[i], 1e-6f, pos0, rope);
         }
-        be->head_norm_rope_multi(be, cnt, xb, n, nkv, hd, wp, 1e-6f, pos0, -1e6f);
+        be->head_norm_rope_multi(be, cnt, xb, n, nkv, hd, wp, 1e-6f, pos0, rope);
         for (int i = 0; i < cnt; i++) {
             float *a = down(be, xa[i], sz), *b = down(be, xb[i], sz);
             CHECK(!memcmp(a, b, 4 * sz), "head_norm_rope_multi differs from head_norm_rope (buffer %d)", i);
             free(a); free(b); be->free(be, xa[i]); be->free(be, xb[i]); free((void *)hw[i].data);
         }
-        free(x);
+        free(x); be->free(be, rope);
     }
     // swiglu, add
     {
@@ -595,7 +612,8 @@ TEST(cuda_record_replay) {
     float *dk = up(be, kc, (size_t)ctx * kd), *dv = up(be, kc, (size_t)ctx * kd), *dq = up(be, NULL, (size_t)n * nh * hd);
     float *dout = up(be, NULL, (size_t)n * nh * hd);
     int32_t ids[4] = { 3, 7, 49, 0 };
-    #define SEQ(pos) do { be->embed(be, dq, &dt, ids, n); be->head_norm_rope(be, dq, n, nh, hd, NULL, 1e-6f, pos, 1e4f); \
+    float *rope = rope_dev(be, 1e4f, NULL, hd);
+    #define SEQ(pos) do { be->embed(be, dq, &dt, ids, n); be->head_norm_rope(be, dq, n, nh, hd, NULL, 1e-6f, pos, rope); \
         be->store_rows(be, dk, pos, dq, n, kd); be->attention(be, dout, dq, dk, dv, n, nh, nkv, hd, (pos) + n, pos, 1, 0); } while (0)
     CHECK(be->record_begin(be, 10) == 0);
     SEQ(10);
@@ -609,14 +627,16 @@ TEST(cuda_record_replay) {
     CHECK(!memcmp(plain, rep, sizeof(float) * n * nh * hd), "replay at another position differs from plain ops there");
     be->record_free(be, rec);
     free(plain); free(rep); free(kc); free((void *)ht.data);
-    be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout);
+    be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout); be->free(be, rope);
 }
 
 // --- whole forward ---------------------------------------------------------------------------
 
-static int write_random_model(const char *dir, bs_err *err) {
+// llama: a Llama-3.1-shaped layer (no q/k norm, llama3-scaled RoPE at base 5e5, tied embeddings) instead of Qwen3's.
+static int write_random_model(const char *dir, int llama, bs_err *err) {
     bs_qwen3_config c = { .vocab_size = 2048, .hidden_size = 512, .n_layers = 3, .n_heads = 8, .n_kv_heads = 2, .head_dim = 128,
                           .intermediate_size = 1024, .max_position = 1024, .rms_eps = 1e-6f, .rope_theta = 1e6f, .bos_id = -1 };
+    if (llama) { c.arch = BS_ARCH_LLAMA; c.rope = llama31; c.rope_theta = 5e5f; c.rms_eps = 1e-5f; c.tie_embeddings = 1; }
     cJSON *j = bs_qwen3_config_to_json(&c);
     char path[1200]; snprintf(path, sizeof path, "%s/config.json", dir);
     char *txt = cJSON_Print(j);
@@ -630,11 +650,10 @@ static int write_random_model(const char *dir, bs_err *err) {
     return rc;
 }
 
-TEST(cuda_forward_random_model_vs_cpu) {
-    NEED_CUDA(be0);
-    const char *dir = bs_test_tmpdir("cuda_rand");
+static void forward_vs_cpu(int *failed_, int llama) {
+    const char *dir = bs_test_tmpdir(llama ? "cuda_rand_llama" : "cuda_rand");
     bs_err err = {0};
-    CHECK(dir && write_random_model(dir, &err) == 0, "%s", err.msg);
+    CHECK(dir && write_random_model(dir, llama, &err) == 0, "%s", err.msg);
     bs_engine *ec, *eg;
     CHECK(bs_engine_open(&ec, dir, "cpu", &err) == 0, "%s", err.msg);
     CHECK(bs_engine_open(&eg, dir, "cuda", &err) == 0, "%s", err.msg);
@@ -678,6 +697,9 @@ TEST(cuda_forward_random_model_vs_cpu) {
     bs_engine_close(ec); bs_engine_close(eg);
 }
 
+TEST(cuda_forward_random_model_vs_cpu) { NEED_CUDA(be0); (void)be0; forward_vs_cpu(failed_, 0); }
+TEST(cuda_forward_random_llama_vs_cpu) { NEED_CUDA(be0); (void)be0; forward_vs_cpu(failed_, 1); }
+
 // The shared fixtures (transformers' vectors) on the GPU, with the CPU tests' tolerance.
 // shared/fixtures target (transformers' vectors) on the GPU: the CPU tests' own check, on "cuda".
 TEST(cuda_target_fixture) {
@@ -685,6 +707,18 @@ TEST(cuda_target_fixture) {
     (void)be0;
     fx_check_target_fixture(failed_, "cuda");
 }
+
+// transformers' Llama vectors (tests/ref/llama: llama3 scaling untied, and tied with a transformers-4 config) on
+// the GPU, with the CPU tests' check (test_llama.c runs them on cpu and cpu-ref).
+static void cuda_llama_fixture(int *failed_, const char *name) {
+    char dir[256], file[256];
+    snprintf(dir, sizeof dir, "tests/ref/llama/%s", name);
+    snprintf(file, sizeof file, "tests/ref/llama/%s.expect.safetensors", name);
+    if (access(file, R_OK)) SKIP("tests/ref/llama has no reference vectors yet (made by tests/ref/make_llama_fixture.py)");
+    fx_check_target_fixture_at(failed_, "cuda", dir, file);
+}
+TEST(cuda_llama_fixture_llama3) { NEED_CUDA(be0); (void)be0; cuda_llama_fixture(failed_, "llama3"); }
+TEST(cuda_llama_fixture_tied) { NEED_CUDA(be0); (void)be0; cuda_llama_fixture(failed_, "llama_tied"); }
 
 // Greedy speculative decoding == plain greedy decoding on the GPU. Plain greedy runs one row per
 // forward (recorded graphs after the first steps); the speculative side verifies blocks of 16 rows

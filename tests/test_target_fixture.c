@@ -23,21 +23,25 @@ static void check_rows(int *failed_, const char *what, const float *logits, cons
         }
 }
 
+static int open_fixture_at(const char *dev, const char *dir, const char *file, bs_engine **e, bs_checkpoint **exp, int *failed_) {
+    bs_err err = {0};
+    if (bs_engine_open(e, dir, dev, &err)) { fprintf(stderr, "  %s\n", err.msg); *failed_ = 1; return -1; }
+    if (bs_checkpoint_open(exp, file, &err)) { fprintf(stderr, "  %s\n", err.msg); bs_engine_close(*e); *failed_ = 1; return -1; }
+    return 0;
+}
+
 static int open_fixture(const char *dev, bs_engine **e, bs_checkpoint **exp, int *failed_) {
     char dir[1024], file[1024];
-    bs_err err = {0};
     snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
     snprintf(file, sizeof file, "%s/target.expect.safetensors", bs_fixtures_dir());
-    if (bs_engine_open(e, dir, dev, &err)) { fprintf(stderr, "  %s\n", err.msg); *failed_ = 1; return -1; }
-    if (bs_checkpoint_open(exp, file, &err)) { fprintf(stderr, "  %s\n", err.msg); *failed_ = 1; return -1; }
-    return 0;
+    return open_fixture_at(dev, dir, file, e, exp, failed_);
 }
 
 // The fixture through the library on any backend: outputs live in backend buffers and are downloaded,
 // and the backend's argmax must agree with the host's on every greedy step.
-void fx_check_target_fixture(int *failed_, const char *dev) {
+void fx_check_target_fixture_at(int *failed_, const char *dev, const char *model_dir, const char *expect_file) {
     bs_engine *e; bs_checkpoint *x;
-    if (open_fixture(dev, &e, &x, failed_)) return;
+    if (open_fixture_at(dev, model_dir, expect_file, &e, &x, failed_)) return;
     bs_err err = {0};
     bs_backend *be = e->be;
     int V = e->cfg.vocab_size, H = e->cfg.hidden_size, NT = e->cfg.n_layers + 1;
@@ -94,6 +98,13 @@ void fx_check_target_fixture(int *failed_, const char *dev) {
     bs_kv_free(&kv);
     bs_checkpoint_close(x);
     bs_engine_close(e);
+}
+
+void fx_check_target_fixture(int *failed_, const char *dev) {
+    char dir[1024], file[1024];
+    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
+    snprintf(file, sizeof file, "%s/target.expect.safetensors", bs_fixtures_dir());
+    fx_check_target_fixture_at(failed_, dev, dir, file);
 }
 
 TEST(target_fixture_cpu_reference) { fx_check_target_fixture(failed_, "cpu-ref"); }

@@ -55,7 +55,7 @@ typedef struct bs_row_span {
 } bs_row_span;
 
 // RoPE inverse frequency i (0 <= i < hd/2) as transformers computes it: 1 / theta^(2i/hd) in fp32, for the
-// target and every drafter alike. A model loaded with from_pretrained keeps this non-persistent buffer in
+// target and every drafter alike (scaled further for llama3 RoPE: src/model/rope.h builds the tables the ops take). A model loaded with from_pretrained keeps this non-persistent buffer in
 // fp32 whatever the weights' dtype (docs/numerics.md says why no bf16 rounding is applied).
 static inline float bs_rope_inv_freq(float theta, int i, int hd) {
     return 1.0f / __builtin_powf(theta, (float)(2 * i) / (float)hd);
@@ -97,10 +97,11 @@ struct bs_backend {
     // y[n][dim] = x / sqrt(mean(x^2) + eps) * w   (fp32 statistics; y may alias x)
     void (*rmsnorm)(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps);
     // In place on x[n][n_heads*hd]: optional per-head RMSNorm with weight norm_w [hd] (NULL: none),
-    // then rotate-half RoPE for positions pos0 .. pos0+n-1 with base theta (> 0): backends compute inv_freq
-    // with bs_rope_inv_freq.
+    // then rotate-half RoPE for positions pos0 .. pos0+n-1: pair i turns by the angle fp32(pos) * inv_freq[i].
+    // inv_freq: hd/2 floats in backend memory, the model's table (src/model/rope.h: default or llama3-scaled
+    // frequencies, built once at load), so every backend rotates by the same fp32 frequencies.
     void (*head_norm_rope)(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w,
-                           float eps, int pos0, float theta);
+                           float eps, int pos0, const float *inv_freq);
     // Multi-head attention with grouped K/V heads.
     //   q [n_q][n_heads*hd], k/v [key rows][n_kv_heads*hd] (row index = key position), out [n_q][n_heads*hd].
     //   Query i sees keys [key_lo, key_hi) where key_hi = causal ? q_pos0 + i + 1 : n_keys,
@@ -136,11 +137,11 @@ struct bs_backend {
                          float fill);
 
     // Optional (NULL: the four calls below): one layer's attention inputs in one call, equal to
-    //   head_norm_rope(q, n, n_heads, hd, q_norm, eps, pos0, theta); head_norm_rope(k, n, n_kv, hd, k_norm, eps, pos0, theta);
+    //   head_norm_rope(q, n, n_heads, hd, q_norm, eps, pos0, inv_freq); head_norm_rope(k, n, n_kv, hd, k_norm, eps, pos0, inv_freq);
     //   store_rows(kcache, pos0, k, n, n_kv*hd); store_rows(vcache, pos0, v, n, n_kv*hd).
     // pos0 is a position argument (see record_begin).
     void (*qk_norm_rope_store)(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
-                               const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
+                               const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
                                float *kcache, float *vcache);
 
     // Optional (NULL, or nonzero return when this backend cannot fuse the case: the two ops below): a
@@ -149,13 +150,13 @@ struct bs_backend {
     // pos0 is a position argument (see record_begin).
     int (*qkv_norm_rope_store)(bs_backend *be, const float *x, int n, const bs_mat *const *Wqkv, float *q, float *k, float *v,
                                int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0,
-                               float theta, float *kcache, float *vcache);
+                               const float *inv_freq, float *kcache, float *vcache);
 
     // Optional (NULL: one head_norm_rope per buffer): head_norm_rope of `count` buffers x[i] with norm
-    // weights norm_w[i] (the same n, n_heads, hd, eps, pos0, theta) in one call, equal to the separate
+    // weights norm_w[i] (the same n, n_heads, hd, eps, pos0, inv_freq) in one call, equal to the separate
     // calls: e.g. the new context rows' K of every drafter layer.
     void (*head_norm_rope_multi)(bs_backend *be, int count, float *const *x, int n, int n_heads, int hd,
-                                 const bs_mat *const *norm_w, float eps, int pos0, float theta);
+                                 const bs_mat *const *norm_w, float eps, int pos0, const float *inv_freq);
 
     // Optional (NULL: swiglu into gate, then matmul): the MLP's down projection with its activation
     // fused in, y[n][W.rows] (+)= (silu(gate) * up) . W^T, equal to swiglu(gate, gate, up) followed by
@@ -244,20 +245,20 @@ static inline void bs_swiglu_matmul(bs_backend *be, float *y, float *gate, const
 }
 
 static inline void bs_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, int n_heads, int hd,
-                                           const bs_mat *const *norm_w, float eps, int pos0, float theta) {
-    if (be->head_norm_rope_multi) { be->head_norm_rope_multi(be, count, x, n, n_heads, hd, norm_w, eps, pos0, theta); return; }
-    for (int i = 0; i < count; i++) be->head_norm_rope(be, x[i], n, n_heads, hd, norm_w[i], eps, pos0, theta);
+                                           const bs_mat *const *norm_w, float eps, int pos0, const float *inv_freq) {
+    if (be->head_norm_rope_multi) { be->head_norm_rope_multi(be, count, x, n, n_heads, hd, norm_w, eps, pos0, inv_freq); return; }
+    for (int i = 0; i < count; i++) be->head_norm_rope(be, x[i], n, n_heads, hd, norm_w[i], eps, pos0, inv_freq);
 }
 
 static inline void bs_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
                                          int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0,
-                                         float theta, float *kcache, float *vcache) {
+                                         const float *inv_freq, float *kcache, float *vcache) {
     if (be->qk_norm_rope_store) {
-        be->qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, theta, kcache, vcache);
+        be->qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, inv_freq, kcache, vcache);
         return;
     }
-    be->head_norm_rope(be, q, n, n_heads, hd, q_norm, eps, pos0, theta);
-    be->head_norm_rope(be, k, n, n_kv, hd, k_norm, eps, pos0, theta);
+    be->head_norm_rope(be, q, n, n_heads, hd, q_norm, eps, pos0, inv_freq);
+    be->head_norm_rope(be, k, n, n_kv, hd, k_norm, eps, pos0, inv_freq);
     be->store_rows(be, kcache, pos0, k, n, n_kv * hd);
     be->store_rows(be, vcache, pos0, v, n, n_kv * hd);
 }
@@ -266,13 +267,13 @@ static inline void bs_qk_norm_rope_store(bs_backend *be, float *q, float *k, con
 // case, else matmul_multi + qk_norm_rope_store (bit-identical; tests/test_cuda.c checks the CUDA one).
 static inline void bs_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *const *Wqkv, float *q, float *k,
                                           float *v, int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm,
-                                          float eps, int pos0, float theta, float *kcache, float *vcache) {
+                                          float eps, int pos0, const float *inv_freq, float *kcache, float *vcache) {
     if (be->qkv_norm_rope_store && be->qkv_norm_rope_store(be, x, n, Wqkv, q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0,
-                                                           theta, kcache, vcache) == 0)
+                                                           inv_freq, kcache, vcache) == 0)
         return;
     float *y[3] = { q, k, v };
     bs_matmul_multi(be, 3, y, x, n, Wqkv, 0);
-    bs_qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, theta, kcache, vcache);
+    bs_qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, inv_freq, kcache, vcache);
 }
 
 // Causal attention over a ragged batch (see bs_row_span): the backend's one-call op where it has one, else
@@ -291,12 +292,12 @@ static inline void bs_attention_spans(bs_backend *be, float *out, const float *q
 // span; q [rows][n_heads*hd], k and v [rows][n_kv*hd]).
 static inline void bs_qk_norm_rope_store_spans(bs_backend *be, float *q, float *k, const float *v, const bs_row_span *spans, int n_spans,
                                                int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps,
-                                               float theta) {
+                                               const float *inv_freq) {
     size_t qw = (size_t)n_heads * hd, kw = (size_t)n_kv * hd;
     for (int i = 0; i < n_spans; i++) {
         const bs_row_span *s = &spans[i];
         bs_qk_norm_rope_store(be, q + s->row0 * qw, k + s->row0 * kw, v + s->row0 * kw, s->n, n_heads, n_kv, hd, q_norm, k_norm, eps,
-                              s->pos0, theta, s->k, s->v);
+                              s->pos0, inv_freq, s->k, s->v);
     }
 }
 

@@ -1,3 +1,4 @@
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,6 +14,58 @@ static int add_eos(bs_qwen3_config *c, const cJSON *root, const char *file, bs_e
     int ids[BS_MAX_EOS], n = 0;
     if (bs_json_int_list(root, "eos_token_id", ids, BS_MAX_EOS, &n, file, err)) return -1;
     for (int i = 0; i < n; i++) bs_qwen3_config_add_eos(c, ids[i]);
+    return 0;
+}
+
+// One number of a RoPE scaling object, named in errors by its full path (e.g. "rope_scaling.factor").
+static int rope_num(const cJSON *o, const char *obj, const char *key, double lo, double *out, const char *file, bs_err *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return bs_fail(err, "%s: field \"%s.%s\" is missing (llama3 RoPE scaling needs it)", file, obj, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo) || !isfinite(v->valuedouble))
+        return bs_fail(err, "%s: field \"%s.%s\" must be a number >= %g", file, obj, key, lo);
+    *out = v->valuedouble;
+    return 0;
+}
+
+// The RoPE type and its parameters from rope_scaling / rope_parameters (obj names it in errors). Types other
+// than "default" and "llama3" change the frequencies in ways blockspec does not compute: refused, not ignored.
+static int parse_rope(bs_rope_scaling *r, const cJSON *o, const char *obj, const char *file, bs_err *err) {
+    memset(r, 0, sizeof *r);
+    const char *key = "rope_type";
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!t || cJSON_IsNull(t)) { key = "type"; t = cJSON_GetObjectItemCaseSensitive(o, key); }   // the older name
+    if (!t || cJSON_IsNull(t)) return 0;
+    if (!cJSON_IsString(t)) return bs_fail(err, "%s: field \"%s.%s\" must be a string", file, obj, key);
+    if (!strcmp(t->valuestring, "default")) return 0;
+    if (strcmp(t->valuestring, "llama3"))
+        return bs_fail(err, "%s: field \"%s.%s\" is \"%s\"; blockspec supports the RoPE types \"default\" and \"llama3\"", file, obj, key,
+                       t->valuestring);
+    double om = 0;
+    r->type = BS_ROPE_LLAMA3;
+    if (rope_num(o, obj, "factor", 1, &r->factor, file, err) || rope_num(o, obj, "low_freq_factor", 0, &r->low_freq_factor, file, err) ||
+        rope_num(o, obj, "high_freq_factor", 0, &r->high_freq_factor, file, err) ||
+        rope_num(o, obj, "original_max_position_embeddings", 1, &om, file, err)) return -1;
+    if (!(r->low_freq_factor > 0)) return bs_fail(err, "%s: field \"%s.low_freq_factor\" must be > 0", file, obj);
+    if (!(r->high_freq_factor > r->low_freq_factor))
+        return bs_fail(err, "%s: field \"%s.high_freq_factor\" (%g) must exceed \"low_freq_factor\" (%g)", file, obj, r->high_freq_factor,
+                       r->low_freq_factor);
+    if (om != floor(om) || om > (double)(1 << 30))
+        return bs_fail(err, "%s: field \"%s.original_max_position_embeddings\" must be an integer in [1, 2^30]", file, obj);
+    r->original_max = (int)om;
+    return 0;
+}
+
+// What the shared layer does not compute: biases on the projections, activations other than SiLU.
+static int refuse_unsupported(const cJSON *root, const char *file, bs_err *err) {
+    static const char *const bias[] = { "attention_bias", "mlp_bias" };
+    for (int i = 0; i < 2; i++) {
+        int on = 0;
+        if (bs_json_bool(root, bias[i], 0, &on, file, err)) return -1;
+        if (on) return bs_fail(err, "%s: field \"%s\" is true; blockspec's layers have no biases on their projections (not supported)", file, bias[i]);
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (act && !cJSON_IsNull(act) && !(cJSON_IsString(act) && !strcmp(act->valuestring, "silu")))
+        return bs_fail(err, "%s: field \"hidden_act\" must be \"silu\" (the SwiGLU MLP blockspec computes)", file);
     return 0;
 }
 
@@ -47,15 +100,15 @@ int bs_qwen3_config_parse(bs_qwen3_config *c, const cJSON *root, const char *fil
     if (cJSON_IsObject(rp)) {
         if (bs_json_num(rp, "rope_theta", 0, &theta, file, err)) return -1;
     } else if (bs_json_num(root, "rope_theta", 0, &theta, file, err)) return -1;
-    const cJSON *scal = cJSON_IsObject(rp) ? rp : rs;
-    if (cJSON_IsObject(scal)) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(scal, "rope_type");
-        if (!t) t = cJSON_GetObjectItemCaseSensitive(scal, "type");
-        if (cJSON_IsString(t) && strcmp(t->valuestring, "default"))
-            return bs_fail(err, "%s: rope type \"%s\" is not supported (blockspec implements the default RoPE of Qwen3)", file, t->valuestring);
-    }
+    if (cJSON_IsObject(rp) ? parse_rope(&c->rope, rp, "rope_parameters", file, err)
+                           : cJSON_IsObject(rs) && parse_rope(&c->rope, rs, "rope_scaling", file, err)) return -1;
     if (!(theta > 1)) return bs_fail(err, "%s: rope_theta must be > 1", file);
     c->rms_eps = (float)eps; c->rope_theta = (float)theta;
+    if (refuse_unsupported(root, file, err)) return -1;
+    // The family: from architectures / model_type where they name one; drafter backbones (DFlashDraftModel,
+    // Qwen3DSparkModel) are Qwen3 layers whatever their target.
+    int family = bs_model_arch_of(root);
+    c->arch = family < 0 ? BS_ARCH_QWEN3 : (bs_model_arch)family;
     int use_sw = 0;
     if (bs_json_bool(root, "use_sliding_window", 0, &use_sw, file, err)) return -1;
     if (use_sw && bs_json_int(root, "sliding_window", 0, 0, BIG, &c->sliding_window, file, err)) return -1;
@@ -74,14 +127,13 @@ int bs_qwen3_config_load(bs_qwen3_config *c, const char *dir, bs_err *err) {
     int rc = -1;
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (cJSON_IsString(a0)) {
-        if (strcmp(a0->valuestring, "Qwen3ForCausalLM")) {
-            bs_fail(err, "%s: architectures[0] is \"%s\"; a target must be \"Qwen3ForCausalLM\"", path, a0->valuestring);
-            goto out;
-        }
-    } else if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "qwen3")) {
-        bs_fail(err, "%s: not a Qwen3 config (expected architectures [\"Qwen3ForCausalLM\"] or model_type \"qwen3\")", path);
+    int family = bs_model_arch_of(root);
+    if (family < 0) {
+        if (cJSON_IsString(a0))
+            bs_fail(err, "%s: architectures[0] is \"%s\"; a target must be \"Qwen3ForCausalLM\" or \"LlamaForCausalLM\"", path, a0->valuestring);
+        else
+            bs_fail(err, "%s: not a Qwen3 or Llama config (expected architectures [\"Qwen3ForCausalLM\"] or [\"LlamaForCausalLM\"], "
+                    "or model_type \"qwen3\" or \"llama\")", path);
         goto out;
     }
     if (bs_qwen3_config_parse(c, root, path, err)) goto out;
@@ -98,11 +150,25 @@ out:
     return rc;
 }
 
+int bs_model_arch_of(const cJSON *root) {
+    static const struct { const char *arch, *type; bs_model_arch family; } known[] = {
+        { "Qwen3ForCausalLM", "qwen3", BS_ARCH_QWEN3 }, { "LlamaForCausalLM", "llama", BS_ARCH_LLAMA },
+    };
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (cJSON_IsString(a0) ? !strcmp(a0->valuestring, known[i].arch) : cJSON_IsString(mt) && !strcmp(mt->valuestring, known[i].type))
+            return known[i].family;
+    return -1;
+}
+
 cJSON *bs_qwen3_config_to_json(const bs_qwen3_config *c) {
+    int llama = c->arch == BS_ARCH_LLAMA;
     cJSON *r = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(r, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen3ForCausalLM"));
-    cJSON_AddStringToObject(r, "model_type", "qwen3");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(llama ? "LlamaForCausalLM" : "Qwen3ForCausalLM"));
+    cJSON_AddStringToObject(r, "model_type", llama ? "llama" : "qwen3");
     cJSON_AddNumberToObject(r, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(r, "hidden_size", c->hidden_size);
     cJSON_AddNumberToObject(r, "num_hidden_layers", c->n_layers);
@@ -113,8 +179,15 @@ cJSON *bs_qwen3_config_to_json(const bs_qwen3_config *c) {
     cJSON_AddNumberToObject(r, "max_position_embeddings", c->max_position);
     cJSON_AddNumberToObject(r, "rms_norm_eps", c->rms_eps);
     cJSON *rp = cJSON_AddObjectToObject(r, "rope_parameters");
-    cJSON_AddStringToObject(rp, "rope_type", "default");
+    cJSON_AddStringToObject(rp, "rope_type", c->rope.type == BS_ROPE_LLAMA3 ? "llama3" : "default");
     cJSON_AddNumberToObject(rp, "rope_theta", c->rope_theta);
+    if (c->rope.type == BS_ROPE_LLAMA3) {
+        cJSON_AddNumberToObject(rp, "factor", c->rope.factor);
+        cJSON_AddNumberToObject(rp, "low_freq_factor", c->rope.low_freq_factor);
+        cJSON_AddNumberToObject(rp, "high_freq_factor", c->rope.high_freq_factor);
+        cJSON_AddNumberToObject(rp, "original_max_position_embeddings", c->rope.original_max);
+    }
+    if (llama) { cJSON_AddBoolToObject(r, "attention_bias", 0); cJSON_AddBoolToObject(r, "mlp_bias", 0); }
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
     cJSON_AddStringToObject(r, "hidden_act", "silu");
     cJSON_AddStringToObject(r, "dtype", "bfloat16");

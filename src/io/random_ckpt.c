@@ -100,7 +100,7 @@ static void spec(bs_tensor_spec *s, int *n, int init, int64_t rows, int64_t cols
     (*n)++;
 }
 
-// One Qwen3 decoder layer (targets: prefix "model.layers"; drafters: "layers").
+// One decoder layer (targets: prefix "model.layers"; drafters: "layers"); Llama layers have no q/k-norm.
 static void layer_specs(bs_tensor_spec *s, int *n, const bs_qwen3_config *c, const char *prefix, int l) {
     int64_t H = c->hidden_size, hd = c->head_dim, qd = (int64_t)c->n_heads * hd, kd = (int64_t)c->n_kv_heads * hd, I = c->intermediate_size;
     static const struct { const char *name; int init, rows, cols; } L[] = {   // rows/cols: 0 none, 1 H, 2 qd, 3 kd, 4 I, 5 hd
@@ -113,6 +113,7 @@ static void layer_specs(bs_tensor_spec *s, int *n, const bs_qwen3_config *c, con
     };
     const int64_t dim[] = { 0, H, qd, kd, I, hd };
     for (size_t k = 0; k < sizeof L / sizeof *L; k++) {
+        if (L[k].cols == 5 && !bs_qwen3_has_qk_norm(c)) continue;   // q_norm / k_norm
         char fmt[160];
         snprintf(fmt, sizeof fmt, "%s.%%d.%s", prefix, L[k].name);
         spec(s, n, L[k].init, dim[L[k].rows], dim[L[k].cols], fmt, l);

@@ -11,6 +11,7 @@
 #include "io/quant_config.h"
 #include "model/dflash.h"
 #include "util/tuning.h"
+#include "model/rope.h"
 
 #define CTX_CHUNK 64
 
@@ -24,7 +25,8 @@ typedef struct dflash {
     bs_qwen3 *target;
     int taps[BS_MAX_TAPS];           // hidden_states indices = target_layer_ids + 1
     int B, gamma, H, V, kd, qd, I, r, max_ctx;
-    float rope_theta;                // RoPE base; inv_freq in fp32 as the target's (docs/numerics.md)
+    float *rope_inv_freq;            // [head_dim / 2] backend memory: the drafter's own RoPE table (model/rope.h;
+                                     // default or llama3-scaled, from its config.json, fp32 as the target's)
     // weights (backend views)
     bs_mat fc, hidden_norm, norm, embed, lm_head;
     bs_qwen3_layer *layers;
@@ -320,7 +322,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     if (load_mat(m, "fc.weight", m->H, (int64_t)c->n_taps * m->H, &m->fc, err) ||
         load_w(m, "hidden_norm.weight", 0, m->H, &m->hidden_norm, err) ||
         load_w(m, "norm.weight", 0, m->H, &m->norm, err)) goto fail;
-    m->rope_theta = b->rope_theta;
+    if (!(m->rope_inv_freq = bs_rope_table(m->be, b->rope_theta, &b->rope, b->head_dim, err))) goto fail;
     if (!(m->layers = bs_calloc(b->n_layers, sizeof *m->layers, err))) goto fail;
     for (int i = 0; i < b->n_layers; i++) if (load_layer(m, i, err)) goto fail;
     if (c->arch == BS_DRAFTER_ZLAB) {
@@ -421,7 +423,7 @@ static void dflash_free(bs_drafter *d) {
     bs_backend *be = m->be;
     float *bufs[] = { m->bx, m->bxn, m->bq, m->batt, m->bgate, m->bup, m->bh, m->bkx, m->bvx, m->bpred, m->blogits,
                       m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx,
-                      m->logits_d, (float *)m->vids_dev };
+                      m->logits_d, (float *)m->vids_dev, m->rope_inv_freq };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     free(m->vids); free(m->rows_host[0]); free(m->rows_host[1]);
     free(m->hv); free(m->state);
@@ -500,7 +502,7 @@ static int dflash_add_context(bs_drafter *d, bs_drafter_ctx *dc, const float *fe
         for (int l0 = 0; l0 < c->n_layers; l0 += 16) {
             float *ks[16]; const bs_mat *ns[16]; int nm = 0;
             for (int l = l0; l < c->n_layers && l < l0 + 16; l++) { ks[nm] = x->kc[l] + (size_t)pos * m->kd; ns[nm++] = &m->layers[l].k_norm; }
-            bs_head_norm_rope_multi(be, nm, ks, rows, c->n_kv_heads, c->head_dim, ns, c->rms_eps, pos, m->rope_theta);
+            bs_head_norm_rope_multi(be, nm, ks, rows, c->n_kv_heads, c->head_dim, ns, c->rms_eps, pos, m->rope_inv_freq);
         }
     }
     if (bs_backend_check(be, err)) return bs_wrap(err, "drafter: adding %d context rows", n);
@@ -531,7 +533,7 @@ static void backbone(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids) {
         // overwrites them).
         const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
         bs_qkv_norm_rope_store(be, m->xn, B, ws, m->q, m->kx, m->vx, c->n_heads, c->n_kv_heads, c->head_dim, &L->q_norm, &L->k_norm,
-                               c->rms_eps, n_ctx, m->rope_theta, x->kc[l], x->vc[l]);
+                               c->rms_eps, n_ctx, m->rope_inv_freq, x->kc[l], x->vc[l]);
         // Non-causal over [context ; block]; a sliding layer sees the last W context rows plus the whole block.
         int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
         be->attention(be, m->att, m->q, x->kc[l], x->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);
@@ -874,7 +876,7 @@ static void backbone_blocks(dflash *m, int nb, dflash_ctx *const *xs, const int 
         int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
         for (int j = 0; j < nb; j++) {
             bs_qk_norm_rope_store(be, m->bq + j * qw, m->bkx + j * kw, m->bvx + j * kw, B, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm,
-                                  c->rms_eps, n_ctx[j], m->rope_theta, xs[j]->kc[l], xs[j]->vc[l]);
+                                  c->rms_eps, n_ctx[j], m->rope_inv_freq, xs[j]->kc[l], xs[j]->vc[l]);
             be->attention(be, m->batt + j * qw, m->bq + j * qw, xs[j]->kc[l], xs[j]->vc[l], B, c->n_heads, c->n_kv_heads, hd, n_ctx[j] + B,
                           n_ctx[j], 0, win);
         }

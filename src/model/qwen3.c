@@ -5,6 +5,7 @@
 #include "io/quant_config.h"
 #include "model/qwen3.h"
 #include "util/tuning.h"
+#include "model/rope.h"
 
 // A matrix (Linear, embedding, LM head): dense or MLX affine as the checkpoint holds it, handed to the
 // backend; a backend that cannot compute with its format refuses it here, and the message names the tensor.
@@ -30,6 +31,7 @@ static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const 
         { &L->w_down, "mlp.down_proj.weight", H, I },
     };
     for (size_t k = 0; k < sizeof w / sizeof *w; k++) {
+        if ((w[k].m == &L->q_norm || w[k].m == &L->k_norm) && !bs_qwen3_has_qk_norm(c)) continue;   // Llama
         char name[256]; bs_mat host;
         snprintf(name, sizeof name, "model.layers.%d.%s", i, w[k].name);
         if (w[k].rows ? load_matrix(ck, qc, be, name, w[k].rows, w[k].cols, w[k].m, NULL, err)
@@ -57,6 +59,7 @@ int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *
     } else if (load_matrix(ck, &qc, be, "lm_head.weight", c->vocab_size, c->hidden_size, &m->lm_head, &m->lm_head_host, err)) {
         goto fail;
     }
+    if (!(m->rope_inv_freq = bs_rope_table(be, c->rope_theta, &c->rope, c->head_dim, err))) goto fail;
     m->layers = calloc(c->n_layers, sizeof *m->layers);
     if (!m->layers) { bs_fail(err, "out of memory"); goto fail; }
     for (int i = 0; i < c->n_layers; i++) if (load_layer(&m->layers[i], i, c, ck, &qc, be, err)) goto fail;
@@ -70,6 +73,7 @@ fail:
 
 void bs_qwen3_free(bs_qwen3 *m) {
     if (!m->be) return;
+    if (m->rope_inv_freq) m->be->free(m->be, m->rope_inv_freq);
     free(m->layers);
     memset(m, 0, sizeof *m);
 }
@@ -194,19 +198,20 @@ static void forward_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch, c
     emit_taps(m, out, 0, ws->x, row0, n);
     for (int l = 0; l < c->n_layers; l++) {
         const bs_qwen3_layer *L = &m->layers[l];
+        const bs_mat *qn = bs_qwen3_has_qk_norm(c) ? &L->q_norm : NULL, *kn = bs_qwen3_has_qk_norm(c) ? &L->k_norm : NULL;
         be->rmsnorm(be, ws->xn, ws->x, n, H, &L->attn_norm, c->rms_eps);
         const bs_mat *wqkv[3] = { &L->wq, &L->wk, &L->wv };
         for (int i = 0; i < ch->n_pieces; i++) { spans[i].k = ch->p[i].kv->k[l]; spans[i].v = ch->p[i].kv->v[l]; }
         // q/k/v, then q/k norm + RoPE and the new K/V rows into each sequence's cache at its positions (a
         // position argument: replayable). One sequence: the fused op, bit-equal to the two steps (backend.h).
         if (ch->n_pieces == 1) {
-            bs_qkv_norm_rope_store(be, ws->xn, n, wqkv, ws->q, ws->kx, ws->vx, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps,
-                                   spans[0].pos0, c->rope_theta, spans[0].k, spans[0].v);
+            bs_qkv_norm_rope_store(be, ws->xn, n, wqkv, ws->q, ws->kx, ws->vx, nH, nKV, hd, qn, kn, c->rms_eps,
+                                   spans[0].pos0, m->rope_inv_freq, spans[0].k, spans[0].v);
         } else {
             float *y[3] = { ws->q, ws->kx, ws->vx };
             bs_matmul_multi(be, 3, y, ws->xn, n, wqkv, 0);
-            bs_qk_norm_rope_store_spans(be, ws->q, ws->kx, ws->vx, spans, ch->n_pieces, nH, nKV, hd, &L->q_norm, &L->k_norm, c->rms_eps,
-                                        c->rope_theta);
+            bs_qk_norm_rope_store_spans(be, ws->q, ws->kx, ws->vx, spans, ch->n_pieces, nH, nKV, hd, qn, kn, c->rms_eps,
+                                        m->rope_inv_freq);
         }
         bs_attention_spans(be, ws->att, ws->q, spans, ch->n_pieces, nH, nKV, hd);
         be->matmul(be, ws->x, ws->att, n, &L->wo, 1);  // residual add fused into the projection

@@ -1,5 +1,7 @@
-// The Qwen3 target: a decoder-only transformer (RMSNorm, GQA with q/k-norm, RoPE, SwiGLU) over a
-// rollback-able KV cache, able to hand out "taps" (hidden states of chosen layers) for drafters.
+// The target: a decoder-only transformer (RMSNorm, GQA, RoPE, SwiGLU) over a rollback-able KV cache, able to
+// hand out "taps" (hidden states of chosen layers) for drafters. One layer for both families it runs
+// (docs/targets.md): Qwen3 (q/k-norm before RoPE) and Llama-3.x (no q/k-norm, llama3-scaled RoPE); the
+// config's flags (cfg.arch, cfg.rope) pick, the code path is the same.
 #pragma once
 #include "backend/backend.h"
 #include "io/config.h"
@@ -8,7 +10,7 @@
 typedef struct bs_qwen3_layer {
     bs_mat attn_norm;            // [H]
     bs_mat wq, wk, wv, wo;       // [nH*hd, H], [nKV*hd, H], [nKV*hd, H], [H, nH*hd]
-    bs_mat q_norm, k_norm;       // [hd]
+    bs_mat q_norm, k_norm;       // [hd] (Qwen3; absent, all zero, in a Llama target)
     bs_mat mlp_norm;             // [H]   post_attention_layernorm
     bs_mat w_gate, w_up, w_down; // [I, H], [I, H], [H, I]
 } bs_qwen3_layer;
@@ -24,6 +26,7 @@ typedef struct bs_qwen3 {
     bs_qwen3_layer *layers;      // [n_layers]
     int use_graphs;              // record/replay forwards on backends that can (CUDA graphs): bs_tuning's graphs
                                  // at init (BS_GRAPHS), the open options' no_graphs after; drafters follow it
+    float *rope_inv_freq;        // [head_dim / 2] backend memory: the RoPE table (model/rope.h)
 } bs_qwen3;   // immutable after bs_qwen3_init (use_graphs aside, set before use): one target serves any number of sequences
 
 // Rows per forward chunk: longer inputs (and batches) run in chunks of at most this many rows.

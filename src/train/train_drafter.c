@@ -498,6 +498,7 @@ static int create(drafter **out, bs_train_task *target, const bs_drafter_config 
         if (c->target_layer_ids[i] < -1 || c->target_layer_ids[i] >= tc->n_layers)
             return bs_fail(err, "drafter: target_layer_ids[%d] = %d but the target has %d layers", i, c->target_layer_ids[i], tc->n_layers);
     if (b->sliding_window) return bs_fail(err, "drafter: sliding-window layers are not supported in training");
+    if (b->rope.type != BS_ROPE_DEFAULT) return bs_fail(err, "drafter: llama3-scaled RoPE is not supported in training (default RoPE only)");
     drafter *d = calloc(1, sizeof *d);
     if (!d) return bs_fail(err, "out of memory");
     d->cfg = *c;

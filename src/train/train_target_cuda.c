@@ -61,6 +61,7 @@ static int load_config(bs_qwen3_config *c, double *init_range, const char *cfg, 
         bs_fail(err, "%s: architectures[0] is \"%s\"; the target trainer trains \"Qwen3ForCausalLM\"", what, a0->valuestring);
     else if (bs_qwen3_config_parse(c, root, what, err) || bs_json_num(root, "initializer_range", 0, init_range, what, err)) {}
     else if (c->sliding_window) bs_fail(err, "%s: sliding-window attention is not supported", what);
+    else if (c->arch != BS_ARCH_QWEN3 || c->rope.type != BS_ROPE_DEFAULT) bs_fail(err, "%s: the target trainer trains Qwen3 with default RoPE", what);
     else if (!(*init_range > 0 && *init_range < 10)) bs_fail(err, "%s: initializer_range %g outside (0, 10)", what, *init_range);
     else rc = 0;
     cJSON_Delete(root);

@@ -9,7 +9,7 @@ void bs_cpu_scatter_row(float *out, int out_w, const float *in, int in_w, const 
 // BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 forces a path; an unsupported request falls back to the best one).
 void bs_cpu_install_fast(bs_backend *be);
 void bs_cpu_rmsnorm_row(float *y, const float *x, int dim, const bs_mat *w, float eps);
-void bs_cpu_rope_row(float *x, int hd, int pos, float theta);
+void bs_cpu_rope_row(float *x, int hd, int pos, const float *inv_freq);
 
 // ---- per-thread scratch (cpu_scratch.c) ----
 // *buf (a `static __thread` pointer, *cap bytes) grown to at least need bytes (want when it must grow: room

@@ -45,8 +45,7 @@ static void v_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, 
 }
 
 // ---- head_norm_rope ----
-// inv_freq is computed once per call with bs_rope_inv_freq (transformers' 1 / theta^(2i/hd) in fp32), cos/sin
-// once per row with libm from angle = fp32(pos) * inv_freq, so the angles equal the reference's bit for bit.
+// inv_freq is the model's table (model/rope.h: transformers' fp32 values), cos/sin once per row with libm from angle = fp32(pos) * inv_freq, so the angles equal the reference's bit for bit.
 typedef struct {
     float *x; int n, n_heads, hd; const bs_mat *nw; float eps; int pos0; const float *inv_freq;
 } rope_job;
@@ -79,18 +78,16 @@ TGT_AVX2 static void rope_task(void *p, int r, int nt) {
 }
 
 static void v_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w,
-                             float eps, int pos0, float theta) {
+                             float eps, int pos0, const float *inv_freq) {
     if (hd > 1024) {   // beyond the stack buffers: the reference is exact and fine for such odd shapes
         for (int r = 0; r < n; r++)
             for (int h = 0; h < n_heads; h++) {
                 float *v = x + ((size_t)r * n_heads + h) * hd;
                 if (norm_w) bs_cpu_rmsnorm_row(v, v, hd, norm_w, eps);
-                bs_cpu_rope_row(v, hd, pos0 + r, theta);
+                bs_cpu_rope_row(v, hd, pos0 + r, inv_freq);
             }
         return;
     }
-    float inv_freq[512];
-    for (int i = 0; i < hd / 2; i++) inv_freq[i] = bs_rope_inv_freq(theta, i, hd);
     rope_job j = { x, n, n_heads, hd, norm_w, eps, pos0, inv_freq };
     if ((size_t)n * n_heads * hd < PAR_MIN) for (int r = 0; r < n; r++) rope_task(&j, r, n);
     else bs_parallel_for(n, rope_task, &j);

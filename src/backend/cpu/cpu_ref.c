@@ -95,12 +95,11 @@ static void ref_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim
     for (int r = 0; r < n; r++) bs_cpu_rmsnorm_row(y + (size_t)r * dim, x + (size_t)r * dim, dim, w, eps);
 }
 
-// RoPE angles as transformers computes them: inv_freq in fp32, angle = fp32(pos) * inv_freq.
-void bs_cpu_rope_row(float *x, int hd, int pos, float theta) {
+// RoPE angles as transformers computes them: angle = fp32(pos) * inv_freq[i] (the model's fp32 table).
+void bs_cpu_rope_row(float *x, int hd, int pos, const float *inv_freq) {
     int half = hd / 2;
     for (int i = 0; i < half; i++) {
-        float inv_freq = bs_rope_inv_freq(theta, i, hd);
-        float a = (float)pos * inv_freq, c = cosf(a), s = sinf(a);
+        float a = (float)pos * inv_freq[i], c = cosf(a), s = sinf(a);
         float x0 = x[i], x1 = x[i + half];
         x[i] = x0 * c - x1 * s;
         x[i + half] = x1 * c + x0 * s;
@@ -108,12 +107,12 @@ void bs_cpu_rope_row(float *x, int hd, int pos, float theta) {
 }
 
 static void ref_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w,
-                               float eps, int pos0, float theta) {
+                               float eps, int pos0, const float *inv_freq) {
     for (int r = 0; r < n; r++)
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)r * n_heads + h) * hd;
             if (norm_w) bs_cpu_rmsnorm_row(v, v, hd, norm_w, eps);
-            bs_cpu_rope_row(v, hd, pos0 + r, theta);
+            bs_cpu_rope_row(v, hd, pos0 + r, inv_freq);
         }
 }
 

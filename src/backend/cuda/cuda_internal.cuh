@@ -91,7 +91,7 @@ __device__ __forceinline__ float ld_elem(const void *d, int dt, size_t i) {
 // One warp per (row, head): optional per-head RMSNorm, then rotate-half RoPE; the result goes back to v
 // and, when v2 != NULL, to v2 too (the fused K path writes the rotated key into the cache as well).
 __device__ __forceinline__ void head_norm_rope_warp(float *v, float *v2, int hd, const void *nw, int dt, float eps, int pos,
-                                                    float theta, int lane) {
+                                                    const float *inv_freq, int lane) {
     int half = hd / 2;
     float a[4], b[4];   // hd <= 256
     float ss = 0.f;
@@ -114,8 +114,7 @@ __device__ __forceinline__ void head_norm_rope_warp(float *v, float *v2, int hd,
     for (int u = 0; u < 4; u++) {
         int i = lane + 32 * u;
         if (i < half) {
-            float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);   // fp32, as bs_rope_inv_freq
-            float ang = (float)pos * inv_freq, cs = cosf(ang), sn = sinf(ang);
+            float ang = (float)pos * inv_freq[i], cs = cosf(ang), sn = sinf(ang);   // the model's fp32 table (model/rope.h)
             float r0 = a[u] * cs - b[u] * sn, r1 = b[u] * cs + a[u] * sn;
             v[i] = r0; v[i + half] = r1;
             if (v2) { v2[i] = r0; v2[i + half] = r1; }
@@ -156,7 +155,7 @@ void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *con
                      const float *up = NULL);
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int accumulate);
 int cu_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *const *W, float *q, float *k, float *v, int n_heads,
-                           int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
+                           int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
                            float *kcache, float *vcache);
 // The flags qk_norm_rope_store's launch leaves for the attention after it (cuda_norm_rope.cu); the fused
 // q/k/v fixup sets the same.
@@ -210,9 +209,9 @@ int ensure_ws(cuda_impl *c, float **p, size_t *have, size_t need);
 void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc);
 void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x, int n, const bs_mat *const *W, int accumulate);
 void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps);
-void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, float theta);
+void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, const float *inv_freq);
 void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
-                           const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
+                           const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
                            float *kcache, float *vcache);
 void cu_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int n_heads,
                   int n_kv, int hd, int n_keys, int q_pos0, int causal, int window);
@@ -226,7 +225,7 @@ void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, in
 void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab, const int32_t *map);
 void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *dev_ids, int n);
 void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, int n_heads, int hd, const bs_mat *const *norm_w,
-                             float eps, int pos0, float theta);
+                             float eps, int pos0, const float *inv_freq);
 int cu_sample_rows(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,
                    const double *u, int32_t *ids_host);
 int cu_sample_rows_to(bs_backend *be, float *probs, const float *logits, int n, int V, float temperature, int top_k, float top_p,

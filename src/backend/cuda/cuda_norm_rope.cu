@@ -83,25 +83,25 @@ void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const 
 }
 
 __global__ void head_norm_rope_kernel(float *x, int n, int n_heads, int hd, const void *nw, int dt, float eps,
-                                      posarg pos0, float theta) {
+                                      posarg pos0, const float *inv_freq) {
     pdl_enter();
     int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (wid >= n * n_heads) return;
     int r = wid / n_heads;
-    head_norm_rope_warp(x + (size_t)wid * hd, NULL, hd, nw, dt, eps, pv(pos0) + r, theta, lane);
+    head_norm_rope_warp(x + (size_t)wid * hd, NULL, hd, nw, dt, eps, pv(pos0) + r, inv_freq, lane);
 }
 
 // head_norm_rope of up to HNR_MULTI buffers in one launch: blockIdx.y picks the buffer.
 #define HNR_MULTI 8
 struct hnr_multi_arg { float *x[HNR_MULTI]; const void *w[HNR_MULTI]; int dt[HNR_MULTI]; };
-__global__ void head_norm_rope_multi_kernel(hnr_multi_arg A, int n, int n_heads, int hd, float eps, posarg pos0, float theta) {
+__global__ void head_norm_rope_multi_kernel(hnr_multi_arg A, int n, int n_heads, int hd, float eps, posarg pos0, const float *inv_freq) {
     pdl_enter();
     int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31, i = blockIdx.y;
     if (wid >= n * n_heads) return;
-    head_norm_rope_warp(A.x[i] + (size_t)wid * hd, NULL, hd, A.w[i], A.dt[i], eps, pv(pos0) + wid / n_heads, theta, lane);
+    head_norm_rope_warp(A.x[i] + (size_t)wid * hd, NULL, hd, A.w[i], A.dt[i], eps, pv(pos0) + wid / n_heads, inv_freq, lane);
 }
 void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, int n_heads, int hd, const bs_mat *const *norm_w,
-                             float eps, int pos0, float theta) {
+                             float eps, int pos0, const float *inv_freq) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
     REQUIRE_HEAD_DIM(c, hd);
@@ -115,7 +115,7 @@ void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, 
             REQUIRE_ROW_MAJOR(c, w, "head_norm_rope");
             A.x[i] = x[i0 + i]; A.w[i] = w ? w->data : NULL; A.dt[i] = w ? (int)w->dtype : 0;
         }
-        launch_k(c, "head_norm_rope", head_norm_rope_multi_kernel, dim3((warps + 7) / 8, m), dim3(256), 0, A, n, n_heads, hd, eps, P(c, pos0), theta);
+        launch_k(c, "head_norm_rope", head_norm_rope_multi_kernel, dim3((warps + 7) / 8, m), dim3(256), 0, A, n, n_heads, hd, eps, P(c, pos0), inv_freq);
     }
 }
 
@@ -123,7 +123,7 @@ void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, 
 // [n*nq, n*(nq+nkv)) the k heads (in place and into kcache row pos0 + r), the rest copy v rows into vcache.
 __global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, int n, int nq, int nkv, int hd,
                                           const void *qw, int qdt, const void *kw, int kdt, float eps, posarg pos0,
-                                          float theta, float *kc, float *vc) {
+                                          const float *inv_freq, float *kc, float *vc) {
     // waits before it lets the attention start: when the attention's blocks begin, every kernel before
     // this one has completed, so it may read the K/V rows of earlier forwards before its own wait
     pdl_wait(); pdl_trigger();
@@ -131,10 +131,10 @@ __global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, in
     const int nqw = n * nq, nkw = n * nkv;
     const int p0 = pv(pos0);
     if (wid < nqw) {
-        head_norm_rope_warp(q + (size_t)wid * hd, NULL, hd, qw, qdt, eps, p0 + wid / nq, theta, lane);
+        head_norm_rope_warp(q + (size_t)wid * hd, NULL, hd, qw, qdt, eps, p0 + wid / nq, inv_freq, lane);
     } else if (wid < nqw + nkw) {
         int w = wid - nqw, r = w / nkv;
-        head_norm_rope_warp(k + (size_t)w * hd, kc + (size_t)p0 * nkv * hd + (size_t)w * hd, hd, kw, kdt, eps, p0 + r, theta, lane);
+        head_norm_rope_warp(k + (size_t)w * hd, kc + (size_t)p0 * nkv * hd + (size_t)w * hd, hd, kw, kdt, eps, p0 + r, inv_freq, lane);
     } else if (wid < nqw + 2 * nkw) {
         int w = wid - nqw - nkw;
         const float *src = v + (size_t)w * hd;
@@ -144,7 +144,7 @@ __global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, in
 }
 
 void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
-                                  const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, float theta,
+                                  const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
                                   float *kcache, float *vcache) {
     cuda_impl *c = CI(be);
     if (n <= 0 || ablated("qknrs")) return;
@@ -152,7 +152,7 @@ void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, i
     REQUIRE_HEAD_DIM(c, hd);
     int warps = n * (n_heads + 2 * n_kv);
     launch_k(c, "qk_norm_rope_store", qk_norm_rope_store_kernel, dim3((warps + 7) / 8), dim3(256), 0, q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
-        q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), theta, kcache, vcache);
+        q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), inv_freq, kcache, vcache);
     qknrs_launched(c, n);
 }
 
@@ -167,13 +167,13 @@ void qknrs_launched(cuda_impl *c, int n) {
     c->pdl_next = pdl_gemm() && (att_pdl == 2 || (att_pdl == 1 && n > 1));
 }
 
-void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, float theta) {
+void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, const float *inv_freq) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
     REQUIRE_ROW_MAJOR(c, norm_w, "head_norm_rope");
     REQUIRE_HEAD_DIM(c, hd);
     int warps = n * n_heads;
     launch_k(c, "head_norm_rope", head_norm_rope_kernel, dim3((warps + 7) / 8), dim3(256), 0, x, n, n_heads, hd, norm_w ? norm_w->data : NULL,
-                                                             norm_w ? norm_w->dtype : 0, eps, P(c, pos0), theta);
+                                                             norm_w ? norm_w->dtype : 0, eps, P(c, pos0), inv_freq);
 }
 

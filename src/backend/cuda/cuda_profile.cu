@@ -49,24 +49,24 @@ static void pf_matmul_multi(bs_backend *be, int count, float *const *y, const fl
     PROF(nm, n, g_prof->inner.matmul_multi(be, count, y, x, n, W, accumulate));
 }
 static void pf_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const bs_mat *w, float eps) { PROF("rmsnorm", n, g_prof->inner.rmsnorm(be, y, x, n, dim, w, eps)); }
-static void pf_hnr_multi(bs_backend *be, int count, float *const *x, int n, int nh, int hd, const bs_mat *const *w, float eps, int pos0, float theta) {
-    PROF("head_norm_rope_multi", n, g_prof->inner.head_norm_rope_multi(be, count, x, n, nh, hd, w, eps, pos0, theta));
+static void pf_hnr_multi(bs_backend *be, int count, float *const *x, int n, int nh, int hd, const bs_mat *const *w, float eps, int pos0, const float *inv_freq) {
+    PROF("head_norm_rope_multi", n, g_prof->inner.head_norm_rope_multi(be, count, x, n, nh, hd, w, eps, pos0, inv_freq));
 }
-static void pf_hnr(bs_backend *be, float *x, int n, int nh, int hd, const bs_mat *w, float eps, int pos0, float theta) {
-    PROF("head_norm_rope", n, g_prof->inner.head_norm_rope(be, x, n, nh, hd, w, eps, pos0, theta));
+static void pf_hnr(bs_backend *be, float *x, int n, int nh, int hd, const bs_mat *w, float eps, int pos0, const float *inv_freq) {
+    PROF("head_norm_rope", n, g_prof->inner.head_norm_rope(be, x, n, nh, hd, w, eps, pos0, inv_freq));
 }
 static void pf_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int nh, int nkv, int hd,
                          int n_keys, int q_pos0, int causal, int window) {
     PROF(causal ? "attention causal" : "attention bidir", n_q, g_prof->inner.attention(be, out, q, k, v, n_q, nh, nkv, hd, n_keys, q_pos0, causal, window));
 }
 static void pf_qkrs(bs_backend *be, float *q, float *k, const float *v, int n, int nh, int nkv, int hd, const bs_mat *qw,
-                    const bs_mat *kw, float eps, int pos0, float theta, float *kc, float *vc) {
-    PROF("qk_norm_rope_store", n, g_prof->inner.qk_norm_rope_store(be, q, k, v, n, nh, nkv, hd, qw, kw, eps, pos0, theta, kc, vc));
+                    const bs_mat *kw, float eps, int pos0, const float *inv_freq, float *kc, float *vc) {
+    PROF("qk_norm_rope_store", n, g_prof->inner.qk_norm_rope_store(be, q, k, v, n, nh, nkv, hd, qw, kw, eps, pos0, inv_freq, kc, vc));
 }
 static int pf_qkv(bs_backend *be, const float *x, int n, const bs_mat *const *W, float *q, float *k, float *v, int nh, int nkv, int hd,
-                  const bs_mat *qw, const bs_mat *kw, float eps, int pos0, float theta, float *kc, float *vc) {
+                  const bs_mat *qw, const bs_mat *kw, float eps, int pos0, const float *inv_freq, float *kc, float *vc) {
     int r;
-    PROF("matmul q/k/v + qk_norm_rope_store", n, r = g_prof->inner.qkv_norm_rope_store(be, x, n, W, q, k, v, nh, nkv, hd, qw, kw, eps, pos0, theta, kc, vc));
+    PROF("matmul q/k/v + qk_norm_rope_store", n, r = g_prof->inner.qkv_norm_rope_store(be, x, n, W, q, k, v, nh, nkv, hd, qw, kw, eps, pos0, inv_freq, kc, vc));
     return r;
 }
 static int pf_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int acc) {
