@@ -269,14 +269,14 @@ static int forward_recorded(const bs_qwen3 *m, bs_qwen3_ws *ws, bs_kv_cache *kv,
     for (int i = 0; i < kv->n_recs && !r; i++) {
         bs_fwd_rec *c = &kv->recs[i];
         if (c->m == m && c->ws == ws && c->n == n && c->logits_all == out->logits_all && c->logits == out->logits && c->tap_out == out->tap_out &&
-            c->n_taps == out->n_taps && !memcmp(c->taps, out->taps, sizeof(int) * out->n_taps) && c->dev_ids == dev_ids) r = c;
+            c->n_taps == out->n_taps && (out->n_taps == 0 || !memcmp(c->taps, out->taps, sizeof(int) * out->n_taps)) && c->dev_ids == dev_ids) r = c;
     }
     if (!r) {
         if (kv->n_recs == MAX_RECS) return 1;
         if (!kv->recs && !(kv->recs = calloc(MAX_RECS, sizeof *kv->recs))) return 1;
         r = &kv->recs[kv->n_recs++];
         r->m = m; r->ws = ws; r->n = n; r->logits_all = out->logits_all; r->logits = out->logits; r->tap_out = out->tap_out;
-        r->n_taps = out->n_taps; memcpy(r->taps, out->taps, sizeof(int) * out->n_taps); r->dev_ids = dev_ids;
+        r->n_taps = out->n_taps; if (out->n_taps) memcpy(r->taps, out->taps, sizeof(int) * out->n_taps); r->dev_ids = dev_ids;   // taps may be NULL when none
     }
     if (!r->rec && r->seen++ < 1) return 1;    // first time: plain (one-off shapes like a prompt stay unrecorded)
     int pos0 = kv->n_past;
