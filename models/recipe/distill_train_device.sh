@@ -1,17 +1,15 @@
 #!/bin/bash
-# One device call (issue 24, prepared in session 20, not yet run): the built-in target's own text through the
+# One device call (issue 24; prepared in session 20, run in session 21): the built-in target's own text through the
 # batched runtime (distill-corpus --concurrency), mixed with 25% of the corpus, then a 3-layer DSpark (block 4)
 # and a 2-layer z-lab DFlash (block 5) trained on it. Carried in .dev/d2: target.tar.xz (models/blockspec-30m)
 # and {code,prose,dialogue}.txt.xz (the 29.4M-token subset: first 60 MB of code, all prose, first 12 MB of
 # dialogue); .dev/sb.tar.xz the stripped build-cuda/blockspec; .dev/debs. Move models/ out of the tree first
-# (the carry is 64 MiB with the tree). Returns the drafters as shards, gen.bsc.xz parts, logs and the Llama vectors.
+# (the carry is 64 MiB with the tree). Returns the drafters as shards, gen.bsc.xz parts and the logs.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 tar xJf .dev/sb.tar.xz
 . tests/gpu/deb_sysroot.sh; deb_sysroot_args .dev/debs; export LD_LIBRARY_PATH=/tmp/sysroot/usr/lib/x86_64-linux-gnu
 T0=$(date +%s)
-(mkdir -p /tmp/llama_fix; PYTHONUNBUFFERED=1 timeout 200 python3 tests/ref/make_llama_fixture.py /tmp/llama_fix > /tmp/llama_fix/make.log 2>&1;
- tar czf $OUT/llama_fix.tgz -C /tmp llama_fix) &
 W=/tmp/bsd; mkdir -p $W/target $W/logs
 xz -dc .dev/d2/target.tar.xz | tar xf - -C $W/target
 P=""; for f in code prose dialogue; do xz -dc .dev/d2/$f.txt.xz > $W/$f.txt & P="$P $!"; done; wait $P
