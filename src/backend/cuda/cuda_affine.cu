@@ -44,8 +44,8 @@
 //
 // Occupancy: 256 threads, <= 128 registers for 1-16 rows (two blocks per SM: 16 warps x 3 stages x 2 KiB
 // = 96 KiB of weights requested per SM, enough to cover HBM latency), shared memory <= ~70 KiB.
-// SwiGLU (swiglu_matmul): the staged x is silu(gate) * up, with the swiglu kernel's fp32 expression
-// (silu_mul), so fused and unfused results are the same bits.
+// SwiGLU (swiglu_matmul, up to 32 rows): the staged x is silu(gate) * up, with the swiglu kernel's fp32
+// expression (silu_mul), so fused and unfused results are the same bits.
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/affine_layout.h"
 
@@ -442,10 +442,10 @@ static int af_rb(const bs_mat *W) { return (int)((((W->rows + AF_TM - 1) / AF_TM
 
 template <int BITS, int NT, bool PF32>
 static void af_launch_k(cuda_impl *c, const af_args &A, size_t smem) {
-    static size_t attr = 0;
-    if (smem > attr) {
-        CK(cudaFuncSetAttribute(af_mm_kernel<BITS, NT, PF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        attr = smem;
+    static bool attr = false;   // once, at the most any launch asks (mm_affine keeps smem within the budget)
+    if (!attr) {
+        CK(cudaFuncSetAttribute(af_mm_kernel<BITS, NT, PF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, AF_SMEM_BUDGET));
+        attr = true;
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(A.G); cfg.blockDim = dim3(AF_THREADS); cfg.dynamicSmemBytes = smem; cfg.stream = c->st;

@@ -299,9 +299,15 @@ void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x,
 // results are bit-identical (tested).
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int acc) {
     if (n <= 0) return 0;
-    // Affine weights: the activation is computed where x is staged (once per element per block, a few
-    // blocks per element: cheap next to a launch of its own), at every row count; same bits as unfused.
-    if (W->layout == BS_CUDA_AFFINE && fuse_enabled()) { mm_affine(CI(be), 1, &y, &W, &acc, g, n, u); return 0; }
+    // Affine weights: the activation is computed where x is staged (once per element by each block that
+    // stages it: ~16 blocks per element on the Qwen3-8B down projection), up to 32 rows (one launch: decode and
+    // verify blocks, where it saves a kernel and a link); more rows run the swiglu kernel first (once per
+    // element). Same bits either way.
+    if (W->layout == BS_CUDA_AFFINE) {
+        if (n > 32 || !fuse_enabled()) return -1;
+        mm_affine(CI(be), 1, &y, &W, &acc, g, n, u);
+        return 0;
+    }
     static int max_rows = -1;
     if (max_rows < 0) max_rows = bs_tuning_get()->cuda_swiglu_rows;
     if (n > max_rows || (W->layout != BS_CUDA_TILED && W->layout != BS_CUDA_FP8) || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || !fuse_enabled()) return -1;
