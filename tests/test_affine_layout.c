@@ -180,3 +180,50 @@ TEST(cuda_affine_layout_kernel_emulation) {
         free(codes); free(sc); free(bi); free(s); free(b); free(x); free(dev); free(y);
     }
 }
+
+// The matmul's stream-K bookkeeping (affine_layout.h: af_range_lo / af_range_of / af_slot /
+// af_first_slot), replayed as the kernel's loop runs it: every block walks its range, a row block it
+// completes is written directly, a cut one leaves a partial in (block, slot), and the last block sums the
+// partials of blocks first .. last from the slots af_first_slot and 0 say. Every unit must be covered once,
+// no (block, slot) written twice, and each cut row block's sum must read exactly the partials written for it.
+TEST(cuda_affine_stream_k_bookkeeping) {
+    const int cases[][2] = { { 24, 32 }, { 16, 32 }, { 96, 32 }, { 16, 96 }, { 594, 32 }, { 391, 2 }, { 2, 32 }, { 1, 1 }, { 17, 3 }, { 3, 7 } };
+    const int Gs[] = { 264, 132, 7, 1 };
+    for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++)
+        for (int gi = 0; gi < 4; gi++) {
+            const int RBT = cases[ci][0], UN = cases[ci][1], U = RBT * UN, G = Gs[gi] < U ? Gs[gi] : U;
+            int *owner = calloc((size_t)G * 2, sizeof(int)), *covered = calloc((size_t)U, sizeof(int)), *whole = calloc((size_t)RBT, sizeof(int));
+            int bad = 0;
+            for (int i = 0; i < G * 2; i++) owner[i] = -1;
+            for (int b = 0; b < G; b++) {
+                const int lo = af_range_lo(b, U, G), hi = af_range_lo(b + 1, U, G);
+                if (hi <= lo) bad++;   // every block has a unit
+                for (int u = lo; u < hi; u++) covered[u]++;
+                for (int a = lo; a < hi;) {   // the runs of row blocks in [lo, hi)
+                    const int rb = a / UN, e = (rb + 1) * UN < hi ? (rb + 1) * UN : hi;
+                    if (a == rb * UN && e == (rb + 1) * UN) whole[rb]++;
+                    else {
+                        const int slot = af_slot(a, lo);
+                        if (owner[b * 2 + slot] != -1) bad++;
+                        owner[b * 2 + slot] = rb;
+                    }
+                    a = e;
+                }
+            }
+            for (int u = 0; u < U; u++) if (covered[u] != 1) bad++;
+            for (int rb = 0; rb < RBT; rb++) {
+                const int first = af_range_of(rb * UN, U, G), last = af_range_of((rb + 1) * UN - 1, U, G);
+                if (first == last) { if (whole[rb] != 1) bad++; continue; }
+                if (whole[rb]) bad++;
+                int written = 0;
+                for (int i = 0; i < G * 2; i++) written += owner[i] == rb;
+                if (written != last - first + 1) bad++;   // the arrival count the kernel waits for
+                for (int b2 = first; b2 <= last; b2++) {
+                    const int slot = b2 == first ? af_first_slot(af_range_lo(first, U, G), rb * UN) : 0;
+                    if (owner[b2 * 2 + slot] != rb) bad++;
+                }
+            }
+            CHECK(bad == 0, "%d row blocks x %d units over %d blocks: %d inconsistencies", RBT, UN, G, bad);
+            free(owner); free(covered); free(whole);
+        }
+}

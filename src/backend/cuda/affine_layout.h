@@ -116,3 +116,19 @@ AF_HD uint32_t af_dst_word(const af_shape *S, int64_t ui, int wi, const uint32_t
     }
     return v;
 }
+
+// The matmul's work split (cuda_affine.cu, "stream-K over units"): the U = row blocks x units pairs of a
+// launch, numbered row block by row block, cut into G contiguous ranges; block b owns [af_range_lo(b),
+// af_range_lo(b + 1)). A row block cut between blocks leaves one partial per block in the block's slot
+// af_slot (0 for the first row block of its range, 1 for a later one: a block's range cuts at most its
+// first and its last row block), and the last block to finish it sums the partials of blocks
+// first .. last in order, the first one's from slot af_first_slot.
+AF_HD int af_range_lo(int b, int U, int G) { return (int)((long long)b * U / G); }
+AF_HD int af_range_of(int u, int U, int G) {
+    int b = (int)((long long)u * G / U);
+    while (b + 1 < G && af_range_lo(b + 1, U, G) <= u) b++;
+    while (b > 0 && af_range_lo(b, U, G) > u) b--;
+    return b;
+}
+AF_HD int af_slot(int run_lo, int range_lo) { return run_lo == range_lo ? 0 : 1; }
+AF_HD int af_first_slot(int first_range_lo, int rb_lo) { return first_range_lo < rb_lo ? 1 : 0; }

@@ -125,14 +125,9 @@ struct af_args {
     int evict_first;
 };
 
-// First unit of block b, and the block whose range holds unit u (64-bit products: U * G can pass 2^31).
-__device__ __forceinline__ int af_lo(int b, const af_args &A) { return (int)((long long)b * A.U / A.G); }
-__device__ int af_block_of(int u, const af_args &A) {
-    int b = (int)((long long)u * A.G / A.U);
-    while (b + 1 < A.G && af_lo(b + 1, A) <= u) b++;
-    while (b > 0 && af_lo(b, A) > u) b--;
-    return b;
-}
+// First unit of block b, and the block whose range holds unit u (affine_layout.h).
+__device__ __forceinline__ int af_lo(int b, const af_args &A) { return af_range_lo(b, A.U, A.G); }
+__device__ __forceinline__ int af_block_of(int u, const af_args &A) { return af_range_of(u, A.U, A.G); }
 
 __device__ __forceinline__ uint64_t af_policy() {
     uint64_t p; asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p)); return p;
@@ -303,7 +298,7 @@ __global__ void __launch_bounds__(AF_THREADS, NT <= 3 ? 2 : 1) af_mm_kernel(cons
                     }
             return;
         }
-        float *wp = A.ws + ((size_t)blockIdx.x * 2 + (a == lo ? 0 : 1)) * A.n * AF_RB_ROWS;
+        float *wp = A.ws + ((size_t)blockIdx.x * 2 + af_slot(a, lo)) * A.n * AF_RB_ROWS;
 #pragma unroll
         for (int m = 0; m < 2; m++)
 #pragma unroll
@@ -320,7 +315,7 @@ __global__ void __launch_bounds__(AF_THREADS, NT <= 3 ? 2 : 1) af_mm_kernel(cons
         __syncthreads();
         if (!s_last) return;
         __threadfence();
-        const int fs = af_lo(first, A) < r_lo ? 1 : 0;   // the first block's slot: 1 if its range began earlier
+        const int fs = af_first_slot(af_lo(first, A), r_lo);   // the first block's slot
         const int row = rbl * AF_RB_ROWS + tid;
         if (row < M)
             for (int col = 0; col < A.n; col++) {
