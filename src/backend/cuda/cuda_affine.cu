@@ -35,8 +35,8 @@
 // the partition is a function of the shapes and the SM count, so every output is summed in the same
 // order whatever the row count (batch invariance).
 //
-// x: each block stages a window of up to C units of x (all of the call's rows, padded to 8 per n-tile)
-// in shared memory, split into bf16 hi/lo in the order the B fragment wants ({hi01, hi23, lo01, lo23}
+// x: each block stages a window of up to C units of x (the call's rows; the mma columns past them are
+// zeros in registers) in shared memory, split into bf16 hi/lo in the order the B fragment wants ({hi01, hi23, lo01, lo23}
 // per (column, 16-k step, t): one 16-byte load per mma pair), with the group sums beside it. The window
 // moves when the block's range leaves it. 1-8 rows: one n-tile; 9-16: two; ... 25-32: four; more rows
 // run in passes of 32 (prefill: each pass streams the weights again; on tensor cores that is ~ the BF16
@@ -165,18 +165,17 @@ __device__ __forceinline__ float2 af_pair16(uint32_t w, int dt) {
     return __half22float2(h);
 }
 
-// Stages x (or silu(x) * up) for units [ua, ua + cu) of K, all columns of the launch padded to NT * 8
-// with zeros: xs[col][16-k step][t] = {hi(4t, 4t+1), hi(4t+2, 4t+3), lo(...), lo(...)}, and
-// xsum[unit * J + group][col] = the group's sum in fp32 (per float4 ((x0 + x1) + (x2 + x3)), then a
-// fixed xor tree over the group's lanes: the same bits in every lane, for every n).
-template <int NT>
-__device__ void af_stage_x(const af_args &A, uint4 *xs, float *xsum, int ua, int cu) {
+// Stages x (or silu(x) * up) for units [ua, ua + cu) of K, the call's n columns: xs[col][16-k step][t] =
+// {hi(4t, 4t+1), hi(4t+2, 4t+3), lo(...), lo(...)}, and xsum[unit * J + group][col] = the group's sum in fp32
+// (per float4 ((x0 + x1) + (x2 + x3)), then a fixed xor tree over the group's lanes: the same bits in every
+// lane, for every n). The mma columns past n get zeros in registers (compute), not shared memory.
+__device__ void af_stage_x(const af_args &A, uint4 *xs, float *xsum, int ua, int cu, int ncol) {
     const int lane = threadIdx.x & 31, G4 = A.group / 4, J = AF_KU / A.group, per_col = cu * 32;
-    for (int idx = threadIdx.x; idx < NT * 8 * per_col; idx += AF_THREADS) {   // a warp: one column, one unit
+    for (int idx = threadIdx.x; idx < A.n * per_col; idx += AF_THREADS) {   // a warp: one column, one unit
         const int col = idx / per_col, f = idx % per_col, uc = f >> 5, q = f & 31;
         const int k = (ua + uc) * AF_KU + 4 * q;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (col < A.n && k < A.K) {
+        if (k < A.K) {
             const size_t at = (size_t)col * A.K + k;
             if (A.xvec) v = *(const float4 *)(A.x + at);
             else v = make_float4(A.x[at], A.x[at + 1], A.x[at + 2], A.x[at + 3]);
@@ -193,7 +192,7 @@ __device__ void af_stage_x(const af_args &A, uint4 *xs, float *xsum, int ua, int
         xs[(size_t)col * A.CS + (uc * 8 + (q >> 2)) * 4 + (q & 3)] = s;
         float sm = (v.x + v.y) + (v.z + v.w);
         for (int off = 1; off < G4; off <<= 1) sm += __shfl_xor_sync(0xffffffffu, sm, off);
-        if ((lane & (G4 - 1)) == 0) xsum[(uc * J + q / G4) * (NT * 8) + col] = sm;
+        if ((lane & (G4 - 1)) == 0) xsum[(uc * J + q / G4) * ncol + col] = sm;
     }
 }
 
@@ -238,7 +237,7 @@ __global__ void __launch_bounds__(AF_THREADS, NT <= 3 ? 2 : 1) af_mm_kernel(cons
     // Shared memory: each warp's ring of STG weight slots, then the x window and its group sums.
     char *ring = (char *)af_smem + (size_t)warp * STG * SB;
     uint4 *xs = (uint4 *)((char *)af_smem + (size_t)AF_WARPS * STG * SB);
-    float *xsum = (float *)(xs + (size_t)NT * 8 * A.CS);
+    float *xsum = (float *)(xs + (size_t)A.n * A.CS);
     const int J = AF_KU / A.group, spg = A.group / 16;   // groups per unit, 16-k steps per group
     const int jp = t % J;                                // the group whose pairs this lane loads
     const int lo = af_lo(blockIdx.x, A), hi = af_lo(blockIdx.x + 1, A), NS = (hi - lo) * SPU;
@@ -354,7 +353,7 @@ __global__ void __launch_bounds__(AF_THREADS, NT <= 3 ? 2 : 1) af_mm_kernel(cons
             const uint4 *xb = xs + (size_t)g * A.CS + (ucl * 8 + st) * 4 + t;
 #pragma unroll
             for (int jn = 0; jn < NT; jn++) {
-                const uint4 b = xb[(size_t)jn * 8 * A.CS];
+                const uint4 b = 8 * jn + g < A.n ? xb[(size_t)jn * 8 * A.CS] : make_uint4(0, 0, 0, 0);
 #pragma unroll
                 for (int m = 0; m < 2; m++) { af_mma(D[m][jn], a[m], b.x, b.y); af_mma(D[m][jn], a[m], b.z, b.w); }
             }
@@ -411,7 +410,7 @@ __global__ void __launch_bounds__(AF_THREADS, NT <= 3 ? 2 : 1) af_mm_kernel(cons
                 int cu = A.C < A.UN - cc.un ? A.C : A.UN - cc.un;
                 if (cu > hi - u) cu = hi - u;
                 __syncthreads();
-                af_stage_x<NT>(A, xs, xsum, cc.un, cu);
+                af_stage_x(A, xs, xsum, cc.un, cu, NT * 8);
                 __syncthreads();
                 wa = cc.un; wb = cc.un + cu;
             }
@@ -494,14 +493,15 @@ void mm_affine(cuda_impl *c, int count, float *const *y, const bs_mat *const *W,
         A.x = x + (size_t)r * A.K; A.up = up ? up + (size_t)r * A.K : NULL;
         A.xvec = ((uintptr_t)A.x & 15) == 0 && (!A.up || ((uintptr_t)A.up & 15) == 0);
         for (int i = 0; i < count; i++) A.j[i].y = y[i] + (size_t)r * A.j[i].M;
-        // x window: as many units as fit beside the weight ring (a unit of x: NT * 8 columns x 128 k of
-        // 16-byte hi/lo quads, + 64 bytes of padding per column, + its group sums).
+        // x window: as many units as fit beside the weight ring (a unit of x: nn columns x 128 k of 16-byte
+        // hi/lo quads, + 64 bytes of padding per column, + its group sums, NT * 8 of them per group). Only
+        // where the staging happens depends on this, never the arithmetic.
         const size_t ring = (size_t)AF_WARPS * af_stages(NT) * (2048 + 512 * (pf32 ? 2 : 1));
-        int C = (int)((AF_SMEM_BUDGET - ring - NT * 8 * 64) / ((size_t)NT * 8 * (512 + 16)));
+        int C = (int)((AF_SMEM_BUDGET - ring - (size_t)nn * 64) / ((size_t)nn * 512 + (size_t)NT * 8 * 16));
         if (C > A.UN) C = A.UN;
         if (C < 1) C = 1;
         A.C = C; A.CS = C * 32 + 4;
-        const size_t smem = ring + (size_t)NT * 8 * A.CS * 16 + (size_t)C * 4 * NT * 8 * 4;
+        const size_t smem = ring + (size_t)nn * A.CS * 16 + (size_t)C * 4 * NT * 8 * 4;
         if (W0->bits == 4) { if (pf32) af_launch_b<4, true>(c, A, smem, NT); else af_launch_b<4, false>(c, A, smem, NT); }
         else { if (pf32) af_launch_b<8, true>(c, A, smem, NT); else af_launch_b<8, false>(c, A, smem, NT); }
     }
