@@ -27,23 +27,28 @@
 // Work split (stream-K over units): a block of 8 warps owns row blocks of 256 rows (warp w: rows 32 w ..
 // 32 w + 31 of each, two m16 tiles). The (row block, 128-k unit) pairs of every weight of a launch (q/k/v
 // or gate/up together; they share K) are numbered row block by row block, and cut into G = 2 x SMs equal
-// contiguous ranges, one per block. A block streams its range with every warp loading its tile's 2 KiB
-// (4 bits) or 4 KiB (8 bits) per unit, three (or two, at 17+ rows) 2 KiB stages in flight per warp, across
-// row-block boundaries without draining. A row block completed inside one block is written directly; one
-// cut between blocks leaves a partial sum per block (two slots per block, as in cuda_gemm_tiled.cu), and
-// the last block to finish it (an arrival counter) sums the partials in block order. Nothing depends on n:
-// the partition is a function of the shapes and the SM count, so every output is summed in the same
-// order whatever the row count (batch invariance).
+// contiguous ranges, one per block (affine_layout.h: af_range_lo). A row block completed inside one block
+// is written directly; one cut between blocks leaves a partial sum per block (two slots per block, as in
+// cuda_gemm_tiled.cu), and the last block to finish it (an arrival counter) sums the partials in block
+// order. Nothing depends on n: the partition is a function of the shapes and the SM count, so every output
+// is summed in the same order whatever the row count (batch invariance).
 //
-// x: each block stages a window of up to C units of x (the call's rows; the mma columns past them are
-// zeros in registers) in shared memory, split into bf16 hi/lo in the order the B fragment wants ({hi01, hi23, lo01, lo23}
-// per (column, 16-k step, t): one 16-byte load per mma pair), with the group sums beside it. The window
-// moves when the block's range leaves it. 1-8 rows: one n-tile; 9-16: two; ... 25-32: four; more rows
-// run in passes of 32 (prefill: each pass streams the weights again; on tensor cores that is ~ the BF16
-// GEMM's cost per row).
+// Weights: each warp streams its tile's 2 KiB (4 bits) or 4 KiB (8 bits) of every unit of the block's range
+// through its own ring of 2 KiB stages in shared memory (cp.async, L2 evict-first; 4 stages at 1-8 rows, 3
+// from 9), across row-block boundaries without draining. A lane reads back only the 16-byte chunks it
+// copied itself, so cp.async.wait_group is all the synchronisation the ring needs. (A ring in registers
+// spilled at the 128 registers two blocks per SM allow.)
 //
-// Occupancy: 256 threads, <= 128 registers for 1-16 rows (two blocks per SM: 16 warps x 3 stages x 2 KiB
-// = 96 KiB of weights requested per SM, enough to cover HBM latency), shared memory <= ~70 KiB.
+// x: each block stages a window of up to C units of x (the call's rows only: an mma column past them reads
+// row 0 again, and its outputs are never stored) in shared memory, split into bf16 hi/lo in the order the
+// B fragment wants ({hi01, hi23, lo01, lo23} per (column, 16-k step, t): one 16-byte load per mma pair),
+// with the group sums beside it. The window moves when the block's range leaves it. 1-8 rows: one n-tile;
+// 9-16: two; ... 25-32: four; more rows run in passes of 32 (prefill: each pass streams the weights again;
+// on tensor cores that is about the BF16 GEMM's cost per row).
+//
+// Occupancy: 256 threads; 94-100 registers at 1-8 rows, 120-127 at 9-16, 128 with a few spilled bytes at
+// 17-24 (two blocks per SM), ~170 at 25-32 (one). Shared memory <= 108 KiB per block. At one row: 16 warps x
+// 3 stages x 2 KiB = 96 KiB of weights in flight per SM, well above the ~25 KiB that covers HBM latency.
 // SwiGLU (swiglu_matmul, up to 32 rows): the staged x is silu(gate) * up, with the swiglu kernel's fp32
 // expression (silu_mul), so fused and unfused results are the same bits.
 #include "backend/cuda/cuda_internal.cuh"
@@ -158,17 +163,10 @@ __device__ __forceinline__ void af_split(float a, float b, uint32_t &hi, uint32_
     __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
     hi = *(uint32_t *)&h; lo = *(uint32_t *)&l;
 }
-// A (scale, bias) pair from its 32-bit form (2-byte dtypes: scale in the low half).
-__device__ __forceinline__ float2 af_pair16(uint32_t w, int dt) {
-    if (dt == BS_BF16) return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
-    __half2 h = *(__half2 *)&w;
-    return __half22float2(h);
-}
-
 // Stages x (or silu(x) * up) for units [ua, ua + cu) of K, the call's n columns: xs[col][16-k step][t] =
 // {hi(4t, 4t+1), hi(4t+2, 4t+3), lo(...), lo(...)}, and xsum[unit * J + group][col] = the group's sum in fp32
 // (per float4 ((x0 + x1) + (x2 + x3)), then a fixed xor tree over the group's lanes: the same bits in every
-// lane, for every n). The mma columns past n get zeros in registers (compute), not shared memory.
+// lane, for every n). The mma columns past n read column 0 (compute) and are never stored.
 __device__ void af_stage_x(const af_args &A, uint4 *xs, float *xsum, int ua, int cu, int ncol) {
     const int lane = threadIdx.x & 31, G4 = A.group / 4, J = AF_KU / A.group, per_col = cu * 32;
     for (int idx = threadIdx.x; idx < A.n * per_col; idx += AF_THREADS) {   // a warp: one column, one unit
@@ -238,7 +236,8 @@ __global__ void __launch_bounds__(AF_THREADS, NT <= 3 ? 2 : 1) af_mm_kernel(cons
     char *ring = (char *)af_smem + (size_t)warp * STG * SB;
     uint4 *xs = (uint4 *)((char *)af_smem + (size_t)AF_WARPS * STG * SB);
     float *xsum = (float *)(xs + (size_t)A.n * A.CS);
-    const int J = AF_KU / A.group, spg = A.group / 16;   // groups per unit, 16-k steps per group
+    const int J = AF_KU / A.group;                       // groups per unit
+    const int spgm = A.group / 16 - 1, spgs = A.group == 32 ? 1 : A.group == 64 ? 2 : 3;   // 16-k steps per group: mask, log2
     const int jp = t % J;                                // the group whose pairs this lane loads
     const int lo = af_lo(blockIdx.x, A), hi = af_lo(blockIdx.x + 1, A), NS = (hi - lo) * SPU;
     const uint64_t pol = af_policy();
@@ -329,12 +328,22 @@ __global__ void __launch_bounds__(AF_THREADS, NT <= 3 ? 2 : 1) af_mm_kernel(cons
         if (tid == 0) A.counters[rbg] = 0;
     };
 
+    // This lane's B column in each n-tile, as an offset in xs (uint4). An mma column past the call's rows
+    // reads row 0's x instead: a column's outputs depend on its own B column only, and those are never
+    // stored, so any finite values do (no zeros to stage or select).
+    int xcol[NT];
+#pragma unroll
+    for (int jn = 0; jn < NT; jn++) xcol[jn] = (8 * jn + g < A.n ? 8 * jn + g : 0) * A.CS;
+
     // One 2 KiB stage: KPS 16-k steps of the warp's two m-tiles against every n-tile; a group's sums are
     // scaled into acc when its last step is done.
     auto compute = [&](const char *slot, int ucl, int h) {
         uint4 c[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) c[i] = *(const uint4 *)(slot + i * 512 + lane * 16);
+        const uint4 *xb[NT];   // this lane's quads of x for the stage's first step, per n-tile
+#pragma unroll
+        for (int jn = 0; jn < NT; jn++) xb[jn] = xs + xcol[jn] + (ucl * 8 + h * KPS) * 4 + t;
 #pragma unroll
         for (int ks = 0; ks < KPS; ks++) {
             const int st = h * KPS + ks;   // step in the unit
@@ -350,24 +359,33 @@ __global__ void __launch_bounds__(AF_THREADS, NT <= 3 ? 2 : 1) af_mm_kernel(cons
                     a[m][0] = af_q8(w0, 0); a[m][1] = af_q8(w1, 0); a[m][2] = af_q8(w0, 2); a[m][3] = af_q8(w1, 2);
                 }
             }
-            const uint4 *xb = xs + (size_t)g * A.CS + (ucl * 8 + st) * 4 + t;
 #pragma unroll
             for (int jn = 0; jn < NT; jn++) {
-                const uint4 b = 8 * jn + g < A.n ? xb[(size_t)jn * 8 * A.CS] : make_uint4(0, 0, 0, 0);
+                const uint4 b = xb[jn][ks * 4];
 #pragma unroll
                 for (int m = 0; m < 2; m++) { af_mma(D[m][jn], a[m], b.x, b.y); af_mma(D[m][jn], a[m], b.z, b.w); }
             }
-            if ((st + 1) % spg == 0) {   // the group's last step: acc = fma(s, D, acc), then fma(b, xsum, acc)
-                const int jg = st / spg, src = (lane & ~3) | jg;   // lane 4g + jg loaded this group's pairs
+            if (((st + 1) & spgm) == 0) {   // the group's last step: acc = fma(s, D, acc), then fma(b, xsum, acc)
+                const int jg = st >> spgs, src = (lane & ~3) | jg;   // lane 4g + jg loaded this group's pairs
                 float sc[4], bs[4];
+                if (PF32) {
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    if (PF32) {
+                    for (int i = 0; i < 4; i++) {
                         const uint4 &pv = up[(i >> 1) & (PW - 1)];
                         sc[i] = __uint_as_float(__shfl_sync(0xffffffffu, (i & 1) ? pv.z : pv.x, src));
                         bs[i] = __uint_as_float(__shfl_sync(0xffffffffu, (i & 1) ? pv.w : pv.y, src));
-                    } else {
-                        const float2 sb = af_pair16(__shfl_sync(0xffffffffu, af_w(up[0], i), src), A.dt);
+                    }
+                } else if (A.dt == BS_BF16) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const uint32_t w = __shfl_sync(0xffffffffu, af_w(up[0], i), src);
+                        sc[i] = __uint_as_float(w << 16); bs[i] = __uint_as_float(w & 0xFFFF0000u);
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const uint32_t w = __shfl_sync(0xffffffffu, af_w(up[0], i), src);
+                        const float2 sb = __half22float2(*(const __half2 *)&w);
                         sc[i] = sb.x; bs[i] = sb.y;
                     }
                 }
