@@ -22,6 +22,12 @@ if [ ! -x $B/blockspec ] || [ ! -x $B/run_tests ] || [ ! -x $B/backend_bench ] |
 fi
 export BS_BIN=$B/blockspec
 
+# The 16 GB BF16 checkpoint (make-random is one thread, ~1 min) is written while the GPU tests and the
+# kernel benchmark run.
+rm -rf "$SHM"; mkdir -p "$SHM"
+(timeout 300 ./$B/blockspec make-random -c bench/configs/qwen3-8b.json --out "$SHM/bf16" > "$OUT/make_random.log" 2>&1; echo "rc $?" >> "$OUT/make_random.log") &
+MR=$!
+
 echo "== tests ($(el))"
 fails=""
 for t in cuda_affine_layout cuda_affine_matmul_and_embed cuda_affine_stream_k cuda_affine_multi_and_swiglu cuda_forward_random_affine_vs_cpu \
@@ -38,8 +44,9 @@ timeout 150 ./$B/cuda_affine_bench > "$OUT/affine_bench.txt" 2>&1; echo "cuda_af
 sed -n '/^copy bandwidth/,$p' "$OUT/affine_bench.txt"
 
 echo "== end to end: Qwen3-8B shape ($(el))"
-rm -rf "$SHM"; mkdir -p "$SHM"
-timeout 200 ./$B/blockspec make-random -c bench/configs/qwen3-8b.json --out "$SHM/bf16" > "$OUT/make_random.log" 2>&1 || { echo "make-random failed"; tail -5 "$OUT/make_random.log"; }
+wait $MR
+grep -q "^rc 0" "$OUT/make_random.log" || { echo "make-random failed"; tail -5 "$OUT/make_random.log"; }
+echo "make-random done ($(el))"
 for b in 4 8; do
   timeout 200 ./$B/blockspec quantize -m "$SHM/bf16" --bits $b --out "$SHM/q$b" > "$OUT/quantize_$b.log" 2>&1 || { echo "quantize --bits $b failed"; tail -5 "$OUT/quantize_$b.log"; }
 done
@@ -47,8 +54,12 @@ echo "checkpoints ready ($(el)): $(du -sh "$SHM"/* 2>/dev/null | tr '\n' ' ')"
 IDS=$(seq -s, 1 16)
 for m in bf16 q4 q8; do
   timeout 120 ./$B/blockspec generate -m "$SHM/$m" --device cuda -d none --prompt-ids "$IDS" -n 256 --ignore-eos --stats > "$OUT/generate_$m.txt" 2>&1
-  echo "generate $m (rc $?): $(grep -E '^(prefill|decode):' "$OUT/generate_$m.txt" | tr '\n' ' ')"
+  echo "generate $m (rc $?): $(grep -oE '(prefill|decode): .*' "$OUT/generate_$m.txt" | tr '\n' ' ')"
 done
+tps() { grep -oE 'decode: .*' "$OUT/generate_$1.txt" | sed -n 's/.*(\([0-9.]*\) tok\/s).*/\1/p'; }
+b16=$(tps bf16); q4=$(tps q4); q8=$(tps q8)
+[ -n "$b16" ] && [ -n "$q4" ] && [ -n "$q8" ] && awk -v b="$b16" -v q4="$q4" -v q8="$q8" \
+  'BEGIN { printf "decode tok/s: BF16 %s, 8-bit %s (%.2fx), 4-bit %s (%.2fx; goal >= 3x)\n", b, q8, q8 / b, q4, q4 / b }' | tee "$OUT/summary.txt"
 for m in bf16 q4 q8; do
   timeout 150 ./$B/backend_bench -m "$SHM/$m" --device cuda --quick > "$OUT/backend_bench_$m.txt" 2>&1
   echo "backend_bench $m (rc $?): $(grep -E '^(copy_bw_GBps|roofline_tok_s|weight_bytes_per_step|prefill_512_s|decode_graph_tok_s|forward_rows1_ms|forward_rows16_ms)' "$OUT/backend_bench_$m.txt" | tr '\n' ' ')"
