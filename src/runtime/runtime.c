@@ -23,7 +23,9 @@ static void free_rows(bs_runtime *rt) {
     bs_backend *be = rt->eng->be;
     if (rt->logits) be->free(be, rt->logits);
     if (rt->feat) be->free(be, rt->feat);
+    free(rt->row_argmax);
     rt->logits = rt->feat = NULL;
+    rt->row_argmax = NULL;
     rt->cap_logits = rt->cap_feat = 0;
 }
 
@@ -56,6 +58,7 @@ int bs_runtime_reserve_rows(bs_runtime *rt, int logit_rows, int batch_rows, bs_e
     free_rows(rt);
     size_t V = rt->eng->cfg.vocab_size;
     if (!(rt->logits = be->alloc(be, sizeof(float) * cl * V, err))) return bs_wrap(err, "logits for a batch of %d rows", cl);
+    if (!(rt->row_argmax = malloc(sizeof(int32_t) * cl))) { free_rows(rt); return bs_fail(err, "out of memory for the argmax of %d rows", cl); }
     if (rt->drafter) {
         size_t F = (size_t)rt->drafter->n_taps * rt->eng->cfg.hidden_size;
         if (!(rt->feat = be->alloc(be, sizeof(float) * cf * F, err))) { free_rows(rt); return bs_wrap(err, "drafter features for %d rows", cf); }

@@ -31,6 +31,7 @@ typedef struct bs_runtime {
                                  // set it small to cut prompts into many chunks)
     // Batch buffers (backend memory), grown to the largest step seen.
     float *logits;               // [cap_logits][V]
+    int32_t *row_argmax;         // [cap_logits], host: a batch step's greedy targets, one argmax for all rows
     float *feat;                 // [cap_feat][n_taps * H] drafter context features, a row per batch row
     int cap_logits, cap_feat;
     double t_fwd_step;           // this step's target forward seconds
