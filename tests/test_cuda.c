@@ -64,6 +64,26 @@ static float *rope_dev(bs_backend *be, float theta, const bs_rope_scaling *s, in
 }
 // Llama 3.1's scaling (factor 8, original context 8192): long wavelengths slowed, the middle blended.
 static const bs_rope_scaling llama31 = { BS_ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192 };
+// K/V in pages (backend.h, bs_kv_view): a cache of n_pages pages of P rows whose page table is out of order
+// (logical page i lives in storage page perm[i]), so a kernel that ignored the table would read wrong rows.
+typedef struct paged { int n_pages, P; int32_t perm[256]; int32_t *dev; } paged;
+static void paged_init(paged *pg, bs_backend *be, int rows, int P) {
+    pg->P = P; pg->n_pages = (rows + P - 1) / P;
+    for (int i = 0; i < pg->n_pages; i++) pg->perm[i] = pg->n_pages - 1 - i;              // reversed,
+    for (int i = 0; i + 1 < pg->n_pages; i += 2) { int t = pg->perm[i]; pg->perm[i] = pg->perm[i + 1]; pg->perm[i + 1] = t; }   // then pairs swapped
+    bs_err err;
+    pg->dev = be->alloc(be, sizeof(int32_t) * pg->n_pages, &err);
+    be->upload(be, pg->dev, pg->perm, sizeof(int32_t) * pg->n_pages);
+}
+// Host rows [rows][w] scattered into paged storage [n_pages * P][w] (the other rows: fill).
+static float *paged_scatter(const paged *pg, const float *rows, int n, int w, float fill) {
+    float *st = malloc(sizeof(float) * (size_t)pg->n_pages * pg->P * w);
+    for (size_t i = 0; i < (size_t)pg->n_pages * pg->P * w; i++) st[i] = fill;
+    for (int j = 0; j < n; j++) memcpy(st + ((size_t)pg->perm[j / pg->P] * pg->P + j % pg->P) * w, rows + (size_t)j * w, sizeof(float) * w);
+    return st;
+}
+static bs_kv_view paged_view(const paged *pg, float *k, float *v) { return (bs_kv_view){ k, v, pg->dev, pg->P }; }
+
 static double rel_err(const float *a, const float *ref, size_t n) {
     double mx = 1, d = 0;
     for (size_t i = 0; i < n; i++) { if (fabs(ref[i]) > mx) mx = fabs(ref[i]); }
@@ -229,9 +249,13 @@ TEST(cuda_qkv_norm_rope_store) {
                 for (int i = 0; i < 3; i++) o[f][i] = up(be, NULL, sz[i]);
                 o[f][3] = up(be, c0, sz[3]); o[f][4] = up(be, c0, sz[4]);
             }
+            // the caches in 32-row pages out of order (ctx = 5 pages): both paths write through the page table
+            paged pg;
+            paged_init(&pg, be, ctx, 32);
+            const bs_kv_view kv0 = paged_view(&pg, o[0][3], o[0][4]), kv1 = paged_view(&pg, o[1][3], o[1][4]);
             be->matmul_multi(be, 3, o[0], dx, n, wp, 0);
-            be->qk_norm_rope_store(be, o[0][0], o[0][1], o[0][2], n, nh, nkv, hd, qnp, knp, 1e-6f, pos0, rope, o[0][3], o[0][4]);
-            int r = be->qkv_norm_rope_store(be, dx, n, wp, o[1][0], o[1][1], o[1][2], nh, nkv, hd, qnp, knp, 1e-6f, pos0, rope, o[1][3], o[1][4]);
+            be->qk_norm_rope_store(be, o[0][0], o[0][1], o[0][2], n, nh, nkv, hd, qnp, knp, 1e-6f, pos0, rope, &kv0);
+            int r = be->qkv_norm_rope_store(be, dx, n, wp, o[1][0], o[1][1], o[1][2], nh, nkv, hd, qnp, knp, 1e-6f, pos0, rope, &kv1);
             // (row-major weights, BS_CUDA_MM=old: nothing to fuse, and the model runs the two ops)
             CHECK(r == 0 || !dw[0].layout, "qkv_norm_rope_store declined a shape it fuses (%d rows%s)", n, lossy ? ", 8-bit" : "");
             compared += r == 0;
@@ -243,6 +267,7 @@ TEST(cuda_qkv_norm_rope_store) {
                 be->free(be, o[0][i]); be->free(be, o[1][i]);
             }
             free(x); free(c0); be->free(be, dx);
+            be->free(be, pg.dev);
         }
         for (int i = 0; i < 3; i++) free((void *)hw[i].data);
         free((void *)qn.data); free((void *)kn.data);
@@ -449,9 +474,12 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
             CHECK(rel_err(g, x, (size_t)n * nh * hd) < 1e-5, "head_norm_rope hd %d norm %d theta %g: %g", hd, wn & 1, theta, rel_err(g, x, (size_t)n * nh * hd));
             free(x); free(g); free((void *)hw.data); be->free(be, dx); be->free(be, dinv);
         }
-    // qk_norm_rope_store (where the backend has it) == head_norm_rope q, k + store_rows k, v, bit for bit
+    // qk_norm_rope_store (where the backend has it) == head_norm_rope q, k + store_kv k, v, bit for bit, into a
+    // cache in pages out of order; the rows land where the CPU reference's store_kv puts them
     if (be->qk_norm_rope_store) {
         int hd = 128, nh = 32, nkv = 8, n = 16, pos0 = 37, ctx = 64, kd = nkv * hd;
+        paged pg;
+        paged_init(&pg, be, ctx, 32);
         bs_mat qw = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, kw = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, dqw, dkw;
         CHECK(be->weight(be, &dqw, &qw, &err) == 0 && be->weight(be, &dkw, &kw, &err) == 0, "%s", err.msg);
         float *q = rand_vec((size_t)n * nh * hd, 2), *k = rand_vec((size_t)n * kd, 2), *v = rand_vec((size_t)n * kd, 2);
@@ -459,19 +487,27 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
         float *q1 = up(be, q, (size_t)n * nh * hd), *k1 = up(be, k, (size_t)n * kd), *v1 = up(be, v, (size_t)n * kd);
         float *q2 = up(be, q, (size_t)n * nh * hd), *k2 = up(be, k, (size_t)n * kd), *v2 = up(be, v, (size_t)n * kd);
         float *kc1 = up(be, c0, (size_t)ctx * kd), *vc1 = up(be, c0, (size_t)ctx * kd), *kc2 = up(be, c0, (size_t)ctx * kd), *vc2 = up(be, c0, (size_t)ctx * kd);
+        const bs_kv_view kv1 = paged_view(&pg, kc1, vc1), kv2 = paged_view(&pg, kc2, vc2);
         float *rope = rope_dev(be, 1e6f, NULL, hd);
         be->head_norm_rope(be, q1, n, nh, hd, &dqw, 1e-6f, pos0, rope);
         be->head_norm_rope(be, k1, n, nkv, hd, &dkw, 1e-6f, pos0, rope);
-        be->store_rows(be, kc1, pos0, k1, n, kd);
-        be->store_rows(be, vc1, pos0, v1, n, kd);
-        be->qk_norm_rope_store(be, q2, k2, v2, n, nh, nkv, hd, &dqw, &dkw, 1e-6f, pos0, rope, kc2, vc2);
+        be->store_kv(be, &kv1, pos0, k1, v1, n, kd);
+        be->qk_norm_rope_store(be, q2, k2, v2, n, nh, nkv, hd, &dqw, &dkw, 1e-6f, pos0, rope, &kv2);
         be->free(be, rope);
         float *a[4] = { down(be, q1, (size_t)n * nh * hd), down(be, k1, (size_t)n * kd), down(be, kc1, (size_t)ctx * kd), down(be, vc1, (size_t)ctx * kd) };
         float *b[4] = { down(be, q2, (size_t)n * nh * hd), down(be, k2, (size_t)n * kd), down(be, kc2, (size_t)ctx * kd), down(be, vc2, (size_t)ctx * kd) };
         size_t sz[4] = { (size_t)n * nh * hd, (size_t)n * kd, (size_t)ctx * kd, (size_t)ctx * kd };
+        // the CPU reference's store of the same rows through the same table (host copy of it)
+        float *hk = malloc(4 * sz[2]), *hv = malloc(4 * sz[3]);
+        memcpy(hk, c0, 4 * sz[2]); memcpy(hv, c0, 4 * sz[3]);
+        const bs_kv_view hkv = { hk, hv, pg.perm, pg.P };
+        ref->store_kv(ref, &hkv, pos0, a[1], v, n, kd);
+        CHECK(!memcmp(hk, a[2], 4 * sz[2]) && !memcmp(hv, a[3], 4 * sz[3]), "store_kv through a page table differs from the CPU reference's");
+        free(hk); free(hv);
         for (int i = 0; i < 4; i++) { CHECK(!memcmp(a[i], b[i], 4 * sz[i]), "qk_norm_rope_store differs from the separate ops (output %d)", i); free(a[i]); free(b[i]); }
         float *bufs[] = { q1, k1, v1, q2, k2, v2, kc1, vc1, kc2, vc2 };
         for (int i = 0; i < 10; i++) be->free(be, bufs[i]);
+        be->free(be, pg.dev);
         free(q); free(k); free(v); free(c0); free((void *)qw.data); free((void *)kw.data);
     }
     // head_norm_rope_multi (where the backend has it) == one head_norm_rope per buffer, bit for bit
@@ -511,7 +547,7 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
         free(a); free(b); free(r); free(g); be->free(be, da); be->free(be, db);
     }
     // embed (bf16 tables: 128 columns, which the backend stores tiled for its GEMM, then 72, row-major),
-    // copy_rows, store_rows
+    // copy_rows, store_kv (contiguous)
     for (int H = 128; H >= 72; H -= 56) {
         int V = 300, n = 70;
         bs_mat ht = { rand_mat(BS_BF16, V * H), BS_BF16, V, H }, dt;
@@ -524,9 +560,10 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
         if (H != 72) { free(r); free(g); be->free(be, d); free((void *)ht.data); continue; }
         float *dst = up(be, NULL, (size_t)200 * H), *hdst = calloc(200 * H, 4);
         be->copy_rows(be, dst + 3, 2 * H, d, H, 10, H - 5); ref->copy_rows(ref, hdst + 3, 2 * H, r, H, 10, H - 5);
-        be->store_rows(be, dst, 150, d, 5, H); ref->store_rows(ref, hdst, 150, r, 5, H);
+        const bs_kv_view dkv = bs_kv_contig(dst, dst + 100 * H), hkv = bs_kv_contig(hdst, hdst + 100 * H);
+        be->store_kv(be, &dkv, 50, d, d + 5 * H, 5, H); ref->store_kv(ref, &hkv, 50, r, r + 5 * H, 5, H);
         free(g); g = down(be, dst, (size_t)200 * H);
-        CHECK(!memcmp(g, hdst, sizeof(float) * 200 * H), "copy_rows / store_rows differ");
+        CHECK(!memcmp(g, hdst, sizeof(float) * 200 * H), "copy_rows / store_kv differ");
         free(r); free(g); free(hdst); free((void *)ht.data); be->free(be, d); be->free(be, dst);
     }
     // argmax with ties (first index wins) and a large vocabulary
@@ -577,23 +614,38 @@ TEST(cuda_op_attention) {
         { 3, 96, 1, 64, 200, 197, 1, 0 },      // one row's group (96) larger than a block's 64 query vectors
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
-        int nq = cs[ci].nq, nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, nk = cs[ci].nkeys;
-        float *q = rand_vec((size_t)nq * nh * hd, 1), *k = rand_vec((size_t)nk * nkv * hd, 1), *v = rand_vec((size_t)nk * nkv * hd, 1);
+        int nq = cs[ci].nq, nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, nk = cs[ci].nkeys, kd = nkv * hd;
+        float *q = rand_vec((size_t)nq * nh * hd, 1), *k = rand_vec((size_t)nk * kd, 1), *v = rand_vec((size_t)nk * kd, 1);
         float *o = malloc(sizeof(float) * nq * nh * hd);
-        ref->attention(ref, o, q, k, v, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
-        float *dq = up(be, q, (size_t)nq * nh * hd), *dk = up(be, k, (size_t)nk * nkv * hd), *dv = up(be, v, (size_t)nk * nkv * hd);
+        const bs_kv_view hkv = bs_kv_contig(k, v);
+        ref->attention(ref, o, q, &hkv, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
+        float *dq = up(be, q, (size_t)nq * nh * hd), *dk = up(be, k, (size_t)nk * kd), *dv = up(be, v, (size_t)nk * kd);
         float *dout = up(be, NULL, (size_t)nq * nh * hd);
-        be->attention(be, dout, dq, dk, dv, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
+        const bs_kv_view dkv = bs_kv_contig(dk, dv);
+        be->attention(be, dout, dq, &dkv, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
         float *g = down(be, dout, (size_t)nq * nh * hd);
         double e = rel_err(g, o, (size_t)nq * nh * hd);
         CHECK(e < 1e-5, "attention case %zu (nq %d heads %d/%d hd %d keys %d causal %d window %d): %g", ci, nq, nh, nkv, hd, nk, cs[ci].causal, cs[ci].window, e);
         // batch invariance: causal row i alone (n_keys = its own range) is bit-identical
         if (cs[ci].causal && nq > 1) {
             int i = nq / 2 + 1;
-            be->attention(be, dout, dq + (size_t)i * nh * hd, dk, dv, 1, nh, nkv, hd, cs[ci].qpos0 + i + 1, cs[ci].qpos0 + i, 1, cs[ci].window);
+            be->attention(be, dout, dq + (size_t)i * nh * hd, &dkv, 1, nh, nkv, hd, cs[ci].qpos0 + i + 1, cs[ci].qpos0 + i, 1, cs[ci].window);
             float *one = down(be, dout, (size_t)nh * hd);
             CHECK(!memcmp(one, g + (size_t)i * nh * hd, sizeof(float) * nh * hd), "attention case %zu: row %d alone differs from the block", ci, i);
             free(one);
+        }
+        // the same keys in pages out of order (32 and 128 rows, the other rows NaN): bit-identical
+        for (int P = 32; P <= 128; P *= 4) {
+            paged pg;
+            paged_init(&pg, be, nk, P);
+            float *pk = paged_scatter(&pg, k, nk, kd, NAN), *pv = paged_scatter(&pg, v, nk, kd, NAN);
+            float *dpk = up(be, pk, (size_t)pg.n_pages * P * kd), *dpv = up(be, pv, (size_t)pg.n_pages * P * kd);
+            const bs_kv_view pkv = paged_view(&pg, dpk, dpv);
+            be->attention(be, dout, dq, &pkv, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
+            float *gp = down(be, dout, (size_t)nq * nh * hd);
+            CHECK(!memcmp(gp, g, sizeof(float) * nq * nh * hd), "attention case %zu: keys in %d-row pages differ from the contiguous cache", ci, P);
+            free(gp); free(pk); free(pv);
+            be->free(be, dpk); be->free(be, dpv); be->free(be, pg.dev);
         }
         free(q); free(k); free(v); free(o); free(g);
         be->free(be, dq); be->free(be, dk); be->free(be, dv); be->free(be, dout);
@@ -601,33 +653,85 @@ TEST(cuda_op_attention) {
     ref->destroy(ref);
 }
 
-// A recorded sequence replayed at another position equals the same ops issued plainly there.
+// The native span attention (attention_spans: one launch over every span of a ragged batch, each reading its
+// own page table) == one attention call per span, bit for bit, and the CPU reference within 1e-5; spans of
+// 1, 3, 16 rows at positions from 0 to past 2,000, GQA 4 and 3, head dims 128 and 64.
+TEST(cuda_attention_spans) {
+    NEED_CUDA(be);
+    CHECK(be->attention_spans, "the CUDA backend has no attention_spans");
+    bs_backend *ref = bs_backend_cpu(1);
+    struct { int nh, nkv, hd; } shapes[] = { { 32, 8, 128 }, { 12, 4, 128 }, { 16, 4, 64 } };
+    const int ns[] = { 1, 3, 16, 1, 5, 16, 2, 1 }, pos[] = { 0, 40, 511, 2047, 77, 700, 1, 130 }, S = 8;
+    for (int si = 0; si < 3; si++) {
+        int nh = shapes[si].nh, nkv = shapes[si].nkv, hd = shapes[si].hd, kd = nkv * hd, qw = nh * hd, rows = 0;
+        bs_row_span sp[8], hsp[8];
+        paged pg[8];
+        float *k[8], *v[8], *dk[8], *dv[8];
+        for (int i = 0; i < S; i++) {
+            int nk = pos[i] + ns[i], P = i % 2 ? 32 : 128;
+            k[i] = rand_vec((size_t)nk * kd, 1); v[i] = rand_vec((size_t)nk * kd, 1);
+            paged_init(&pg[i], be, nk, P);
+            float *pk = paged_scatter(&pg[i], k[i], nk, kd, NAN), *pv = paged_scatter(&pg[i], v[i], nk, kd, NAN);
+            dk[i] = up(be, pk, (size_t)pg[i].n_pages * P * kd); dv[i] = up(be, pv, (size_t)pg[i].n_pages * P * kd);
+            free(pk); free(pv);
+            sp[i] = (bs_row_span){ rows, ns[i], pos[i], paged_view(&pg[i], dk[i], dv[i]) };
+            hsp[i] = (bs_row_span){ rows, ns[i], pos[i], bs_kv_contig(k[i], v[i]) };
+            rows += ns[i];
+        }
+        float *q = rand_vec((size_t)rows * qw, 1), *o = malloc(sizeof(float) * rows * qw);
+        float *dq = up(be, q, (size_t)rows * qw), *da = up(be, NULL, (size_t)rows * qw), *db = up(be, NULL, (size_t)rows * qw);
+        for (int i = 0; i < S; i++)
+            ref->attention(ref, o + (size_t)hsp[i].row0 * qw, q + (size_t)hsp[i].row0 * qw, &hsp[i].kv, ns[i], nh, nkv, hd, pos[i] + ns[i], pos[i], 1, 0);
+        be->attention_spans(be, da, dq, sp, S, nh, nkv, hd);
+        for (int i = 0; i < S; i++)
+            be->attention(be, db + (size_t)sp[i].row0 * qw, dq + (size_t)sp[i].row0 * qw, &sp[i].kv, ns[i], nh, nkv, hd, pos[i] + ns[i], pos[i], 1, 0);
+        float *a = down(be, da, (size_t)rows * qw), *b = down(be, db, (size_t)rows * qw);
+        CHECK(!memcmp(a, b, sizeof(float) * rows * qw), "shape %d: attention_spans differs from one attention call per span", si);
+        CHECK(rel_err(a, o, (size_t)rows * qw) < 1e-5, "shape %d: attention_spans vs the CPU reference: %g", si, rel_err(a, o, (size_t)rows * qw));
+        free(a); free(b); free(q); free(o);
+        be->free(be, dq); be->free(be, da); be->free(be, db);
+        for (int i = 0; i < S; i++) { free(k[i]); free(v[i]); be->free(be, dk[i]); be->free(be, dv[i]); be->free(be, pg[i].dev); }
+    }
+    ref->destroy(ref);
+}
+
+// A recorded sequence replayed at another position equals the same ops issued plainly there; its K/V rows
+// live in pages, and the page table changes between the recording and the replay (the table's contents are
+// read at replay: a forward recorded once stays valid as its sequence takes new pages).
 TEST(cuda_record_replay) {
     NEED_CUDA(be);
     bs_err err = {0};
-    int nh = 8, nkv = 2, hd = 128, n = 4, V = 50, ctx = 300, kd = nkv * hd;
+    int nh = 8, nkv = 2, hd = 128, n = 4, V = 50, ctx = 320, kd = nkv * hd;
     bs_mat ht = { rand_mat(BS_BF16, V * nh * hd), BS_BF16, V, nh * hd }, dt;
     CHECK(be->weight(be, &dt, &ht, &err) == 0, "%s", err.msg);
+    paged pg;
+    paged_init(&pg, be, ctx, 32);
     float *kc = rand_vec((size_t)ctx * kd, 1);
     float *dk = up(be, kc, (size_t)ctx * kd), *dv = up(be, kc, (size_t)ctx * kd), *dq = up(be, NULL, (size_t)n * nh * hd);
     float *dout = up(be, NULL, (size_t)n * nh * hd);
+    const bs_kv_view kv = paged_view(&pg, dk, dv);
     int32_t ids[4] = { 3, 7, 49, 0 };
     float *rope = rope_dev(be, 1e4f, NULL, hd);
     #define SEQ(pos) do { be->embed(be, dq, &dt, ids, n); be->head_norm_rope(be, dq, n, nh, hd, NULL, 1e-6f, pos, rope); \
-        be->store_rows(be, dk, pos, dq, n, kd); be->attention(be, dout, dq, dk, dv, n, nh, nkv, hd, (pos) + n, pos, 1, 0); } while (0)
+        be->store_kv(be, &kv, pos, dq, dq, n, kd); be->attention(be, dout, dq, &kv, n, nh, nkv, hd, (pos) + n, pos, 1, 0); } while (0)
     CHECK(be->record_begin(be, 10) == 0);
     SEQ(10);
     void *rec = be->record_end(be, &err);
     CHECK(rec, "%s", err.msg);
+    // the table changes: the pages of rows 192..255 and 0..31 trade places
+    int32_t t = pg.perm[6]; pg.perm[6] = pg.perm[0]; pg.perm[0] = t;
+    be->upload(be, pg.dev, pg.perm, sizeof(int32_t) * pg.n_pages);
     ids[0] = 11; ids[2] = 1;
     SEQ(200);
-    float *plain = down(be, dout, (size_t)n * nh * hd);
+    float *plain = down(be, dout, (size_t)n * nh * hd), *kplain = down(be, dk, (size_t)ctx * kd);
+    be->upload(be, dk, kc, sizeof(float) * ctx * kd);
     be->replay(be, rec, 200, ids, n);
-    float *rep = down(be, dout, (size_t)n * nh * hd);
-    CHECK(!memcmp(plain, rep, sizeof(float) * n * nh * hd), "replay at another position differs from plain ops there");
+    float *rep = down(be, dout, (size_t)n * nh * hd), *krep = down(be, dk, (size_t)ctx * kd);
+    CHECK(!memcmp(plain, rep, sizeof(float) * n * nh * hd), "replay at another position (the page table changed) differs from plain ops there");
+    CHECK(!memcmp(kplain, krep, sizeof(float) * ctx * kd), "the replay stored its K rows elsewhere than the plain ops (stale page table?)");
     be->record_free(be, rec);
-    free(plain); free(rep); free(kc); free((void *)ht.data);
-    be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout); be->free(be, rope);
+    free(plain); free(rep); free(kplain); free(krep); free(kc); free((void *)ht.data);
+    be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout); be->free(be, rope); be->free(be, pg.dev);
 }
 
 // --- whole forward ---------------------------------------------------------------------------
@@ -669,7 +773,7 @@ static void forward_vs_cpu_q(int *failed_, int llama, int bits) {
     int32_t ids[128]; for (int i = 0; i < 128; i++) ids[i] = (i * 7919 + 13) % V;
     int taps[8]; for (int t = 0; t < NT; t++) taps[t] = t;
     bs_kv_cache kc, kg;
-    CHECK(bs_kv_init(&kc, &ec->cfg, 256, ec->be, &err) == 0 && bs_kv_init(&kg, &eg->cfg, 256, be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kc, ec->kv_pool, 256, &err) == 0 && bs_kv_init(&kg, eg->kv_pool, 256, &err) == 0, "%s", err.msg);
     float *lc = malloc(sizeof(float) * P * V), *tc = malloc(sizeof(float) * P * NT * H);
     float *dl = up(be, NULL, (size_t)P * V), *dtp = up(be, NULL, (size_t)P * NT * H);
     bs_fwd_out fc = { .logits = lc, .logits_all = 1, .taps = taps, .n_taps = NT, .tap_out = tc };
@@ -747,7 +851,7 @@ TEST(cuda_greedy_spec_equals_plain) {
     int V = e->cfg.vocab_size, P = 12, N = 120, BL = 16;
     int32_t prompt[12]; for (int i = 0; i < P; i++) prompt[i] = (i * 31 + 5) % V;
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 0, be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 0, &err) == 0, "%s", err.msg);
     float *dl = up(be, NULL, (size_t)64 * V);
     int32_t plain[200], spec[200];
     float *plain_logits = malloc(sizeof(float) * (N + 1) * V);
@@ -805,7 +909,7 @@ TEST(cuda_unsupported_head_dim_is_an_error) {
     CHECK(bs_engine_open(&eg, dir, "cuda", &err) == 0, "%s", err.msg);
     int32_t ids[4] = { 3, 5, 7, 9 };
     bs_kv_cache kc, kg;
-    CHECK(bs_kv_init(&kc, &ec->cfg, 16, ec->be, &err) == 0 && bs_kv_init(&kg, &eg->cfg, 16, eg->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kc, ec->kv_pool, 16, &err) == 0 && bs_kv_init(&kg, eg->kv_pool, 16, &err) == 0, "%s", err.msg);
     float lc[64];
     float *lg = eg->be->alloc(eg->be, sizeof(float) * 64, &err);
     CHECK(lg, "%s", err.msg);

@@ -101,15 +101,21 @@ void cu_scatter_cols(bs_backend *be, float *out, int out_w, const float *in, int
              in, in_w, cols, fill);
 }
 
-__global__ void store_rows_kernel(float *dst, posarg row0, const float *src, int n, int width) {
+// K and V rows i < n into the cache's rows pos0 + i, through its page table.
+__global__ void store_kv_kernel(kv_dev kv, posarg pos0, const float *k, const float *v, int n, int width) {
     pdl_enter();
-    size_t total = (size_t)n * width, base = (size_t)pv(row0) * width;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) dst[base + i] = src[i];
+    const int p0 = pv(pos0);
+    size_t total = (size_t)n * width;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const int r = (int)(i / width);
+        const size_t at = kv_dev_row(kv, p0 + r) * width + (i - (size_t)r * width);
+        kv.k[at] = k[i]; kv.v[at] = v[i];
+    }
 }
-void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width) {
+void cu_store_kv(bs_backend *be, const bs_kv_view *kv, int pos0, const float *k, const float *v, int n, int width) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
-    launch_k(c, "store_rows", store_rows_kernel, dim3(ew_blocks((size_t)n * width)), dim3(256), 0, dst, P(c, row0), src, n, width);
+    launch_k(c, "store_kv", store_kv_kernel, dim3(ew_blocks((size_t)n * width)), dim3(256), 0, kv_dev_of(kv), P(c, pos0), k, v, n, width);
 }
 
 // Argmax of each row: AM_PARTS blocks per row scan slices with 4 independent loads in flight per

@@ -74,6 +74,13 @@ static inline void ids_sane(cuda_impl *c, int32_t *host, int n) {
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) cu_fault(c, #call, e_); } while (0)
 #define LAUNCHED(what) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) cu_fault(c, what, e_); } while (0)
 
+// A K/V view on the device (backend.h, bs_kv_view): key j's row through the page table, or j itself.
+struct kv_dev { float *k, *v; const int32_t *pages; int page_rows; };
+static inline kv_dev kv_dev_of(const bs_kv_view *kv) { kv_dev d = { kv->k, kv->v, kv->pages, kv->page_rows }; return d; }
+__device__ __forceinline__ size_t kv_dev_row(const kv_dev &kv, int j) {
+    return kv.pages ? (size_t)kv.pages[j / kv.page_rows] * kv.page_rows + (size_t)(j % kv.page_rows) : (size_t)j;
+}
+
 static inline posarg P(cuda_impl *c, int v) {
     posarg p;
     if (c->capturing) { p.rel = v - c->cap_base; p.base = &c->d_state->pos; }
@@ -165,7 +172,7 @@ void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *con
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int accumulate);
 int cu_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *const *W, float *q, float *k, float *v, int n_heads,
                            int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
-                           float *kcache, float *vcache);
+                           const bs_kv_view *kv);
 // The flags qk_norm_rope_store's launch leaves for the attention after it (cuda_norm_rope.cu); the fused
 // q/k/v fixup sets the same.
 void qknrs_launched(cuda_impl *c, int n);
@@ -221,14 +228,15 @@ void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const 
 void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, const float *inv_freq);
 void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                            const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
-                           float *kcache, float *vcache);
-void cu_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int n_heads,
+                           const bs_kv_view *kv);
+void cu_attention(bs_backend *be, float *out, const float *q, const bs_kv_view *kv, int n_q, int n_heads,
                   int n_kv, int hd, int n_keys, int q_pos0, int causal, int window);
+void cu_attention_spans(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads, int n_kv, int hd);
 void cu_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n);
 void cu_add(bs_backend *be, float *y, const float *x, size_t n);
 void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n);
 void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width);
-void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
+void cu_store_kv(bs_backend *be, const bs_kv_view *kv, int pos0, const float *k, const float *v, int n, int width);
 void cu_scatter_cols(bs_backend *be, float *out, int out_w, const float *in, int in_w, int n, const int32_t *cols, float fill);
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
 void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab, const int32_t *map);
