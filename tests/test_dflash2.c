@@ -163,3 +163,93 @@ TEST(dflash2_greedy_spec_equals_plain_cuda) {
     NEED_CUDA_DEVICE();
     greedy_lossless(failed_, "cuda");
 }
+
+// ---- sampling: the candidate-restricted q keeps the target's distribution; a wrong q does not ----
+
+// A drafter that drafts exactly as the DFlash 2 drafter inside it, but hands the verifier a wrong q: the full
+// softmax of the unary logits at the sampling temperature (what a DFlash drafter reports for its rows) instead
+// of the walk's distribution over the candidates that the drafts were really drawn from.
+typedef struct { bs_drafter iface; bs_drafter *inner; bs_backend *be; float *q_dev, *q, *lg; int V; } wrong_q;
+static int wq_ctx_init(bs_drafter *d, bs_drafter_ctx *c, int max_ctx, bs_err *err) {
+    wrong_q *w = d->impl;
+    return w->inner->ctx_init(w->inner, c, max_ctx, err);
+}
+static void wq_ctx_free(bs_drafter *d, bs_drafter_ctx *c) { wrong_q *w = d->impl; w->inner->ctx_free(w->inner, c); }
+static int wq_add_context(bs_drafter *d, bs_drafter_ctx *c, const float *feat, int n, bs_err *err) {
+    wrong_q *w = d->impl;
+    return w->inner->add_context(w->inner, c, feat, n, err);
+}
+static int wq_rollback(bs_drafter *d, bs_drafter_ctx *c, int n_ctx, bs_err *err) {
+    wrong_q *w = d->impl;
+    return w->inner->rollback(w->inner, c, n_ctx, err);
+}
+static int wq_propose(bs_drafter *d, bs_drafter_ctx *c, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                      bs_err *err) {
+    wrong_q *w = d->impl;
+    bs_dflash_inspect ins = { .logits = w->lg };
+    if (bs_dflash_forward_block(w->inner, c, anchor, max_n, s, rng, out, &ins, err)) return -1;
+    if (!out->q) return 0;
+    for (int k = 0; k < out->n; k++) {
+        const float *l = w->lg + (size_t)k * w->V;
+        float *q = w->q + (size_t)k * w->V;
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < w->V; v++) if (l[v] > mx) mx = l[v];
+        for (int v = 0; v < w->V; v++) sum += exp((l[v] - mx) / s->temperature);
+        for (int v = 0; v < w->V; v++) q[v] = (float)(exp((l[v] - mx) / s->temperature) / sum);
+    }
+    w->be->upload(w->be, w->q_dev, w->q, sizeof(float) * out->n * w->V);
+    out->q = w->q_dev;
+    return 0;
+}
+static void wq_free(bs_drafter *d) {
+    wrong_q *w = d->impl;
+    w->inner->free(w->inner);
+    w->be->free(w->be, w->q_dev);
+    free(w->q); free(w->lg); free(w);
+}
+static bs_drafter *wrong_q_wrap(bs_engine *e, bs_drafter *inner) {
+    wrong_q *w = calloc(1, sizeof *w);
+    bs_err err;
+    int V = e->cfg.vocab_size, n = inner->max_drafts;
+    *w = (wrong_q){ .inner = inner, .be = e->be, .V = V, .q = malloc(sizeof(float) * n * V), .lg = malloc(sizeof(float) * n * V),
+                    .q_dev = e->be->alloc(e->be, sizeof(float) * n * V, &err) };
+    w->iface = (bs_drafter){ .name = "dflash2-wrong-q", .max_drafts = n, .n_taps = inner->n_taps, .taps = inner->taps, .impl = w,
+                             .ctx_init = wq_ctx_init, .ctx_free = wq_ctx_free, .add_context = wq_add_context, .rollback = wq_rollback,
+                             .propose = wq_propose, .free = wq_free };
+    return &w->iface;
+}
+
+// The first three sampled tokens against the target's exact joint (a 12-token vocabulary, 8 candidates per
+// slot): with the drafter's own q the chi-square passes; with the wrong q above, the same drafts are accepted
+// at the wrong rate and the test must fail (p < 1e-6): the check has the power to see a q that is not
+// restricted to the candidates.
+static void sampling_pvalues(int *failed_, const char *dev, long runs) {
+    char target[256], d2[300];
+    CHECK(make_pair(12, 16, 2, 8, 32, 4, 8, 6, 0, target, d2) == 0, "make-random failed");
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, target, dev, &err) == 0, "%s", err.msg);
+    bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 0.8f, 6, 0.9f, 0 } };
+    for (int c = 0; c < 2; c++)
+        for (int wrong = 0; wrong < 2; wrong++) {
+            bs_drafter *d;
+            CHECK(bs_drafter_open(&d, d2, e, 64, &err) == 0, "%s", err.msg);
+            if (wrong) d = wrong_q_wrap(e, d);
+            double ar = 0; long imp = 0;
+            double pv = tu_spec_sampling_pvalue(e, d, &cfgs[c], runs, &ar, &imp);
+            d->free(d);
+            printf("  %s dflash2 %s q, T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", dev,
+                   wrong ? "WRONG (full softmax)" : "candidate-restricted", cfgs[c].temperature, cfgs[c].top_k, cfgs[c].top_p, pv, ar);
+            CHECK(pv >= 0, "a run failed");
+            CHECK(ar > 0.05 && ar < 0.95, "acceptance %.2f gives the test little power", ar);
+            if (!wrong) {
+                CHECK(imp == 0, "%ld draws of impossible outcomes", imp);
+                CHECK(pv > 1e-4, "sampling with DFlash 2's q is not distributed as the target (p = %g)", pv);
+            } else CHECK(pv < 1e-6, "a wrong q went unnoticed (p = %g): the test has no power", pv);
+        }
+    bs_engine_close(e);
+}
+TEST(dflash2_sampling_lossless) { sampling_pvalues(failed_, "cpu-ref", 20000); }
+TEST(dflash2_sampling_lossless_cuda) {
+    NEED_CUDA_DEVICE();
+    sampling_pvalues(failed_, "cuda", 6000);
+}
