@@ -882,7 +882,7 @@ static void dflash2_picks(dflash *m, dflash_ctx *x, int32_t anchor, int n, const
         vals[i] = bs_dflash2_unary(vals[i], c->out_mult, c->softcap);
     }
     double u[BS_MAX_DRAFT];
-    for (int k = 0; k < n && !greedy; k++) u[k] = bs_rng_uniform(rng);
+    for (int k = 0; k < n && !greedy; k++) u[k] = ins && ins->uniforms ? ins->uniforms[k] : bs_rng_uniform(rng);
     bs_selector_walk(&m->sel, n, ids, vals, z, anchor, greedy ? 0.0f : s->temperature, u, work, out->tokens, scores, q);
     if (!greedy) {
         // Row k's candidates in id order with their q (scatter_cols wants increasing columns), then spread.

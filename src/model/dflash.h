@@ -56,6 +56,8 @@ typedef struct bs_dflash_inspect {
     float *sel_hidden;       // [n][R] z = candidate_selector.hidden_projection(h) of each slot's row
     float *cand_scores;      // [n][K] walk scores unary + edge, from the predecessor the walk actually chose
     float *walk_q;           // [n][K] the walk's q over the candidates (greedy: one-hot at the pick)
+    const double *uniforms;  // input, [n]: a sampled walk draws slot p at uniforms[p] instead of from the RNG
+                             // (reference vectors, dump; NULL: the RNG)
 } bs_dflash_inspect;
 
 // One drafting forward: exactly what propose() does (propose is this with ins = NULL), optionally copying
