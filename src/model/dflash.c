@@ -55,6 +55,7 @@ typedef struct dflash {
     void *rows_host[2];              // the gathered host rows of the LM head and W2 (the CPU backend's weights view them)
     // several sequences' blocks in one pass (propose_batch): BATCH_ROWS rows each, allocated on first use
     float *bx, *bxn, *bq, *batt, *bgate, *bup, *bh, *bkx, *bvx, *bpred, *blogits;
+    float *bxa, *bob, *bdyn;         // (DFlash 2)
     // DFlash 2 (cfg.dflash2; docs/dflash2.md): the convolutions around every sublayer and the candidate selector
     bs_mat *conv_proj;               // [n_layers][2]: attention_conv, mlp_conv kernel_projection [2 * taps * groups][H]
     float *conv_base;                // backend [n_layers][2 sites][2 stages][taps][H]: their base kernels, fp32
@@ -516,7 +517,7 @@ static void dflash_free(bs_drafter *d) {
     float *bufs[] = { m->bx, m->bxn, m->bq, m->batt, m->bgate, m->bup, m->bh, m->bkx, m->bvx, m->bpred, m->blogits,
                       m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx,
                       m->logits_d, (float *)m->vids_dev, m->rope_inv_freq, m->conv_base, m->xa, m->ob, m->dyn, m->sel_dev, m->qsp,
-                      m->escale, m->zero_dyn };
+                      m->escale, m->zero_dyn, m->bxa, m->bob, m->bdyn };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     free(m->vids); free(m->rows_host[0]); free(m->rows_host[1]);
     free(m->hv); free(m->state);
@@ -612,77 +613,100 @@ static int dflash_rollback(bs_drafter *d, bs_drafter_ctx *dc, int n_ctx, bs_err 
 
 // ---- one drafting round -------------------------------------------------------------------------------------
 
-// DFlash 2's convolution of site k (0: attention, 1: MLP) of layer l at `stage`: stage 0 computes the site's
-// dynamic coefficients from its normed input `in` and writes y = Conv_0(in); stage 1 adds Conv_1(in) to y with
-// the same coefficients (docs/dflash2.md: both stages use the coefficients of the sublayer's normed input).
-static void conv_site(dflash *m, int l, int k, int stage, float *y, const float *in) {
+// The buffers one backbone pass works in: a single block's (the drafter's own scratch) or several blocks'
+// (propose_batch's, BATCH_ROWS rows).
+typedef struct block_bufs { float *x, *xn, *q, *kx, *vx, *att, *gate, *up, *h, *xa, *ob, *dyn; } block_bufs;
+
+// DFlash 2's convolution of site k (0: attention, 1: MLP) of layer l at `stage` over `rows` rows (whole blocks):
+// stage 0 computes the site's dynamic coefficients from its normed input `in` and writes y = Conv_0(in); stage 1
+// adds Conv_1(in) to y with the same coefficients (docs/dflash2.md: both stages use the coefficients of the
+// sublayer's normed input).
+static void conv_site(dflash *m, const block_bufs *b, int rows, int l, int k, int stage, float *y, const float *in) {
     const bs_drafter_config *c = &m->cfg;
     int taps = c->conv_taps, G = m->H / c->conv_group, stride = 2 * taps * G;
-    if (stage == 0) m->be->matmul(m->be, m->dyn, in, m->B, &m->conv_proj[l * 2 + k], 0);
+    if (stage == 0) m->be->matmul(m->be, b->dyn, in, rows, &m->conv_proj[l * 2 + k], 0);
     const float *base = m->conv_base + ((size_t)(l * 2 + k) * 2 + stage) * taps * m->H;
-    m->be->dyn_conv(m->be, y, in, m->B, m->H, m->B, taps, base, m->dyn + (size_t)stage * taps * G, stride, c->conv_group, stage);
+    m->be->dyn_conv(m->be, y, in, rows, m->H, m->B, taps, base, b->dyn + (size_t)stage * taps * G, stride, c->conv_group, stage);
 }
 
-// DFlash 2's block attention in layer l (docs/dflash2.md, "Attention"): row i at position n_ctx + i sees the context
-// keys within the window (distance < W, the MLX reference's mask) and the block's keys (all of them, or those up to
-// its own under is_causal). The window's start differs per row, which one attention call cannot say: a windowed
-// layer attends row by row (each call a position argument, so a recorded pass replays at any context length).
-static void dflash2_attention(dflash *m, dflash_ctx *x, int l, int n_ctx) {
+// One block's attention in layer l (q, att: its rows). z-lab DFlash: non-causal over [context ; block], a sliding
+// layer seeing the last W context rows plus the whole block. DFlash 2 (docs/dflash2.md, "Attention"): row i at
+// position n_ctx + i sees the context keys within the window (distance < W, the MLX reference's mask) and the
+// block's keys (all of them, or those up to its own under is_causal). The window's start differs per row, which
+// one attention call cannot say: a windowed layer attends row by row (each call's key count and position are
+// position arguments, so a recorded pass replays at any context length).
+static void block_attention(dflash *m, dflash_ctx *x, int l, int n_ctx, const float *q, float *att) {
     const bs_qwen3_config *c = &m->cfg.base;
     bs_backend *be = m->be;
-    int B = m->B, W = m->cfg.layer_window[l], causal = m->cfg.layer_causal[l];
-    if (W == 0) { be->attention(be, m->att, m->q, x->kc[l], x->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, causal, 0); return; }
+    int B = m->B, W = m->cfg.layer_window[l];
+    if (!m->cfg.dflash2) {
+        be->attention(be, att, q, x->kc[l], x->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, W > 0 ? W + B : 0);
+        return;
+    }
+    int causal = m->cfg.layer_causal[l];
+    if (W == 0) { be->attention(be, att, q, x->kc[l], x->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, causal, 0); return; }
     for (int i = 0; i < B; i++) {
         int block_keys = causal ? i + 1 : B, ctx_keys = W - 1 - i > 0 ? W - 1 - i : 0;
-        be->attention(be, m->att + (size_t)i * m->qd, m->q + (size_t)i * m->qd, x->kc[l], x->vc[l], 1, c->n_heads, c->n_kv_heads, c->head_dim,
+        be->attention(be, att + (size_t)i * m->qd, q + (size_t)i * m->qd, x->kc[l], x->vc[l], 1, c->n_heads, c->n_kv_heads, c->head_dim,
                       n_ctx + B, n_ctx + i, causal, block_keys + ctx_keys);
     }
 }
 
-// Backbone on the block ids[B]: h[B][H] after the final norm. Every op that depends on where the block
-// sits (RoPE, the K/V rows stored at n_ctx, the attention's key count) takes n_ctx as a position
-// argument, so a recording of this pass replays at any context length. DFlash 2 wraps each sublayer in its
-// convolutions: the sublayer reads Conv_0(normed x) (xa) and x gains Conv_1(its output) (ob).
-static void backbone(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids) {
+// The backbone over nb blocks of B rows (ids [nb][B]); block j sits at positions n_ctx[j] .. of context xs[j].
+// Out: b->h [nb * B][H] after the final norm. The block's K/V rows go to each context's cache rows after its
+// committed ones (transient: the next pass overwrites them). Every op that depends on where a block sits (RoPE,
+// the stored K/V rows, the attention's key count) takes n_ctx as a position argument, so a recording of a
+// one-block pass replays at any context length. DFlash 2 wraps each sublayer in its convolutions: the sublayer
+// reads Conv_0(normed x) (xa) and x gains Conv_1(its output) (ob).
+static void backbone_blocks(dflash *m, const block_bufs *b, int nb, dflash_ctx *const *xs, const int *n_ctx, const int32_t *ids) {
     const bs_qwen3_config *c = &m->cfg.base;
     bs_backend *be = m->be;
-    int B = m->B, H = m->H, d2 = m->cfg.dflash2;
+    int B = m->B, H = m->H, R = nb * B, hd = c->head_dim, d2 = m->cfg.dflash2;
+    size_t qw = (size_t)m->qd * B, kw = (size_t)m->kd * B;
     if (d2 && m->escale) {   // input_embedding_scale: a 1-tap convolution with the scale as its base kernel
-        be->embed(be, m->xa, &m->embed, ids, B);
-        be->dyn_conv(be, m->x, m->xa, B, H, B, 1, m->escale, m->zero_dyn, 1, H, 0);
-    } else be->embed(be, m->x, &m->embed, ids, B);
+        be->embed(be, b->xa, &m->embed, ids, R);
+        be->dyn_conv(be, b->x, b->xa, R, H, B, 1, m->escale, m->zero_dyn, 0, H, 0);   // (stride 0: every row reads the one zero)
+    } else be->embed(be, b->x, &m->embed, ids, R);
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
-        be->rmsnorm(be, m->xn, m->x, B, H, &L->attn_norm, c->rms_eps);
-        if (d2) conv_site(m, l, 0, 0, m->xa, m->xn);
-        // q/k/v; the block's K/V rows go to the cache rows after the context (transient: the next pass
-        // overwrites them).
+        be->rmsnorm(be, b->xn, b->x, R, H, &L->attn_norm, c->rms_eps);
+        if (d2) conv_site(m, b, R, l, 0, 0, b->xa, b->xn);
+        const float *ain = d2 ? b->xa : b->xn;
         const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
-        bs_qkv_norm_rope_store(be, d2 ? m->xa : m->xn, B, ws, m->q, m->kx, m->vx, c->n_heads, c->n_kv_heads, c->head_dim, &L->q_norm, &L->k_norm,
-                               c->rms_eps, n_ctx, m->rope_inv_freq, x->kc[l], x->vc[l]);
-        if (d2) {
-            dflash2_attention(m, x, l, n_ctx);
-            be->matmul(be, m->ob, m->att, B, &L->wo, 0);
-            conv_site(m, l, 0, 1, m->x, m->ob);
-        } else {
-            // Non-causal over [context ; block]; a sliding layer sees the last W context rows plus the whole block.
-            int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
-            be->attention(be, m->att, m->q, x->kc[l], x->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);
-            be->matmul(be, m->x, m->att, B, &L->wo, 1);
+        if (nb == 1)   // the fused q/k/v step where the backend has one (bit-identical to the two steps below)
+            bs_qkv_norm_rope_store(be, ain, B, ws, b->q, b->kx, b->vx, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm, c->rms_eps, n_ctx[0],
+                                   m->rope_inv_freq, xs[0]->kc[l], xs[0]->vc[l]);
+        else {
+            float *qkv[3] = { b->q, b->kx, b->vx };
+            bs_matmul_multi(be, 3, qkv, ain, R, ws, 0);
         }
-        be->rmsnorm(be, m->xn, m->x, B, H, &L->mlp_norm, c->rms_eps);
-        if (d2) conv_site(m, l, 1, 0, m->xa, m->xn);
-        {
-            float *ys[2] = { m->gate, m->up };
-            const bs_mat *ws[2] = { &L->w_gate, &L->w_up };
-            bs_matmul_multi(be, 2, ys, d2 ? m->xa : m->xn, B, ws, 0);
+        for (int j = 0; j < nb; j++) {
+            if (nb > 1)
+                bs_qk_norm_rope_store(be, b->q + j * qw, b->kx + j * kw, b->vx + j * kw, B, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm,
+                                      c->rms_eps, n_ctx[j], m->rope_inv_freq, xs[j]->kc[l], xs[j]->vc[l]);
+            block_attention(m, xs[j], l, n_ctx[j], b->q + j * qw, b->att + j * qw);
         }
         if (d2) {
-            bs_swiglu_matmul(be, m->ob, m->gate, m->up, B, &L->w_down, 0);
-            conv_site(m, l, 1, 1, m->x, m->ob);
-        } else bs_swiglu_matmul(be, m->x, m->gate, m->up, B, &L->w_down, 1);
+            be->matmul(be, b->ob, b->att, R, &L->wo, 0);
+            conv_site(m, b, R, l, 0, 1, b->x, b->ob);
+        } else be->matmul(be, b->x, b->att, R, &L->wo, 1);
+        be->rmsnorm(be, b->xn, b->x, R, H, &L->mlp_norm, c->rms_eps);
+        if (d2) conv_site(m, b, R, l, 1, 0, b->xa, b->xn);
+        float *gu[2] = { b->gate, b->up };
+        const bs_mat *wgu[2] = { &L->w_gate, &L->w_up };
+        bs_matmul_multi(be, 2, gu, d2 ? b->xa : b->xn, R, wgu, 0);
+        if (d2) {
+            bs_swiglu_matmul(be, b->ob, b->gate, b->up, R, &L->w_down, 0);
+            conv_site(m, b, R, l, 1, 1, b->x, b->ob);
+        } else bs_swiglu_matmul(be, b->x, b->gate, b->up, R, &L->w_down, 1);
     }
-    be->rmsnorm(be, m->h, m->x, B, H, &m->norm, c->rms_eps);
+    be->rmsnorm(be, b->h, b->x, R, H, &m->norm, c->rms_eps);
+}
+
+// The backbone on one block (ids[B]) in the drafter's own scratch: m->h[B][H].
+static void backbone(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids) {
+    block_bufs b = { m->x, m->xn, m->q, m->kx, m->vx, m->att, m->gate, m->up, m->h, m->xa, m->ob, m->dyn };
+    backbone_blocks(m, &b, 1, &x, &n_ctx, ids);
 }
 
 // logits rows [k, k + n) <- logits_d's (draft vocabulary), -inf for every other token.
@@ -1063,40 +1087,14 @@ static int batch_alloc(dflash *m, bs_err *err) {
     ALLOC_BE(m->bq, R * m->qd * 4); ALLOC_BE(m->batt, R * m->qd * 4);
     ALLOC_BE(m->bkx, R * m->kd * 4); ALLOC_BE(m->bvx, R * m->kd * 4);
     ALLOC_BE(m->bgate, R * m->I * 4); ALLOC_BE(m->bup, R * m->I * 4);
-    ALLOC_BE(m->blogits, R * (size_t)m->V * 4);
+    if (m->cfg.dflash2) {
+        ALLOC_BE(m->bxa, R * H * 4); ALLOC_BE(m->bob, R * H * 4);
+        ALLOC_BE(m->bdyn, R * 2 * m->cfg.conv_taps * (H / m->cfg.conv_group) * 4);
+    }
+    ALLOC_BE(m->blogits, R * (size_t)m->V * 4);   // (allocated last: batch_alloc's "done" mark)
     return 0;
 fail:
     return bs_wrap(err, "drafter batch scratch");
-}
-
-// The backbone over nb blocks (ids [nb][B]); block j sits at positions n_ctx[j] .. of context xs[j].
-static void backbone_blocks(dflash *m, int nb, dflash_ctx *const *xs, const int *n_ctx, const int32_t *ids) {
-    const bs_qwen3_config *c = &m->cfg.base;
-    bs_backend *be = m->be;
-    int B = m->B, H = m->H, R = nb * B, hd = c->head_dim;
-    size_t qw = (size_t)m->qd * B, kw = (size_t)m->kd * B;
-    be->embed(be, m->bx, &m->embed, ids, R);
-    for (int l = 0; l < c->n_layers; l++) {
-        bs_qwen3_layer *L = &m->layers[l];
-        be->rmsnorm(be, m->bxn, m->bx, R, H, &L->attn_norm, c->rms_eps);
-        float *qkv[3] = { m->bq, m->bkx, m->bvx };
-        const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
-        bs_matmul_multi(be, 3, qkv, m->bxn, R, ws, 0);
-        int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
-        for (int j = 0; j < nb; j++) {
-            bs_qk_norm_rope_store(be, m->bq + j * qw, m->bkx + j * kw, m->bvx + j * kw, B, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm,
-                                  c->rms_eps, n_ctx[j], m->rope_inv_freq, xs[j]->kc[l], xs[j]->vc[l]);
-            be->attention(be, m->batt + j * qw, m->bq + j * qw, xs[j]->kc[l], xs[j]->vc[l], B, c->n_heads, c->n_kv_heads, hd, n_ctx[j] + B,
-                          n_ctx[j], 0, win);
-        }
-        be->matmul(be, m->bx, m->batt, R, &L->wo, 1);
-        be->rmsnorm(be, m->bxn, m->bx, R, H, &L->mlp_norm, c->rms_eps);
-        float *gu[2] = { m->bgate, m->bup };
-        const bs_mat *wgu[2] = { &L->w_gate, &L->w_up };
-        bs_matmul_multi(be, 2, gu, m->bxn, R, wgu, 0);
-        bs_swiglu_matmul(be, m->bx, m->bgate, m->bup, R, &L->w_down, 1);
-    }
-    be->rmsnorm(be, m->bh, m->bx, R, H, &m->norm, c->rms_eps);
 }
 
 // One pass over sequences [0, nb) of the arrays (every one with n[j] >= 1 drafts to make).
@@ -1109,7 +1107,8 @@ static void propose_pass(dflash *m, int nb, dflash_ctx *const *xs, const int *n_
         ids[j * B] = anchors[j];
         for (int i = 1; i < B; i++) ids[j * B + i] = m->cfg.mask_token_id;
     }
-    backbone_blocks(m, nb, xs, n_ctx, ids);
+    block_bufs bb = { m->bx, m->bxn, m->bq, m->bkx, m->bvx, m->batt, m->bgate, m->bup, m->bh, m->bxa, m->bob, m->bdyn };
+    backbone_blocks(m, &bb, nb, xs, n_ctx, ids);
     // The LM head once over every block's prediction rows, packed.
     int p = 0, at[BATCH_ROWS];
     for (int j = 0; j < nb; j++) {
@@ -1122,6 +1121,7 @@ static void propose_pass(dflash *m, int nb, dflash_ctx *const *xs, const int *n_
         // The block's rows where propose's picks read them, then the same picks.
         be->copy(be, m->h, m->bh + (size_t)j * B * H, sizeof(float) * B * H);
         be->copy(be, m->logits, m->blogits + (size_t)at[j] * V, sizeof(float) * n[j] * V);
+        if (m->cfg.dflash2) selector_inputs(m, m->h + H, n[j]);
         int on_device = device_picks_ok(m, s[j], NULL);
         memset(&out[j], 0, sizeof out[j]);
         if (on_device) device_picks(m, xs[j], anchors[j], n[j]);
@@ -1133,7 +1133,7 @@ static int dflash_propose_batch(bs_drafter *d, int n, bs_drafter_ctx *const *c, 
                                 const bs_sampling *const *s, bs_rng *const *rng, bs_draft *out, bs_err *err) {
     dflash *m = d->impl;
     // A draft vocabulary spreads its logits per pass: those sequences draft one by one.
-    if (m->vd || m->B > BATCH_ROWS || m->cfg.dflash2) {   // (DFlash 2: its convolutions are not in the batched backbone yet)
+    if (m->vd || m->B > BATCH_ROWS) {
         for (int i = 0; i < n; i++) if (dflash_propose(d, c[i], anchors[i], max_n[i], s[i], rng[i], &out[i], err)) return -1;
         return 0;
     }
