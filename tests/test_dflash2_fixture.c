@@ -115,3 +115,69 @@ TEST(dflash2_fixture_cuda) {
     if (*failed_) return;
     check_d2_fixture(failed_, "cuda", "dflash2_causal");
 }
+
+// A recorded DFlash 2 block pass (CUDA graphs: the convolutions, the per-row windowed attention, the top-K and z
+// in the recording) replayed at later context lengths gives the plain pass's block rows, unary logits,
+// candidates, scores and drafts bit for bit (the window moves past context rows as the context grows).
+static void check_d2_graphs(int *failed_, const char *dev, const char *name) {
+    char ddir[512];
+    snprintf(ddir, sizeof ddir, REF "/%s", name);
+    if (access(REF "/dflash2.expect.safetensors", R_OK)) SKIP(REF " has no reference vectors");
+    bs_err err = {0};
+    bs_engine *e; bs_drafter *d;
+    CHECK(bs_engine_open(&e, REF "/target", dev, &err) == 0, "%s", err.msg);
+    CHECK(bs_dflash_open(&d, ddir, &e->target, 64, &err) == 0, "%s", err.msg);
+    bs_drafter_ctx dc;
+    CHECK(bs_drafter_ctx_init(d, &dc, 64, &err) == 0, "%s", err.msg);
+    const bs_drafter_config *c = bs_dflash_config(d);
+    int V = e->cfg.vocab_size, H = e->cfg.hidden_size, B = c->block_size, m = d->n_taps, P = 30, n = d->max_drafts, K = c->sel_top_k;
+    int32_t prompt[30];
+    for (int i = 0; i < P; i++) prompt[i] = (i * 37 + 11) % V;
+    bs_kv_cache kv;
+    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * m * H, &err);
+    bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = m, .tap_out = feat };
+    CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0, "%s", err.msg);
+    CHECK(d->add_context(d, &dc, feat, 4, &err) == 0, "%s", err.msg);
+    size_t nf = (size_t)B * H + (size_t)n * V + 2 * (size_t)n * K;
+    float *ref = malloc(sizeof(float) * nf), *got = malloc(sizeof(float) * nf);
+    int32_t ci[2][BS_MAX_DRAFT * 64];
+    int saved = e->target.use_graphs;
+    double u[BS_MAX_DRAFT];
+    for (int p = 0; p < n; p++) u[p] = (p + 0.3) / n;
+    bs_sampling t1 = { .temperature = 1.0f, .top_k = 0, .top_p = 1.0f };
+    for (int step = 0; step < 12 && !*failed_; step++) {
+        int32_t anchor = prompt[4 + step];
+        bs_draft r0, r1;
+        for (int sampled = 0; sampled < 2; sampled++)
+            for (int run = 0; run < 4 && !*failed_; run++) {   // plain, then 3 with graphs: plain, record + replay, replay
+                float *o = run ? got : ref;
+                bs_dflash_inspect ins = { .block_hidden = o, .logits = o + (size_t)B * H, .cand_ids = ci[run > 0],
+                                          .cand_scores = o + (size_t)B * H + (size_t)n * V, .walk_q = o + (size_t)B * H + (size_t)n * V + (size_t)n * K,
+                                          .uniforms = u };
+                memset(o, 0, sizeof(float) * nf);
+                e->target.use_graphs = run > 0;
+                bs_rng rng; bs_rng_seed(&rng, 1);
+                CHECK(bs_dflash_forward_block(d, &dc, anchor, BS_MAX_DRAFT, sampled ? &t1 : NULL, &rng, run ? &r1 : &r0, &ins, &err) == 0, "%s", err.msg);
+                if (run == 0) continue;
+                CHECK(r1.n == r0.n && memcmp(r1.tokens, r0.tokens, sizeof(int32_t) * r0.n) == 0, "%s step %d run %d: drafts differ", name, step, run);
+                CHECK(memcmp(ci[0], ci[1], sizeof(int32_t) * n * K) == 0, "%s step %d run %d: candidates differ", name, step, run);
+                CHECK(memcmp(ref, got, sizeof(float) * nf) == 0, "%s step %d run %d: a recorded pass differs from the plain one", name, step, run);
+            }
+        CHECK(d->add_context(d, &dc, feat + (size_t)(4 + step) * m * H, 1, &err) == 0, "%s", err.msg);
+    }
+    e->target.use_graphs = saved;
+    free(ref); free(got);
+    e->be->free(e->be, logits); e->be->free(e->be, feat);
+    bs_kv_free(&kv);
+    tu_drafter_free(d, &dc);
+    bs_engine_close(e);
+}
+TEST(dflash2_graphs_cuda) {
+    NEED_CUDA_DEVICE();
+    check_d2_graphs(failed_, "cuda", "dflash2");
+    if (*failed_) return;
+    check_d2_graphs(failed_, "cuda", "dflash2_causal");
+}
+// (On the CPU, which records nothing, every run is a plain pass: the passes are deterministic.)
+TEST(dflash2_repeat_passes_cpu) { check_d2_graphs(failed_, "cpu", "dflash2"); }
