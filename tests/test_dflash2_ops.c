@@ -93,7 +93,8 @@ static void topk_naive(int32_t *ids, float *vals, const float *l, int vocab, int
 // Rows with ties (values on a coarse grid), a NaN, -inf; k up to the whole row.
 static void topk_rows(bs_rng *r, float *l, int n, int vocab) {
     for (int i = 0; i < n * vocab; i++) l[i] = (float)((int)(bs_rng_uniform(r) * 40) - 20) * 0.25f;
-    l[3] = NAN; l[vocab + 1] = -INFINITY;
+    l[3] = NAN;
+    if (n > 1) l[vocab + 1] = -INFINITY;
 }
 
 static int topk_case(bs_backend *be, int n, int vocab, int k, int with_map, uint64_t seed, int32_t *ids, float *vals, char *why, size_t cap) {
