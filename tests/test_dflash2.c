@@ -467,3 +467,38 @@ TEST(dflash2_bad_tensors) {
     }
     bs_engine_close(e);
 }
+
+// With a draft vocabulary the candidates are the top-K of its columns, mapped to token ids before the codebooks
+// (docs/draft-vocab.md): every candidate and draft is a listed token, greedy output still equals plain output,
+// and a list shorter than the selector's K is refused.
+TEST(dflash2_draft_vocab) {
+    char target[256], d2[300], vp[400], list[2048];
+    CHECK(make_pair(64, 32, 3, 16, 64, 5, 4, 8, 6, target, d2) == 0, "make-random failed");
+    snprintf(vp, sizeof vp, "%s/vocab.json", target);
+    int n = 0, listed[64] = { 0 };
+    strcpy(list, "[");
+    for (int id = 1; id < 64; id += 3) { snprintf(list + strlen(list), 16, "%s%d", n ? "," : "", id); listed[id] = 1; n++; }
+    strcat(list, "]");
+    CHECK(tu_write_text(vp, list) == 0);
+    bs_drafter_opts o = { .lossy_weights = -1, .draft_vocab = vp };
+    tu_greedy_spec_equals_plain(failed_, "cpu", target, d2, &o, 8, 41);
+    if (*failed_) return;
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, target, "cpu", &err) == 0, "%s", err.msg);
+    int32_t prompt[12] = { 3, 9, 27, 17, 51, 25, 11, 33, 35, 41, 59, 13 };
+    bs_drafter_ctx dc;
+    bs_drafter *d = tu_drafter_with_context(e, d2, &o, &dc, prompt, 10, &err);
+    CHECK(d, "%s", err.msg);
+    int32_t ci[4 * 4];
+    bs_dflash_inspect ins = { .cand_ids = ci };
+    bs_sampling sm = { .temperature = 1.0f, .top_p = 1.0f };
+    bs_rng rng; bs_rng_seed(&rng, 2);
+    bs_draft dr;
+    CHECK(bs_dflash_forward_block(d, &dc, prompt[10], 4, &sm, &rng, &dr, &ins, &err) == 0 && dr.n == 4, "%s", err.msg);
+    for (int i = 0; i < 16; i++) CHECK(listed[ci[i]], "candidate %d is not in the draft vocabulary", ci[i]);
+    for (int k = 0; k < 4; k++) CHECK(listed[dr.tokens[k]], "draft %d is not in the draft vocabulary", dr.tokens[k]);
+    tu_drafter_free(d, &dc);
+    CHECK(tu_write_text(vp, "[1, 2, 3]") == 0);
+    CHECK(bs_drafter_open_opts(&d, d2, e, 64, &o, &err) != 0 && strstr(err.msg, "selector_top_k"), "a 3-token list for 4 candidates: %s", err.msg);
+    bs_engine_close(e);
+}
