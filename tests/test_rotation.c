@@ -273,7 +273,7 @@ TEST(rotate_cli_signs_file) {
 
 // ---- drafters bound to a folded target ---------------------------------------------------------------------------
 
-typedef struct drafted { int32_t tok[8]; float logits[8 * 128], conf[8], hidden[4 * 128]; int n; } drafted;
+typedef struct drafted { int32_t tok[8], batch_tok[8]; float logits[8 * 128], conf[8], hidden[4 * 128]; int n, batch_n; } drafted;
 
 // Greedy drafts of `drafter` over target `dir` after PROMPT, for three anchors.
 static int draft_rounds(const char *dir, const char *drafter, const char *dev, drafted out[3], char *warning, bs_err *err) {
@@ -291,6 +291,15 @@ static int draft_rounds(const char *dir, const char *drafter, const char *dev, d
         rc = bs_dflash_forward_block(d, &dc, (int32_t)(5 + 13 * k), 8, &greedy_s, NULL, &dr, &ins, err);
         out[k].n = dr.n;
         memcpy(out[k].tok, dr.tokens, sizeof(int32_t) * dr.n);
+        // the batched pass (propose_batch, the runtime's path for many sequences) on the same context
+        bs_drafter_ctx *cs[1] = { &dc };
+        int32_t anchor = 5 + 13 * k;
+        int max_n = 8;
+        const bs_sampling *sp[1] = { &greedy_s };
+        bs_rng *rp[1] = { NULL };
+        if (!rc) rc = d->propose_batch(d, 1, cs, &anchor, &max_n, sp, rp, &dr, err);
+        out[k].batch_n = dr.n;
+        memcpy(out[k].batch_tok, dr.tokens, sizeof(int32_t) * dr.n);
     }
     tu_drafter_free(d, &dc);
     bs_engine_close(e);
@@ -310,6 +319,8 @@ static void check_same_drafts(int *failed_, const char *orig, const char *rot, c
     for (int k = 0; k < 3; k++) {
         CHECK(a[k].n == b[k].n && a[k].n > 0, "%s", label);
         for (int i = 0; i < a[k].n; i++) CHECK(a[k].tok[i] == b[k].tok[i], "%s anchor %d: draft %d is %d vs %d", label, k, i, a[k].tok[i], b[k].tok[i]);
+        CHECK(b[k].batch_n == a[k].n, "%s", label);
+        for (int i = 0; i < a[k].n; i++) CHECK(b[k].batch_tok[i] == a[k].tok[i], "%s anchor %d: batched draft %d is %d vs %d", label, k, i, b[k].batch_tok[i], a[k].tok[i]);
         double s = max_abs(a[k].logits, sizeof a[k].logits / sizeof(float)), d = 0, hs = max_abs(a[k].hidden, sizeof a[k].hidden / sizeof(float)), hd = 0;
         for (size_t i = 0; i < sizeof a[k].logits / sizeof(float); i++) d = fmax(d, fabs(a[k].logits[i] - b[k].logits[i]));
         for (size_t i = 0; i < sizeof a[k].hidden / sizeof(float); i++) hd = fmax(hd, fabs(a[k].hidden[i] - b[k].hidden[i]));
@@ -391,9 +402,53 @@ TEST(rotate_spec_greedy_equals_plain) {
     }
 }
 
+// Relative logit RMS error of dir against ref over 96 pseudo-random tokens (every row's logits), and in how many
+// rows the two argmaxes agree (*agree, may be NULL).
+static double logit_err_agree(const char *ref, const char *dir, int *agree) {
+    enum { N = 96 };
+    bs_err err = {0};
+    float *l[2] = { NULL, NULL };
+    int V = 0;
+    const char *dirs[2] = { ref, dir };
+    for (int k = 0; k < 2; k++) {
+        bs_engine *e;
+        if (bs_engine_open(&e, dirs[k], "cpu", &err)) { fprintf(stderr, "  %s\n", err.msg); return INFINITY; }
+        V = e->cfg.vocab_size;
+        int32_t ids[N];
+        uint64_t x = 12345;
+        for (int i = 0; i < N; i++) ids[i] = (int32_t)(bs_splitmix64(&x) % (uint64_t)V);
+        bs_kv_cache kv;
+        float *dev = e->be->alloc(e->be, sizeof(float) * N * V, &err);
+        bs_fwd_out fo = { .logits = dev, .logits_all = 1 };
+        l[k] = malloc(sizeof(float) * N * V);
+        int rc = !dev || bs_kv_init(&kv, &e->cfg, N + 8, e->be, &err) || bs_qwen3_forward(&e->target, &kv, ids, N, &fo, &err);
+        if (!rc) { e->be->download(e->be, l[k], dev, sizeof(float) * N * V); bs_kv_free(&kv); }
+        if (dev) e->be->free(e->be, dev);
+        bs_engine_close(e);
+        if (rc) { fprintf(stderr, "  %s\n", err.msg); return INFINITY; }
+    }
+    double d = 0, t = 0;
+    int same = 0;
+    for (int r = 0; r < N; r++) {
+        int ia = 0, ib = 0;
+        for (int v = 0; v < V; v++) {
+            double x = l[0][r * V + v] - l[1][r * V + v];
+            d += x * x;
+            t += (double)l[0][r * V + v] * l[0][r * V + v];
+            if (l[0][r * V + v] > l[0][r * V + ia]) ia = v;
+            if (l[1][r * V + v] > l[1][r * V + ib]) ib = v;
+        }
+        same += ia == ib;
+    }
+    free(l[0]); free(l[1]);
+    if (agree) *agree = same;
+    return sqrt(d / t);
+}
+static double logit_err(const char *ref, const char *dir) { return logit_err_agree(ref, dir, NULL); }
+
 // The built-in model (trained weights) and its two drafters: rotate, then speculative decoding on the fold
 // accepts what it accepts on the original (bf16 storage: measured, not required to be equal).
-TEST(rotate_builtin_model_tau) {
+TEST(rotate_builtin_model) {
     struct stat st;
     if (stat("models/blockspec-30m/config.json", &st)) SKIP("models/blockspec-30m not here (run from the repository root)");
     const char *rot = rotated("models/blockspec-30m", 7, NULL);
@@ -411,20 +466,24 @@ TEST(rotate_builtin_model_tau) {
         tu_greedy_spec_equals_plain(failed_, "cpu", rot, drafters[k], NULL, 2, 3 + k);
         if (*failed_) return;
     }
+    // Its 4- and 8-bit error (group 64) with and without the fold, against the BF16 original (docs/rotation.md).
+    for (int bits = 4; bits <= 8; bits += 4) {
+        const char *q = bs_test_tmpdir("r1_bq"), *qr = bs_test_tmpdir("r1_bqr");
+        bs_err err = {0};
+        CHECK(q && qr && bs_quantize_checkpoint("models/blockspec-30m", q, bits, 64, NULL, &err) == 0 &&
+              bs_quantize_checkpoint(rot, qr, bits, 64, NULL, &err) == 0, "%s", err.msg);
+        int a1 = 0, a2 = 0, a0 = 0;
+        double e0 = logit_err_agree("models/blockspec-30m", rot, &a0), e1 = logit_err_agree("models/blockspec-30m", q, &a1),
+               e2 = logit_err_agree("models/blockspec-30m", qr, &a2);
+        printf("  built-in model, %d-bit g64: relative logit RMS error %.4f unrotated, %.4f rotated (bf16 fold alone %.4f); "
+               "argmax agrees on %d / %d of 96 rows\n", bits, e1, e2, e0, a1, a2);
+        CHECK(isfinite(e1) && isfinite(e2) && e0 < 0.01, "the bf16 fold alone moved the logits by %g", e0);
+    }
 }
 
 // rotate -> quantize 4-bit: the fold's record survives, drafters bind to the quantised fold, greedy speculative
 // output equals plain on it; and the 4-bit logit error with and without the rotation (printed: docs/rotation.md).
-static double logit_err(const char *ref, const char *dir) {
-    float *la, *ta, *lb, *tb;
-    int V, H, L;
-    bs_err err = {0};
-    if (forward_all(ref, "cpu", &la, &ta, &V, &H, &L, &err) || forward_all(dir, "cpu", &lb, &tb, &V, &H, &L, &err)) return INFINITY;
-    double s = 0, d = 0;
-    for (size_t i = 0; i < (size_t)P * V; i++) { double x = la[i] - lb[i]; d += x * x; s += (double)la[i] * la[i]; }
-    free(la); free(ta); free(lb); free(tb);
-    return sqrt(d / s);
-}
+
 
 // One model quantised to 4 bits (group 64) as it is and after the fold: the relative logit RMS errors against it.
 static void q4_errors(int *failed_, const char *orig, double *e_plain, double *e_rot) {
@@ -452,22 +511,23 @@ TEST(rotate_then_quantize_4bit) {
     bs_r1_basis_free(&r1);
     tu_greedy_spec_equals_plain(failed_, "cpu", q_rot, drafter, NULL, 4, 8);
     if (*failed_) return;
-    // The 4-bit error with and without the fold (docs/rotation.md, "Measured"). make-random's weights are uniform:
-    // bounded, no outliers, the best case for min/max groups, which the rotation makes Gaussian (wider groups):
-    // the fold costs there. With heavy tails (0.2% of every matrix's entries x12) the rotation spreads each outlier
-    // over its row and the error drops (measured 0.280 -> 0.232). Not a law: with rarer, larger outliers (0.1% x100)
-    // at this small width the spread outlier widens every group of its row and the fold cost (docs/rotation.md).
+    // The 4-bit error with and without the fold (docs/rotation.md, "Measured"), on a wider random target (H = 512).
+    // make-random's weights are uniform: bounded, no outliers, the best case for min/max groups, which the rotation
+    // makes Gaussian (wider groups): the fold costs there. With rare large entries (0.1% of every matrix's entries
+    // x30, heavy tails) the rotation spreads each over its row and the error drops (measured 0.373 -> 0.274).
     double up, ur, hp, hr;
-    q4_errors(failed_, orig, &up, &ur);
+    const char *wide = tu_make_target(V, 512, 2, 8, 2, 512 / 8, 2 * 512, 0, 1, 35);
+    CHECK(wide);
+    q4_errors(failed_, wide, &up, &ur);
     if (*failed_) return;
-    rewrite heavy = { .outliers = 0.002, .outlier_scale = 12, .seed = 34 };
-    const char *tail = rewrite_f32(orig, &heavy);
+    rewrite heavy = { .outliers = 0.001, .outlier_scale = 30, .seed = 34 };
+    const char *tail = rewrite_f32(wide, &heavy);
     CHECK(tail);
     q4_errors(failed_, tail, &hp, &hr);
     if (*failed_) return;
-    printf("  4-bit g64 relative logit RMS error: uniform weights %.4f unrotated, %.4f rotated; heavy-tailed %.4f unrotated, %.4f rotated\n",
+    printf("  4-bit g64, random H = 512: relative logit RMS error: uniform weights %.4f unrotated, %.4f rotated; heavy-tailed %.4f unrotated, %.4f rotated\n",
            up, ur, hp, hr);
-    CHECK(isfinite(up) && isfinite(ur) && hr < 0.9 * hp, "the rotation did not reduce the error on heavy-tailed weights");
+    CHECK(isfinite(up) && isfinite(ur) && hr < 0.85 * hp, "the rotation did not reduce the error on heavy-tailed weights");
 }
 
 // ---- bad input ---------------------------------------------------------------------------------------------------

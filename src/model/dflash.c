@@ -62,7 +62,7 @@ typedef struct dflash {
     bs_r1_bind r1;
     int r1_embed, r1_head;
     void *fc_folded;
-    float *hu;
+    float *hu, *bhu;
 } dflash;
 
 enum { R1_HEAD_NONE = 0, R1_HEAD_LM = 1, R1_HEAD_EMBED = 2 };
@@ -511,7 +511,7 @@ static void dflash_free(bs_drafter *d) {
     bs_backend *be = m->be;
     float *bufs[] = { m->bx, m->bxn, m->bq, m->batt, m->bgate, m->bup, m->bh, m->bkx, m->bvx, m->bpred, m->blogits,
                       m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx,
-                      m->logits_d, (float *)m->vids_dev, m->rope_inv_freq, m->hu };
+                      m->logits_d, (float *)m->vids_dev, m->rope_inv_freq, m->hu, m->bhu };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     free(m->vids); free(m->rows_host[0]); free(m->rows_host[1]);
     free(m->hv); free(m->state);
@@ -660,9 +660,10 @@ static const float *head_rows(dflash *m, const float *rows, int n, float *u) {
 static void block_pass(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, int n, int spread) {
     backbone(m, x, n_ctx, ids);
     if (n <= 0) return;
-    const float *rows = head_rows(m, m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h, n, m->hu);
-    if (!m->vd) { m->be->matmul(m->be, m->logits, rows, n, &m->lm_head, 0); return; }
-    m->be->matmul(m->be, m->logits_d, rows, n, &m->lm_head, 0);
+    const float *rows = m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h;
+    const float *head_in = head_rows(m, rows, n, m->hu);   // rows stay the drafter's own
+    if (!m->vd) { m->be->matmul(m->be, m->logits, head_in, n, &m->lm_head, 0); return; }
+    m->be->matmul(m->be, m->logits_d, head_in, n, &m->lm_head, 0);
     if (spread) spread_rows(m, 0, n);
 }
 
@@ -954,6 +955,7 @@ static int batch_alloc(dflash *m, bs_err *err) {
     ALLOC_BE(m->bq, R * m->qd * 4); ALLOC_BE(m->batt, R * m->qd * 4);
     ALLOC_BE(m->bkx, R * m->kd * 4); ALLOC_BE(m->bvx, R * m->kd * 4);
     ALLOC_BE(m->bgate, R * m->I * 4); ALLOC_BE(m->bup, R * m->I * 4);
+    if (m->r1_head) ALLOC_BE(m->bhu, R * H * 4);
     ALLOC_BE(m->blogits, R * (size_t)m->V * 4);
     return 0;
 fail:
@@ -1009,7 +1011,7 @@ static void propose_pass(dflash *m, int nb, dflash_ctx *const *xs, const int *n_
         be->copy_rows(be, m->bpred + (size_t)p * H, H, m->bh + ((size_t)j * B + first) * H, H, n[j], H);
         p += n[j];
     }
-    be->matmul(be, m->blogits, head_rows(m, m->bpred, p, m->bpred), p, &m->lm_head, 0);
+    be->matmul(be, m->blogits, head_rows(m, m->bpred, p, m->bhu), p, &m->lm_head, 0);
     for (int j = 0; j < nb; j++) {
         // The block's rows where propose's picks read them, then the same picks.
         be->copy(be, m->h, m->bh + (size_t)j * B * H, sizeof(float) * B * H);
