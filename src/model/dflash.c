@@ -260,6 +260,12 @@ static int load_fc(dflash *m, bs_err *err) {
     if (bs_r1_fold_fc(&m->target->r1, &host, m->taps, m->cfg.n_taps, m->target->cfg.n_layers, &folded, &m->fc_folded, err))
         return bs_wrap(err, "drafter %s", m->dir);
     if (upload_mat(m, &folded, &m->fc, err)) return bs_wrap(err, "drafter %s: tensor 'fc.weight' (R1-folded)", m->dir);
+    // A backend that copied the matrix (CUDA; the CPU's huge-page arena) no longer reads the host bytes; a CPU
+    // view does, until the drafter is freed.
+    if (m->fc.data != folded.data && (folded.format != BS_WFMT_AFFINE || (m->fc.scales != folded.scales && m->fc.biases != folded.biases))) {
+        free(m->fc_folded);
+        m->fc_folded = NULL;
+    }
     return 0;
 }
 
