@@ -160,6 +160,12 @@ struct bs_backend {
     // [0, out_w), int32, in backend memory. (A draft vocabulary's logits into the whole vocabulary.)
     void (*scatter_cols)(bs_backend *be, float *out, int out_w, const float *in, int in_w, int n, const int32_t *cols,
                          float fill);
+    // Rows through MLX's fast orthonormal Hadamard transform (backend/hadamard.h; the R1 fold, docs/rotation.md):
+    // y[i] = post * T(pre * x[i]) elementwise for i < n, T(v) = v . M (transpose 0) or v . M^T (transpose 1), M the
+    // transform of length dim (scale 1/sqrt(dim)); pre and post: dim floats in backend memory, or NULL (ones). y may
+    // alias x. dim must be m * 2^k, m in {1, 12, 20, 28} (the caller checks it with bs_hadamard_init).
+    void (*hadamard_rows)(bs_backend *be, float *y, const float *x, int n, int dim, const float *pre, const float *post,
+                          int transpose);
 
     // DFlash 2's grouped dynamic depthwise convolution (docs/dflash2.md, "The convolution"). Rows come in blocks of
     // `block` consecutive rows (row t is row t % block of its block); for t < n, c < dim:

@@ -6,11 +6,13 @@
 #include <string.h>
 #include <unistd.h>
 #include "backend/affine.h"
+#include "backend/hadamard.h"
 #include "io/calibration.h"
 #include "io/draft_vocab.h"
 #include "io/quant_config.h"
 #include "model/dflash.h"
 #include "model/selector.h"
+#include "model/r1_bind.h"
 #include "util/tuning.h"
 #include "model/rope.h"
 
@@ -68,7 +70,16 @@ typedef struct dflash {
     void *sel_dev;                   // backend: [B][K] candidate ids, [B][K] unary logits, [B][R] z (one download a round)
     void *sel_host;                  // its host copy, then the walk's scratch
     void *qsp;                       // backend [B][K] candidate ids in id order + [B][K] their q (spread into qdist rows)
+    // An R1-folded target (model/r1_bind.h): fc folded at load (its bytes in fc_folded); the rows embedded from
+    // the target's table unrotated (r1_embed); the head rows rotated into the target's head first (r1_head:
+    // R1_HEAD_LM, the target's LM head, or R1_HEAD_EMBED, its embedding used as the head), into hu [B][H].
+    bs_r1_bind r1;
+    int r1_embed, r1_head;
+    void *fc_folded;
+    float *hu, *bhu;
 } dflash;
+
+enum { R1_HEAD_NONE = 0, R1_HEAD_LM = 1, R1_HEAD_EMBED = 2 };
 
 // One sequence's state (bs_drafter_ctx.impl): its context cache and what a proposal hands back.
 typedef struct dflash_ctx {
@@ -313,6 +324,81 @@ static void add_warning(dflash *m, const char *fmt, ...) {
     va_end(ap);
 }
 
+// ---- binding to an R1-folded target (model/r1_bind.h, docs/rotation.md) ---------------------------------------
+
+// fc, folded into the target's basis first when the target is R1-folded (seam 1).
+static int load_fc(dflash *m, bs_err *err) {
+    int64_t cols = (int64_t)m->cfg.n_taps * m->H;
+    if (!m->target->r1.n) return load_mat(m, "fc.weight", m->H, cols, &m->fc, err);
+    bs_mat host, folded;
+    if (get_mat(m, "fc.weight", m->H, cols, &host, err)) return -1;
+    if (bs_r1_fold_fc(&m->target->r1, &host, m->taps, m->cfg.n_taps, m->target->cfg.n_layers, &folded, &m->fc_folded, err))
+        return bs_wrap(err, "drafter %s", m->dir);
+    if (upload_mat(m, &folded, &m->fc, err)) return bs_wrap(err, "drafter %s: tensor 'fc.weight' (R1-folded)", m->dir);
+    // A backend that copied the matrix (CUDA; the CPU's huge-page arena) no longer reads the host bytes; a CPU
+    // view does, until the drafter is freed.
+    if (m->fc.data != folded.data && (folded.format != BS_WFMT_AFFINE || (m->fc.scales != folded.scales && m->fc.biases != folded.biases))) {
+        free(m->fc_folded);
+        m->fc_folded = NULL;
+    }
+    return 0;
+}
+
+// Largest |T((a_r * gain) * s) - b_r| over a few rows r, relative to the largest |T(...)|: how far a drafter's
+// unrotated copy `a` is from the folded target's matrix `b` (gain: the final norm's, for the LM head; NULL: none).
+static double folded_rows_diff(dflash *m, const bs_mat *a, const bs_mat *b, const float *gain) {
+    const bs_r1_basis *r1 = &m->target->r1;
+    bs_hadamard t;
+    float *f = malloc(sizeof(float) * m->H);
+    if (!f || bs_hadamard_init(&t, m->H)) { free(f); return INFINITY; }
+    int32_t ids[5] = { 0, m->V / 3, (2 * m->V) / 3, m->V - 1, m->cfg.mask_token_id };
+    double diff = 0, scale = 0;
+    for (int i = 0; i < 5; i++) {
+        bs_mat_row_f32(a, ids[i], f);
+        for (int c = 0; c < m->H; c++) f[c] = (gain ? f[c] * gain[c] : f[c]) * r1->signs[c];
+        bs_hadamard_row(&t, f, 0);
+        for (int c = 0; c < m->H; c++) {
+            double d = fabs((double)f[c] - bs_mat_elem(b, ids[i], c));
+            if (!(d <= diff)) diff = d;
+            if (fabs(f[c]) > scale) scale = fabs(f[c]);
+        }
+    }
+    free(f);
+    return scale > 0 ? diff / scale : diff;
+}
+// A copy equal to the folded target's matrix up to the fold and the rounding of its stored weights.
+#define R1_SAME_TOL (1.0 / 128)
+
+// DeepSpec's embedding and LM head against an R1-folded target. A bundled copy is in the drafter's (unrotated)
+// basis: where it is the target's up to the fold, or absent, the drafter shares the target's matrix through the
+// seams (no second copy); a copy that differs is used as is, with no seam, and a warning (as against an
+// unrotated target). *de, *dh: the differences found (0: shared).
+static int deepspec_folded_shared(dflash *m, int has_emb, int has_head, double *de, double *dh, bs_err *err) {
+    const bs_qwen3 *t = m->target;
+    bs_mat emb_host, head_host;
+    *de = *dh = 0;
+    int emb_shared = !has_emb;
+    if (has_emb) {
+        if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err)) return -1;
+        *de = folded_rows_diff(m, &emb_host, &t->embed_host, NULL);
+        emb_shared = *de <= R1_SAME_TOL;
+    }
+    if (emb_shared) { m->embed = t->embed; m->r1_embed = 1; *de = 0; }
+    else if (m->be->weight(m->be, &m->embed, &emb_host, err)) return bs_wrap(err, "drafter %s: tensor 'embed_tokens.weight'", m->dir);
+    if (has_head) {
+        if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err)) return -1;
+        *dh = folded_rows_diff(m, &head_host, &t->lm_head_host, t->r1.final_gain);
+        if (*dh > R1_SAME_TOL) return vocab_mat(m, &head_host, NULL, &m->lm_head, 0, err);
+        *dh = 0;
+    } else if (m->cfg.base.tie_embeddings) {   // the drafter's head is its embedding
+        if (!emb_shared) return vocab_mat(m, &emb_host, &m->embed, &m->lm_head, 0, err);
+        m->r1_head = R1_HEAD_EMBED;
+        return vocab_mat(m, &t->embed_host, &t->embed, &m->lm_head, 0, err);
+    }
+    m->r1_head = R1_HEAD_LM;
+    return vocab_mat(m, &t->lm_head_host, &t->lm_head, &m->lm_head, 0, err);
+}
+
 static int check_target(dflash *m, bs_err *err) {
     const bs_drafter_config *c = &m->cfg;
     const bs_qwen3_config *t = &m->target->cfg;
@@ -408,7 +494,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     }
 
     // weights
-    if (load_mat(m, "fc.weight", m->H, (int64_t)c->n_taps * m->H, &m->fc, err) ||
+    if (load_fc(m, err) ||
         load_w(m, "hidden_norm.weight", 0, m->H, &m->hidden_norm, err) ||
         load_w(m, "norm.weight", 0, m->H, &m->norm, err)) goto fail;
     if (!(m->rope_inv_freq = bs_rope_table(m->be, b->rope_theta, &b->rope, b->head_dim, err))) goto fail;
@@ -418,33 +504,39 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
         m->embed = target->embed;       // z-lab: the target's embedding and LM head
         if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
         if (c->dflash2 && load_dflash2(m, err)) goto fail;
+        if (target->r1.n) { m->r1_embed = 1; m->r1_head = R1_HEAD_LM; }
     } else {
         // DeepSpec bundles frozen copies of the target's embedding and LM head. Where a copy is absent or
         // bit-identical to the target's, the drafter shares the target's matrix (no second copy in memory or
         // in the cache); a copy that differs is used as is (exact parity with the reference), with a warning.
+        // (An R1-folded target: the same up to the fold, deepspec_folded_shared.)
         bs_mat emb_host, head_host;
         int has_emb = has_tensor(m, "embed_tokens.weight"), has_head = has_tensor(m, "lm_head.weight");
         double de = 0, dh = 0;
-        if (!has_emb) emb_host = target->embed_host;
-        else if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err)) goto fail;
-        if (!has_emb || same_mat(&emb_host, &target->embed_host)) m->embed = target->embed;
-        else {
-            de = sample_rows_diff(m, &emb_host, &target->embed_host);
-            if (m->be->weight(m->be, &m->embed, &emb_host, err)) goto fail;
-        }
-        if (!has_head && b->tie_embeddings) head_host = emb_host;
-        else if (!has_head) head_host = target->lm_head_host;
-        else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err)) goto fail;
-        if (same_mat(&head_host, &target->lm_head_host)) {
-            if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
+        if (target->r1.n) {
+            if (deepspec_folded_shared(m, has_emb, has_head, &de, &dh, err)) goto fail;
         } else {
-            dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
-            if (vocab_mat(m, &head_host, !has_head ? &m->embed : NULL, &m->lm_head, 0, err)) goto fail;
+            if (!has_emb) emb_host = target->embed_host;
+            else if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err)) goto fail;
+            if (!has_emb || same_mat(&emb_host, &target->embed_host)) m->embed = target->embed;
+            else {
+                de = sample_rows_diff(m, &emb_host, &target->embed_host);
+                if (m->be->weight(m->be, &m->embed, &emb_host, err)) goto fail;
+            }
+            if (!has_head && b->tie_embeddings) head_host = emb_host;
+            else if (!has_head) head_host = target->lm_head_host;
+            else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err)) goto fail;
+            if (same_mat(&head_host, &target->lm_head_host)) {
+                if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
+            } else {
+                dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
+                if (vocab_mat(m, &head_host, !has_head ? &m->embed : NULL, &m->lm_head, 0, err)) goto fail;
+            }
         }
         if (de > 0 || dh > 0)
-            add_warning(m, "drafter %s: its bundled %s differ%s from the target's (max |diff| %.3g on sampled rows); "
+            add_warning(m, "drafter %s: its bundled %s differ%s from the target's%s (max |diff| %.3g on sampled rows); "
                     "using the drafter's copies", dir, de > 0 && dh > 0 ? "embed_tokens and lm_head" : de > 0 ? "embed_tokens" : "lm_head",
-                    de > 0 && dh > 0 ? "" : "s", de > dh ? de : dh);
+                    de > 0 && dh > 0 ? "" : "s", target->r1.n ? " up to its R1 fold (relative to the rows' largest value)" : "", de > dh ? de : dh);
         if (m->r > 0) {
             bs_mat w2_host;
             if (load_w(m, "markov_head.markov_w1.weight", m->V, m->r, &m->w1, err) ||
@@ -468,6 +560,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
         }
     }
     if (load_calibration(m, o, err)) goto fail;
+    if (target->r1.n && bs_r1_bind_init(&m->r1, &target->r1, m->r1_head == R1_HEAD_LM, m->be, dir, err)) goto fail;
 
     // workspace
     size_t B = m->B, H = m->H, V = m->V, r = m->r;
@@ -477,6 +570,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     ALLOC_BE(m->kx, B * m->kd * 4); ALLOC_BE(m->vx, B * m->kd * 4);
     ALLOC_BE(m->gate, B * m->I * 4); ALLOC_BE(m->up, B * m->I * 4);
     ALLOC_BE(m->logits, B * V * 4);
+    if (m->r1_head) ALLOC_BE(m->hu, B * H * 4);
     if (m->vd) {
         ALLOC_BE(m->logits_d, B * (size_t)m->vd * 4);
         ALLOC_BE(m->vids_dev, (size_t)m->vd * 4);
@@ -528,7 +622,8 @@ static void dflash_free(bs_drafter *d) {
     float *bufs[] = { m->bx, m->bxn, m->bq, m->batt, m->bgate, m->bup, m->bh, m->bkx, m->bvx, m->bpred, m->blogits,
                       m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx,
                       m->logits_d, (float *)m->vids_dev, m->rope_inv_freq, m->conv_base, m->xa, m->ob, m->dyn, m->sel_dev, m->qsp,
-                      m->escale, m->zero_dyn, m->bxa, m->bob, m->bdyn };
+                      m->escale, m->zero_dyn, m->bxa, m->bob, m->bdyn,
+                      m->hu, m->bhu };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     free(m->vids); free(m->rows_host[0]); free(m->rows_host[1]);
     free(m->hv); free(m->state);
@@ -536,6 +631,8 @@ static void dflash_free(bs_drafter *d) {
     free(m->layers);
     bs_kv_pool_free(&m->ctx_pool);
     free(m->conv_proj); free(m->sel_host);
+    bs_r1_bind_free(&m->r1);
+    free(m->fc_folded);   // after the backend views of it (the CPU weight view is these bytes; nothing reads them now)
     bs_checkpoint_close(m->ck);
     bs_quant_config_free(&m->qc);
     free(m->dir);
@@ -674,10 +771,15 @@ static void backbone_blocks(dflash *m, const block_bufs *b, int nb, dflash_ctx *
     bs_backend *be = m->be;
     int B = m->B, H = m->H, R = nb * B, hd = c->head_dim, d2 = m->cfg.dflash2;
     size_t qw = (size_t)m->qd * B, kw = (size_t)m->kd * B;
+    // Against an R1-folded target the embedded rows (the target's table, folded) go back into the drafter's basis.
     if (d2 && m->escale) {   // input_embedding_scale: a 1-tap convolution with the scale as its base kernel
         be->embed(be, b->xa, &m->embed, ids, R);
+        if (m->r1_embed) bs_r1_unrotate_rows(&m->r1, b->xa, R);
         be->dyn_conv(be, b->x, b->xa, R, H, B, 1, m->escale, m->zero_dyn, 0, H, 0);   // (stride 0: every row reads the one zero)
-    } else be->embed(be, b->x, &m->embed, ids, R);
+    } else {
+        be->embed(be, b->x, &m->embed, ids, R);
+        if (m->r1_embed) bs_r1_unrotate_rows(&m->r1, b->x, R);
+    }
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
         be->rmsnorm(be, b->xn, b->x, R, H, &L->attn_norm, c->rms_eps);
@@ -739,6 +841,15 @@ static void selector_inputs(dflash *m, const float *rows, int n) {
     m->be->matmul(m->be, z, rows, n, &m->sel_proj, 0);
 }
 
+// The rows the LM head multiplies: the drafter's normed hidden rows, or against an R1-folded target their
+// rotation into the basis of the target's head (into u; the rows themselves stay as they are: a Markov,
+// confidence or selector head reads them in the drafter's basis).
+static const float *head_rows(dflash *m, const float *rows, int n, float *u) {
+    if (!m->r1_head) return rows;
+    bs_r1_to_head(&m->r1, m->r1_head == R1_HEAD_LM ? m->r1.head_pre : m->r1.signs, u, rows, n);
+    return u;
+}
+
 // Backbone + the LM head over the n prediction rows (z-lab: rows 1..n; DeepSpec: rows 0..n-1). With a
 // draft vocabulary the head's rows land in logits_d, spread over logits when `spread` (device picks
 // read logits_d directly).
@@ -746,9 +857,10 @@ static void block_pass(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, 
     backbone(m, x, n_ctx, ids);
     if (n <= 0) return;
     const float *rows = m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h;
-    if (!m->vd) m->be->matmul(m->be, m->logits, rows, n, &m->lm_head, 0);
+    const float *head_in = head_rows(m, rows, n, m->hu);   // rows stay the drafter's own
+    if (!m->vd) m->be->matmul(m->be, m->logits, head_in, n, &m->lm_head, 0);
     else {
-        m->be->matmul(m->be, m->logits_d, rows, n, &m->lm_head, 0);
+        m->be->matmul(m->be, m->logits_d, head_in, n, &m->lm_head, 0);
         if (spread && !m->cfg.dflash2) spread_rows(m, 0, n);
     }
     if (m->cfg.dflash2) selector_inputs(m, rows, n);
@@ -1112,6 +1224,7 @@ static int batch_alloc(dflash *m, bs_err *err) {
         ALLOC_BE(m->bxa, R * H * 4); ALLOC_BE(m->bob, R * H * 4);
         ALLOC_BE(m->bdyn, R * 2 * m->cfg.conv_taps * (H / m->cfg.conv_group) * 4);
     }
+    if (m->r1_head) ALLOC_BE(m->bhu, R * H * 4);
     ALLOC_BE(m->blogits, R * (size_t)m->V * 4);   // (allocated last: batch_alloc's "done" mark)
     return 0;
 fail:
@@ -1137,7 +1250,7 @@ static void propose_pass(dflash *m, int nb, dflash_ctx *const *xs, const int *n_
         be->copy_rows(be, m->bpred + (size_t)p * H, H, m->bh + ((size_t)j * B + first) * H, H, n[j], H);
         p += n[j];
     }
-    be->matmul(be, m->blogits, m->bpred, p, &m->lm_head, 0);
+    be->matmul(be, m->blogits, head_rows(m, m->bpred, p, m->bhu), p, &m->lm_head, 0);
     for (int j = 0; j < nb; j++) {
         // The block's rows where propose's picks read them, then the same picks.
         be->copy(be, m->h, m->bh + (size_t)j * B * H, sizeof(float) * B * H);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "backend/affine.h"
+#include "backend/hadamard.h"
 #include "backend/cpu/cpu.h"
 #include "util/tuning.h"
 
@@ -193,6 +194,19 @@ static void cpu_scatter_cols(bs_backend *be, float *out, int out_w, const float 
     for (int r = 0; r < n; r++) bs_cpu_scatter_row(out + (size_t)r * out_w, out_w, in + (size_t)r * in_w, in_w, cols, fill);
 }
 
+// One row of hadamard_rows (backend.h): y = post * T(pre * x), in place when y == x.
+void bs_cpu_hadamard_row(const bs_hadamard *t, float *y, const float *x, const float *pre, const float *post, int transpose) {
+    if (y != x) memmove(y, x, sizeof(float) * t->n);
+    if (pre) for (int64_t i = 0; i < t->n; i++) y[i] *= pre[i];
+    bs_hadamard_row(t, y, transpose);
+    if (post) for (int64_t i = 0; i < t->n; i++) y[i] *= post[i];
+}
+static void ref_hadamard_rows(bs_backend *be, float *y, const float *x, int n, int dim, const float *pre, const float *post, int transpose) {
+    bs_hadamard t;
+    if (bs_hadamard_init(&t, dim)) { bs_backend_fail(be, "hadamard_rows: length %d is not m * 2^k for m in {1, 12, 20, 28}", dim); return; }
+    for (int r = 0; r < n; r++) bs_cpu_hadamard_row(&t, y + (size_t)r * dim, x + (size_t)r * dim, pre, post, transpose);
+}
+
 // argmax_to with host ids: argmax, then the optional column -> id map.
 static void cpu_argmax_to(bs_backend *be, int32_t *out, const float *logits, int n, int vocab, const int32_t *map) {
     be->argmax(be, out, logits, n, vocab);
@@ -253,7 +267,7 @@ void bs_cpu_fill_reference(bs_backend *be) {
     be->sync = cpu_sync; be->weight = cpu_weight; be->mem_free = bs_cpu_mem_free;
     be->matmul = ref_matmul; be->matmul_multi = ref_matmul_multi; be->rmsnorm = ref_rmsnorm; be->head_norm_rope = ref_head_norm_rope;
     be->attention = ref_attention; be->swiglu = ref_swiglu; be->add = ref_add; be->embed = ref_embed;
-    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->argmax_to = cpu_argmax_to; be->embed_from = ref_embed; be->scatter_cols = cpu_scatter_cols; be->store_kv = cpu_store_kv; be->destroy = cpu_destroy;
+    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->argmax_to = cpu_argmax_to; be->embed_from = ref_embed; be->scatter_cols = cpu_scatter_cols; be->hadamard_rows = ref_hadamard_rows; be->store_kv = cpu_store_kv; be->destroy = cpu_destroy;
     be->dyn_conv = cpu_dyn_conv; be->topk = cpu_topk;
 }
 
