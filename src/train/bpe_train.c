@@ -1,5 +1,6 @@
 // Byte-level BPE trainer with incremental pair counts: each pair keeps its count and the words it
 // occurs in, so a merge only revisits the words that contain it; a lazy max-heap picks the next pair.
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,22 +165,38 @@ static int count_segment(trainer *T, bs_tok_map *words, const char *text, size_t
     return rc ? -1 : 0;
 }
 
+// Where special token k next occurs in text at or after byte `from`; SIZE_MAX when it does not.
+static size_t next_special(const char *text, size_t len, size_t from, const char *special) {
+    size_t sl = strlen(special);
+    const char *f = sl ? memmem(text + from, len - from, special, sl) : NULL;
+    return f ? (size_t)(f - text) : SIZE_MAX;
+}
+
 // Special tokens in the corpus are cut out first, as the tokenizer does when encoding: they must
-// never be learnt as merges (Hugging Face would then give them the vocab's id).
+// never be learnt as merges (Hugging Face would then give them the vocab's id). Each special's next
+// occurrence is remembered and searched for again only once the cuts have passed it. Searching every
+// special from every cut was quadratic when one special is frequent and another rare or absent (a
+// 9.5 MB corpus of 100,000 documents joined by <|endoftext|>, trained with <|im_start|> too: 87 s, not 0.4 s).
 static int count_words(trainer *T, bs_tok_map *words, const char *text, size_t len, const bs_bpe_train_opts *o,
                        regex_t *re, OnigRegion *rg, bs_err *err) {
+    size_t *next = malloc((o->n_special ? o->n_special : 1) * sizeof *next);
+    if (!next) return bs_fail(err, "out of memory");
+    for (size_t k = 0; k < o->n_special; k++) next[k] = next_special(text, len, 0, o->special[k]);
     size_t at = 0;
-    while (at < len) {
+    int rc = 0;
+    while (at < len && !rc) {
+        // The earliest special at or after `at`; on a tie the longest.
         size_t best = len, best_len = 0;
         for (size_t k = 0; k < o->n_special; k++) {
+            if (next[k] < at) next[k] = next_special(text, len, at, o->special[k]);   // inside an earlier cut
             size_t sl = strlen(o->special[k]);
-            const char *f = sl ? memmem(text + at, len - at, o->special[k], sl) : NULL;
-            if (f && ((size_t)(f - text) < best || ((size_t)(f - text) == best && sl > best_len))) { best = (size_t)(f - text); best_len = sl; }
+            if (next[k] != SIZE_MAX && (next[k] < best || (next[k] == best && sl > best_len))) { best = next[k]; best_len = sl; }
         }
-        if (best > at && count_segment(T, words, text + at, best - at, re, rg, err)) return -1;
+        if (best > at) rc = count_segment(T, words, text + at, best - at, re, rg, err);
         at = best + best_len;
     }
-    return 0;
+    free(next);
+    return rc;
 }
 
 static int write_json(trainer *T, const bs_bpe_train_opts *o, int32_t (*merges)[2], size_t n_merges, const char *path, bs_err *err) {
