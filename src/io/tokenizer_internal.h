@@ -74,8 +74,12 @@ void bs_bytelevel_char(unsigned char b, char out[4], int *len);   // UTF-8 of th
 int  bs_bytelevel_byte(uint32_t cp);                             // inverse, -1 if not a mapped char
 
 // tokenizer_regex.c
+// A compiled regex; the built-in patterns (GPT-2's, Qwen2/3's) are compiled once and shared, so a regex from
+// here is released with bs_regex_free, never onig_free.
 int  bs_regex_compile(regex_t **re, const char *pattern, size_t len, bs_err *err);
+void bs_regex_free(regex_t *re);
 const char *bs_gpt2_regex(void);
+const char *bs_qwen2_regex(void);   // Qwen2's and Qwen3's Split regex, which tokenizer-train writes
 
 // tokenizer_utf8.c
 size_t bs_utf8_sanitize(const char *s, size_t n, char **out);  // returns len; *out NULL if s was valid

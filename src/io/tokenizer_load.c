@@ -386,7 +386,7 @@ void bs_tokenizer_free(bs_tokenizer *t) {
     free(t->id_to_str); free(t->id_len); free(t->id_special); free(t->merges);
     free(t->dec_bytes); free(t->dec_off);
     free(t->cont_prefix); free(t->eow_suffix);
-    for (int i = 0; i < t->n_pre; i++) if (t->pre[i].re) onig_free(t->pre[i].re);
+    for (int i = 0; i < t->n_pre; i++) bs_regex_free(t->pre[i].re);
     for (size_t i = 0; i < t->n_added; i++) free(t->added[i].content);
     free(t->added); free(t->post_pre); free(t->post_post); free(t->chat_template);
     free(t);
