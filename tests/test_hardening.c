@@ -420,3 +420,32 @@ TEST(hardening_train_rare_special_linear) {
     printf("  %zu documents (%.1f MB): %.3f s with <|endoftext|>, %.3f s with an absent <|im_start|> too\n", n_docs, len / 1e6, one, both);
     CHECK(both < 3 * one + 0.1, "an absent special token made training %.1fx slower", both / (one > 0 ? one : 1e-9));
 }
+
+// 6 again, in tokenizer-train: the trainer counted words with Oniguruma's default step limit and took the
+// failed search for an empty match, moving on one byte per failed search of ~10M steps: a corpus holding a
+// 12 MB whitespace run never finished (killed after 120 s). It now searches as the pre-tokeniser does
+// (bs_regex_search: the limit grows with the text, and a failure is an error). The run's pairs are merged.
+TEST(hardening_train_long_whitespace_run) {
+    const char *dir = bs_test_tmpdir("train_ws");
+    CHECK(dir);
+    size_t n = 12u << 20, len = 0;
+    char *text = malloc(n + 32), out[512];
+    CHECK(text);
+    len += (size_t)snprintf(text, 32, "hello world");
+    memset(text + len, ' ', n); len += n;
+    text[len++] = 'x';
+    snprintf(out, sizeof out, "%s/tokenizer.json", dir);
+    bs_bpe_train_opts o = { .vocab_size = 280 };
+    bs_err err;
+    const char *t = text;
+    int rc = bs_bpe_train(&t, &len, 1, &o, out, &err);
+    free(text);
+    CHECK(rc == 0, "%s", err.msg);
+    bs_tokenizer *tok;
+    CHECK(bs_tokenizer_load(&tok, out, &err) == 0, "%s", err.msg);
+    char spaces[1024 * 2 + 1] = "";   // 1024 spaces as ByteLevel characters (U+0120, 2 bytes each)
+    for (int i = 0; i < 1024; i++) memcpy(spaces + 2 * i, "\xc4\xa0", 2);
+    int32_t id = bs_tokenizer_token_id(tok, spaces);
+    bs_tokenizer_free(tok);
+    CHECK(id >= 0, "no token of 1024 spaces: the run was not counted");
+}

@@ -1,4 +1,5 @@
 // Text helpers of the tokenizer: UTF-8 checking, the GPT-2 byte/character table, regex compiling.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
@@ -121,7 +122,7 @@ const char *bs_qwen2_regex(void) {
 // go through ASan's byte-wise copy): it was a sixth of the bpe_train fuzz harness's time, loading included.
 // Any other pattern is compiled for its tokenizer and freed with it.
 static const char *(*const known_pattern[2])(void) = { bs_gpt2_regex, bs_qwen2_regex };
-static regex_t *known_re[2];
+static regex_t *known_re[2], *known_run[2];
 static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int known_index(const char *pat, size_t len) {
@@ -148,6 +149,83 @@ void bs_regex_free(regex_t *re) {
     int shared = re && (re == known_re[0] || re == known_re[1]);
     pthread_mutex_unlock(&known_lock);
     if (re && !shared) onig_free(re);
+}
+
+// Every Oniguruma search allocates, fills and frees a ~5 KB backtracking stack (it copies its alloca'd stack
+// to the heap at the end of each match attempt), which cost more than the matching itself: 5 times as much
+// under ASan (the tokenize and bpe_train fuzz harnesses spent a fifth of their time there) and half of a
+// plain search. So each built-in pattern P also has a run form, (P)(P)?(P)?... with BS_REGEX_RUN groups,
+// which finds up to that many consecutive matches in one search: group 1 is the leftmost match, exactly
+// what P's own search finds, and group k+1, when it matched, is P's own match at the end of group k, which
+// is what the next search from there would find (P holds no captures, anchors or look-behind, so its
+// matches do not depend on where the search began). NULL for any other regex, or when out of memory.
+static regex_t *run_form(const regex_t *re) {
+    int k = re == known_re[0] ? 0 : re == known_re[1] ? 1 : -1;
+    if (k < 0) return NULL;
+    if (!known_run[k]) {
+        const char *p = known_pattern[k]();
+        size_t pl = strlen(p), len = 0;
+        char *pat = malloc(BS_REGEX_RUN * (pl + 3) + 1);
+        if (!pat) return NULL;
+        for (int g = 0; g < BS_REGEX_RUN; g++) len += (size_t)sprintf(pat + len, g ? "(%s)?" : "(%s)", p);
+        bs_err err;
+        if (compile(&known_run[k], pat, len, &err) == 0 && onig_number_of_captures(known_run[k]) != BS_REGEX_RUN) {
+            onig_free(known_run[k]); known_run[k] = NULL;
+        }
+        free(pat);
+    }
+    return known_run[k];
+}
+
+void bs_regex_ws_free(bs_regex_ws *ws) {
+    if (ws->region) onig_region_free(ws->region, 1);
+    if (ws->mp) onig_free_match_param(ws->mp);
+    memset(ws, 0, sizeof *ws);
+}
+
+// Oniguruma counts backtracking steps and gives up at a fixed limit (10M by default), which a greedy
+// pattern such as Qwen's \s+(?!\S) reaches on a whitespace run of ~10 MB: one step per character. The
+// limit is raised in proportion to the text searched, so any run tokenises while a pathological
+// pattern still stops after a bounded amount of work.
+#define BS_REGEX_STEPS_PER_BYTE 16
+#define BS_REGEX_MIN_STEPS 10000000UL
+
+int bs_regex_search(regex_t *re, bs_regex_ws *ws, const char *s, size_t n, size_t at, bs_span *m, bs_err *err) {
+    if (!ws->region && !(ws->region = onig_region_new())) return bs_fail(err, "out of memory");
+    if (!ws->mp) {
+        if (!(ws->mp = onig_new_match_param())) return bs_fail(err, "out of memory");
+        onig_initialize_match_param(ws->mp);
+    }
+    unsigned long limit = n < (BS_REGEX_MIN_STEPS / BS_REGEX_STEPS_PER_BYTE) ? BS_REGEX_MIN_STEPS : (unsigned long)n * BS_REGEX_STEPS_PER_BYTE;
+    onig_set_retry_limit_in_match_of_match_param(ws->mp, limit);
+    const UChar *str = (const UChar *)s, *end = str + n;
+    OnigRegion *rg = ws->region;
+    pthread_mutex_lock(&known_lock);
+    regex_t *run = run_form(re);
+    pthread_mutex_unlock(&known_lock);
+    if (run) {
+        int r = onig_search_with_param(run, str, end, str + at, end, rg, ONIG_OPTION_NONE, ws->mp);
+        if (r == ONIG_MISMATCH) return 0;
+        if (r >= 0) {
+            int k = 0;
+            m[k++] = (bs_span){ (size_t)rg->beg[1], (size_t)(rg->end[1] - rg->beg[1]) };
+            // A group that did not match ends the run (the next search looks further on), and so does an empty
+            // one, which the caller treats as a search result of its own (P's never are).
+            for (int g = 2; g <= BS_REGEX_RUN && rg->beg[g] >= 0 && rg->end[g] > rg->beg[g]; g++)
+                m[k++] = (bs_span){ (size_t)rg->beg[g], (size_t)(rg->end[g] - rg->beg[g]) };
+            return k;
+        }
+        // An error (the step limit, over several matches at once): P's own search gives what it always gave.
+    }
+    int r = onig_search_with_param(re, str, end, str + at, end, rg, ONIG_OPTION_NONE, ws->mp);
+    if (r == ONIG_MISMATCH) return 0;
+    if (r < 0) {
+        UChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+        onig_error_code_to_str(msg, r);
+        return bs_fail(err, "the pre-tokeniser's regex failed %zu bytes into a %zu-byte piece of the text: %s", at, n, (char *)msg);
+    }
+    m[0] = (bs_span){ (size_t)rg->beg[0], (size_t)(rg->end[0] - rg->beg[0]) };
+    return 1;
 }
 
 int bs_ids_push(bs_ids *a, int32_t id) {

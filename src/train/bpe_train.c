@@ -135,29 +135,36 @@ static int count_piece(trainer *T, bs_tok_map *words, const unsigned char *p, si
     return 0;
 }
 
-// Word counting: NFC, then the Split regex; each distinct piece is a word of byte symbols.
-static int count_segment(trainer *T, bs_tok_map *words, const char *text, size_t len, regex_t *re, OnigRegion *rg, bs_err *err) {
+// Word counting: NFC, then the Split regex; each distinct piece is a word of byte symbols. The search is
+// the pre-tokeniser's (bs_regex_search), with its step limit that grows with the text: with Oniguruma's fixed
+// limit, a whitespace run of ~10 MB failed every search, and the failure, read as an empty match, moved on one
+// byte per failed search of 10M steps (tokenizer-train never finished).
+static int count_segment(trainer *T, bs_tok_map *words, const char *text, size_t len, regex_t *re, bs_regex_ws *rx, bs_err *err) {
     bs_tokenizer nfc = { 0 };
     nfc.n_norm = 1; nfc.norm[0] = BS_NORM_NFC;
     char *clean; size_t cl = bs_utf8_sanitize(text, len, &clean);
     const char *s = clean ? clean : text;
     char *norm; size_t nl;
     if (bs_normalize(&nfc, s, cl, &norm, &nl, err)) { free(clean); return -1; }
-    const UChar *str = (const UChar *)(norm ? norm : s), *end = str + nl;
-    const UChar *at = str;
+    const char *str = norm ? norm : s;
+    const unsigned char *u = (const unsigned char *)str;
+    size_t at = 0;
     int rc = 0;
-    while (at < end && !rc) {
-        int r = onig_search(re, str, end, at, end, rg, ONIG_OPTION_NONE);
-        if (r == ONIG_MISMATCH) break;
-        size_t ms = rg->beg[0], me = rg->end[0];
-        if (me == ms) { at++; continue; }   // the regex never matches empty; be safe anyway
-        // Gaps between matches are pieces too (Split Isolated).
-        size_t gs = (size_t)(at - str);
-        if (ms > gs) rc = count_piece(T, words, str + gs, ms - gs, err);
-        if (!rc) rc = count_piece(T, words, str + ms, me - ms, err);
-        at = str + me;
+    while (at < nl && !rc) {
+        bs_span m[BS_REGEX_RUN];
+        int k = bs_regex_search(re, rx, str, nl, at, m, err);
+        if (k < 0) { rc = bs_wrap(err, "tokenizer-train"); break; }
+        if (k == 0) break;
+        for (int i = 0; i < k && !rc; i++) {
+            size_t ms = m[i].off, me = ms + m[i].len;
+            if (me == ms) { at++; break; }   // the regex never matches empty; be safe anyway
+            // Gaps between matches are pieces too (Split Isolated).
+            if (ms > at) rc = count_piece(T, words, u + at, ms - at, err);
+            if (!rc) rc = count_piece(T, words, u + ms, me - ms, err);
+            at = me;
+        }
     }
-    if (!rc && at < end) rc = count_piece(T, words, at, (size_t)(end - at), err);   // trailing gap
+    if (!rc && at < nl) rc = count_piece(T, words, u + at, nl - at, err);   // trailing gap
     free(norm); free(clean);
     return rc ? -1 : 0;
 }
@@ -175,7 +182,7 @@ static size_t next_special(const char *text, size_t len, size_t from, const char
 // special from every cut was quadratic when one special is frequent and another rare or absent (a
 // 9.5 MB corpus of 100,000 documents joined by <|endoftext|>, trained with <|im_start|> too: 87 s, not 0.4 s).
 static int count_words(trainer *T, bs_tok_map *words, const char *text, size_t len, const bs_bpe_train_opts *o,
-                       regex_t *re, OnigRegion *rg, bs_err *err) {
+                       regex_t *re, bs_regex_ws *rx, bs_err *err) {
     size_t *next = malloc((o->n_special ? o->n_special : 1) * sizeof *next);
     if (!next) return bs_fail(err, "out of memory");
     for (size_t k = 0; k < o->n_special; k++) next[k] = next_special(text, len, 0, o->special[k]);
@@ -189,7 +196,7 @@ static int count_words(trainer *T, bs_tok_map *words, const char *text, size_t l
             size_t sl = strlen(o->special[k]);
             if (next[k] != SIZE_MAX && (next[k] < best || (next[k] == best && sl > best_len))) { best = next[k]; best_len = sl; }
         }
-        if (best > at) rc = count_segment(T, words, text + at, best - at, re, rg, err);
+        if (best > at) rc = count_segment(T, words, text + at, best - at, re, rx, err);
         at = best + best_len;
     }
     free(next);
@@ -278,11 +285,12 @@ int bs_bpe_train(const char *const *texts, const size_t *lens, size_t n_texts, c
     trainer T = { 0 };
     bs_tok_map words = { 0 };
     int32_t (*merges)[2] = NULL; size_t n_merges = 0;
-    regex_t *re = NULL; OnigRegion *rg = onig_region_new();
+    regex_t *re = NULL;
+    bs_regex_ws rx = { 0 };
     // (compiled once per process and shared: bs_regex_compile)
-    int rc = rg ? bs_regex_compile(&re, bs_bpe_train_regex(), strlen(bs_bpe_train_regex()), err) : bs_fail(err, "out of memory");
+    int rc = bs_regex_compile(&re, bs_bpe_train_regex(), strlen(bs_bpe_train_regex()), err);
     double t0 = bs_now();
-    for (size_t i = 0; i < n_texts && !rc; i++) rc = count_words(&T, &words, texts[i], lens[i], o, re, rg, err);
+    for (size_t i = 0; i < n_texts && !rc; i++) rc = count_words(&T, &words, texts[i], lens[i], o, re, &rx, err);
     int32_t id, byte_id[256];
     for (size_t i = 0; i < o->n_special && !rc; i++) {
         if (bs_tok_map_get(&T.tok_ids, o->special[i], strlen(o->special[i])) >= 0) rc = bs_fail(err, "tokenizer-train: special token \"%s\" given twice", o->special[i]);
@@ -362,7 +370,7 @@ int bs_bpe_train(const char *const *texts, const size_t *lens, size_t n_texts, c
     free(T.w); free(T.p); free(T.pk); free(T.pv); free(T.h);
     bs_tok_map_free(&T.tok_ids); bs_tok_map_free(&words);
     bs_regex_free(re);
-    if (rg) onig_region_free(rg, 1);
+    bs_regex_ws_free(&rx);
     return rc;
 }
 
