@@ -255,6 +255,7 @@ TEST(tokenizer_regex_run_same_as_single_searches) {
     for (int p = 0; p < 2; p++) {
         regex_t *re; bs_err err;
         CHECK(bs_regex_compile(&re, pats[p], strlen(pats[p]), &err) == 0, "%s", err.msg);
+        CHECK(bs_regex_run_form(re), "pattern %d has no run form", p);
         bs_regex_ws rx = { 0 };
         for (int it = 0; it < 6000; it++) {
             size_t n = 0, parts_in = bs_rng_u64(&r) % 40;
@@ -266,7 +267,7 @@ TEST(tokenizer_regex_run_same_as_single_searches) {
             size_t nw = single_search_matches(re, text, n, want), ng = 0, at = 0;
             for (;;) {
                 bs_span m[BS_REGEX_RUN];
-                int k = bs_regex_search(re, &rx, text, n, at, m, &err);
+                int k = bs_regex_search(re, bs_regex_run_form(re), &rx, text, n, at, m, &err);
                 CHECK(k >= 0, "%s", err.msg);
                 if (k == 0) break;
                 for (int i = 0; i < k; i++) got[ng++] = m[i];

@@ -13,6 +13,7 @@ enum { BS_SPLIT_ISOLATED = 1, BS_SPLIT_REMOVED, BS_SPLIT_MERGED_PREV, BS_SPLIT_M
 typedef struct {
     int kind;
     regex_t *re;            // Split pattern, or the GPT-2 regex for ByteLevel(use_regex)
+    regex_t *run;           // its run form (bs_regex_run_form), or NULL
     int behavior, invert;   // Split
     int add_prefix_space;   // ByteLevel
 } bs_pretok;
@@ -81,13 +82,15 @@ void bs_regex_free(regex_t *re);
 const char *bs_gpt2_regex(void);
 const char *bs_qwen2_regex(void);   // Qwen2's and Qwen3's Split regex, which tokenizer-train writes
 // Searching: bs_regex_search finds the leftmost match of re in s[0..n) at or after byte `at` and writes it to
-// m[0], followed (for the built-in patterns) by up to BS_REGEX_RUN - 1 matches that each begin where the one
-// before ended: what the searches from those ends would find, found by one search. Returns how many (0: no
-// match), or -1 with a message when the search fails (its step limit grows with n). ws is reused across calls.
+// m[0], followed, when run is re's run form (bs_regex_run_form: the built-in patterns have one, others NULL),
+// by up to BS_REGEX_RUN - 1 matches that each begin where the one before ended: what the searches from those
+// ends would find, found by one search. Returns how many (0: no match), or -1 with a message when the search
+// fails (its step limit grows with n). ws is reused across calls.
 #define BS_REGEX_RUN 8
 typedef struct { OnigRegion *region; OnigMatchParam *mp; } bs_regex_ws;
 typedef struct { size_t off, len; } bs_span;
-int  bs_regex_search(regex_t *re, bs_regex_ws *ws, const char *s, size_t n, size_t at, bs_span *m, bs_err *err);
+regex_t *bs_regex_run_form(const regex_t *re);
+int  bs_regex_search(regex_t *re, regex_t *run, bs_regex_ws *ws, const char *s, size_t n, size_t at, bs_span *m, bs_err *err);
 void bs_regex_ws_free(bs_regex_ws *ws);
 
 // tokenizer_utf8.c

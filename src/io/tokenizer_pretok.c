@@ -25,13 +25,13 @@ static int mpush(mspans *a, size_t s, size_t e, int m) {
     return 0;
 }
 
-static int find_matches(regex_t *re, bs_regex_ws *rx, const char *s, size_t n, mspans *out, bs_err *err) {
+static int find_matches(const bs_pretok *pt, bs_regex_ws *rx, const char *s, size_t n, mspans *out, bs_err *err) {
     out->n = 0;
     size_t last_end = 0, prev = 0; long last_match_end = -1;
     int done = 0;
     while (!done && last_end <= n) {
         bs_span m[BS_REGEX_RUN];
-        int k = bs_regex_search(re, rx, s, n, last_end, m, err);
+        int k = bs_regex_search(pt->re, pt->run, rx, s, n, last_end, m, err);
         if (k < 0) return bs_wrap(err, "tokenizer");
         if (k == 0) break;
         // Each match as if its own search had found it (bs_regex_search: the ones after the first are what the
@@ -137,7 +137,7 @@ int bs_pretokenize(const bs_tokenizer *t, bs_pretok_ws *ws, const char *s, size_
         ws->b.n = 0;
         for (size_t i = 0; i < ws->a.n && !rc; i++) {
             bs_span x = ws->a.v[i];
-            if (find_matches(pt->re, &ws->rx, ws->buf + x.off, x.len, &ms, err)) { rc = -1; break; }
+            if (find_matches(pt, &ws->rx, ws->buf + x.off, x.len, &ms, err)) { rc = -1; break; }
             size_t k = apply_behavior(&ms, behavior, pt->kind == BS_PRE_SPLIT && pt->invert);
             for (size_t j = 0; j < k; j++)
                 if (ms.v[j].e > ms.v[j].s && bs_spans_push(&ws->b, x.off + ms.v[j].s, ms.v[j].e - ms.v[j].s)) {

@@ -121,6 +121,15 @@ const char *bs_qwen2_regex(void) {
 // compiles nothing. This matters under ASan, where Oniguruma's compile takes ~0.5 ms (its memmove calls
 // go through ASan's byte-wise copy): it was a sixth of the bpe_train fuzz harness's time, loading included.
 // Any other pattern is compiled for its tokenizer and freed with it.
+//
+// Every Oniguruma search allocates, fills and frees a ~5 KB backtracking stack (it copies its alloca'd stack
+// to the heap at the end of each match attempt), which cost more than the matching itself: 5 times as much
+// under ASan (the tokenize and bpe_train fuzz harnesses spent a fifth of their time there) and half of a
+// plain search. So each built-in pattern P also has a run form, (P)(P)?(P)?... with BS_REGEX_RUN groups,
+// which finds up to that many consecutive matches in one search: group 1 is the leftmost match, exactly
+// what P's own search finds, and group k+1, when it matched, is P's own match at the end of group k, which
+// is what the next search from there would find (P holds no captures, anchors or look-behind, so its
+// matches do not depend on where the search began). Both are written once, under the lock, and never again.
 static const char *(*const known_pattern[2])(void) = { bs_gpt2_regex, bs_qwen2_regex };
 static regex_t *known_re[2], *known_run[2];
 static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -133,15 +142,37 @@ static int known_index(const char *pat, size_t len) {
     return -1;
 }
 
+// The run form of built-in pattern k, or NULL (out of memory: searches then go one match at a time).
+static regex_t *compile_run_form(int k) {
+    const char *p = known_pattern[k]();
+    size_t pl = strlen(p), len = 0;
+    char *pat = malloc(BS_REGEX_RUN * (pl + 3) + 1);
+    if (!pat) return NULL;
+    for (int g = 0; g < BS_REGEX_RUN; g++) len += (size_t)sprintf(pat + len, g ? "(%s)?" : "(%s)", p);
+    regex_t *run = NULL;
+    bs_err err;
+    if (compile(&run, pat, len, &err) == 0 && onig_number_of_captures(run) != BS_REGEX_RUN) { onig_free(run); run = NULL; }
+    free(pat);
+    return run;
+}
+
 int bs_regex_compile(regex_t **re, const char *pat, size_t len, bs_err *err) {
     pthread_once(&onig_once, bs_onig_init_once);
     int k = known_index(pat, len);
     if (k < 0) return compile(re, pat, len, err);
     pthread_mutex_lock(&known_lock);
-    int rc = known_re[k] ? 0 : compile(&known_re[k], pat, len, err);
+    int rc = 0;
+    if (!known_re[k] && (rc = compile(&known_re[k], pat, len, err)) == 0) known_run[k] = compile_run_form(k);
     *re = known_re[k];
     pthread_mutex_unlock(&known_lock);
     return rc;
+}
+
+regex_t *bs_regex_run_form(const regex_t *re) {
+    pthread_mutex_lock(&known_lock);
+    regex_t *run = !re ? NULL : re == known_re[0] ? known_run[0] : re == known_re[1] ? known_run[1] : NULL;
+    pthread_mutex_unlock(&known_lock);
+    return run;
 }
 
 void bs_regex_free(regex_t *re) {
@@ -149,32 +180,6 @@ void bs_regex_free(regex_t *re) {
     int shared = re && (re == known_re[0] || re == known_re[1]);
     pthread_mutex_unlock(&known_lock);
     if (re && !shared) onig_free(re);
-}
-
-// Every Oniguruma search allocates, fills and frees a ~5 KB backtracking stack (it copies its alloca'd stack
-// to the heap at the end of each match attempt), which cost more than the matching itself: 5 times as much
-// under ASan (the tokenize and bpe_train fuzz harnesses spent a fifth of their time there) and half of a
-// plain search. So each built-in pattern P also has a run form, (P)(P)?(P)?... with BS_REGEX_RUN groups,
-// which finds up to that many consecutive matches in one search: group 1 is the leftmost match, exactly
-// what P's own search finds, and group k+1, when it matched, is P's own match at the end of group k, which
-// is what the next search from there would find (P holds no captures, anchors or look-behind, so its
-// matches do not depend on where the search began). NULL for any other regex, or when out of memory.
-static regex_t *run_form(const regex_t *re) {
-    int k = re == known_re[0] ? 0 : re == known_re[1] ? 1 : -1;
-    if (k < 0) return NULL;
-    if (!known_run[k]) {
-        const char *p = known_pattern[k]();
-        size_t pl = strlen(p), len = 0;
-        char *pat = malloc(BS_REGEX_RUN * (pl + 3) + 1);
-        if (!pat) return NULL;
-        for (int g = 0; g < BS_REGEX_RUN; g++) len += (size_t)sprintf(pat + len, g ? "(%s)?" : "(%s)", p);
-        bs_err err;
-        if (compile(&known_run[k], pat, len, &err) == 0 && onig_number_of_captures(known_run[k]) != BS_REGEX_RUN) {
-            onig_free(known_run[k]); known_run[k] = NULL;
-        }
-        free(pat);
-    }
-    return known_run[k];
 }
 
 void bs_regex_ws_free(bs_regex_ws *ws) {
@@ -190,7 +195,7 @@ void bs_regex_ws_free(bs_regex_ws *ws) {
 #define BS_REGEX_STEPS_PER_BYTE 16
 #define BS_REGEX_MIN_STEPS 10000000UL
 
-int bs_regex_search(regex_t *re, bs_regex_ws *ws, const char *s, size_t n, size_t at, bs_span *m, bs_err *err) {
+int bs_regex_search(regex_t *re, regex_t *run, bs_regex_ws *ws, const char *s, size_t n, size_t at, bs_span *m, bs_err *err) {
     if (!ws->region && !(ws->region = onig_region_new())) return bs_fail(err, "out of memory");
     if (!ws->mp) {
         if (!(ws->mp = onig_new_match_param())) return bs_fail(err, "out of memory");
@@ -200,9 +205,6 @@ int bs_regex_search(regex_t *re, bs_regex_ws *ws, const char *s, size_t n, size_
     onig_set_retry_limit_in_match_of_match_param(ws->mp, limit);
     const UChar *str = (const UChar *)s, *end = str + n;
     OnigRegion *rg = ws->region;
-    pthread_mutex_lock(&known_lock);
-    regex_t *run = run_form(re);
-    pthread_mutex_unlock(&known_lock);
     if (run) {
         int r = onig_search_with_param(run, str, end, str + at, end, rg, ONIG_OPTION_NONE, ws->mp);
         if (r == ONIG_MISMATCH) return 0;

@@ -140,6 +140,7 @@ static int count_piece(trainer *T, bs_tok_map *words, const unsigned char *p, si
 // limit, a whitespace run of ~10 MB failed every search, and the failure, read as an empty match, moved on one
 // byte per failed search of 10M steps (tokenizer-train never finished).
 static int count_segment(trainer *T, bs_tok_map *words, const char *text, size_t len, regex_t *re, bs_regex_ws *rx, bs_err *err) {
+    regex_t *run = bs_regex_run_form(re);
     bs_tokenizer nfc = { 0 };
     nfc.n_norm = 1; nfc.norm[0] = BS_NORM_NFC;
     char *clean; size_t cl = bs_utf8_sanitize(text, len, &clean);
@@ -152,7 +153,7 @@ static int count_segment(trainer *T, bs_tok_map *words, const char *text, size_t
     int rc = 0;
     while (at < nl && !rc) {
         bs_span m[BS_REGEX_RUN];
-        int k = bs_regex_search(re, rx, str, nl, at, m, err);
+        int k = bs_regex_search(re, run, rx, str, nl, at, m, err);
         if (k < 0) { rc = bs_wrap(err, "tokenizer-train"); break; }
         if (k == 0) break;
         for (int i = 0; i < k && !rc; i++) {
