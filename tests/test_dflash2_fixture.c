@@ -45,7 +45,7 @@ static void check_d2_fixture(int *failed_, const char *dev, const char *name) {
 
     // The target's prefill taps, then the context in two pieces.
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 64, &err) == 0, "%s", err.msg);
     float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * m * H, &err);
     bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = m, .tap_out = feat };
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, &err) == 0, "%s", err.msg);
@@ -134,7 +134,7 @@ static void check_d2_graphs(int *failed_, const char *dev, const char *name) {
     int32_t prompt[30];
     for (int i = 0; i < P; i++) prompt[i] = (i * 37 + 11) % V;
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 64, &err) == 0, "%s", err.msg);
     float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * m * H, &err);
     bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = m, .tap_out = feat };
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0, "%s", err.msg);

@@ -30,17 +30,22 @@ static int needs_conf(const bs_runtime *rt, const bs_seq *s) {
 
 // A token from one row of logits (backend memory, processed in place): the argmax, or a draw at the
 // sequence's next uniform.
-static int32_t token_from_row(bs_backend *be, bs_seq *s, float *row, int V) {
+// argmax: the row's argmax when the caller already has it (a batch step takes all rows' at once), or NULL.
+static int32_t token_from_row(bs_backend *be, bs_seq *s, float *row, int V, const int32_t *argmax) {
     int32_t t;
-    if (bs_sampling_greedy(&s->sampling)) { be->argmax(be, &t, row, 1, V); return t; }
+    if (bs_sampling_greedy(&s->sampling)) {
+        if (argmax) return *argmax;
+        be->argmax(be, &t, row, 1, V);
+        return t;
+    }
     double u = bs_rng_uniform(s->rng);
     bs_sample_rows(be, &s->sampling, row, row, 1, V, &u, &t);
     return t;
 }
 
 // The prompt is in the KV cache (and the drafter context): the first token, from the last row's logits.
-static void prompt_done(bs_seq *s, float *logits_row) {
-    int32_t t = token_from_row(s->eng->be, s, logits_row, s->eng->cfg.vocab_size);
+static void prompt_done(bs_seq *s, float *logits_row, const int32_t *argmax) {
+    int32_t t = token_from_row(s->eng->be, s, logits_row, s->eng->cfg.vocab_size, argmax);
     s->st.n_prompt = s->n_prompt;
     s->st.t_prefill = bs_now() - s->t_start;
     s->phase = BS_SEQ_DECODE;
@@ -62,7 +67,7 @@ static int prefill_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
         if (d && d->add_context(d, &s->dctx, rt->feat, chunk.n, err)) return -1;
     }
     s->n_prefilled = s->n_prompt;
-    prompt_done(s, rt->logits);
+    prompt_done(s, rt->logits, NULL);
     return 0;
 }
 
@@ -224,7 +229,7 @@ static int verify_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
         bs_seq_rows one = { s->kv, &s->anchor, 1 };
         bs_fwd_out fo = { .logits = rt->logits };
         if (bs_qwen3_forward_batch(&e->target, &rt->ws, &one, 1, &fo, err)) return -1;
-        next = token_from_row(e->be, s, rt->logits, e->cfg.vocab_size);
+        next = token_from_row(e->be, s, rt->logits, e->cfg.vocab_size, NULL);
     } else {
         bs_fwd_out vo = { .logits = rt->logits, .logits_all = 1, .taps = d->taps, .n_taps = d->n_taps, .tap_out = rt->feat };
         if (bs_sampling_greedy(&s->sampling)) {
@@ -279,6 +284,11 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
     bs_fwd_out fo = { .logits = rt->logits, .logits_all = 1 };
     if (any_drafter) { fo.taps = rt->drafter->taps; fo.n_taps = rt->drafter->n_taps; fo.tap_out = rt->feat; }
     if (bs_qwen3_forward_batch(&e->target, &rt->ws, rt->rows, n_batch, &fo, err)) return -1;
+    // The greedy sequences' targets: one argmax over all logit rows (one launch and one download on a
+    // device) instead of a synchronising call per sequence; rows of sampled sequences cost a little extra.
+    int any_greedy = 0;
+    for (int i = 0; i < rt->n_seqs; i++) any_greedy |= bs_sampling_greedy(&rt->seqs[i]->sampling);
+    if (any_greedy) be->argmax(be, rt->row_argmax, rt->logits, n_logits, V);
     double t_forward = bs_now() - t0;
     rt->t_fwd_step += t_forward;
     size_t F = any_drafter ? (size_t)rt->drafter->n_taps * e->cfg.hidden_size : 0;
@@ -290,15 +300,15 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
             bs_drafter *d = drafter_of(rt, s);
             if (d && d->add_context(d, &s->dctx, feat, s->n_chunk, err)) return -1;
             s->n_prefilled += s->n_chunk;
-            if (s->n_prefilled == s->n_prompt) prompt_done(s, rows);
+            if (s->n_prefilled == s->n_prompt) prompt_done(s, rows, any_greedy ? rt->row_argmax + s->lrow : NULL);
             continue;
         }
         if (s->phase != BS_SEQ_DECODE) continue;
         int a = 0;
         int32_t next;
         t0 = bs_now();
-        if (!drafter_of(rt, s)) next = token_from_row(be, s, rows, V);
-        else if (bs_sampling_greedy(&s->sampling)) a = bs_verify_rows_greedy(be, rows, s->ids + 1, s->n_draft, V, &next);
+        if (!drafter_of(rt, s)) next = token_from_row(be, s, rows, V, rt->row_argmax + s->lrow);
+        else if (bs_sampling_greedy(&s->sampling)) a = bs_accept_greedy(rt->row_argmax + s->lrow, s->ids + 1, s->n_draft, &next);
         else {
             double u[BS_MAX_VERIFY_ROWS];
             draw_uniforms(s, u);
@@ -311,9 +321,13 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
     return 0;
 }
 
+// Finished and cancelled sequences leave, giving their KV pages back at once (their tokens stay readable).
 static void drop_finished(bs_runtime *rt) {
     int j = 0;
-    for (int i = 0; i < rt->n_seqs; i++) if (!bs_seq_done(rt->seqs[i])) rt->seqs[j++] = rt->seqs[i];
+    for (int i = 0; i < rt->n_seqs; i++) {
+        if (!bs_seq_done(rt->seqs[i])) rt->seqs[j++] = rt->seqs[i];
+        else bs_seq_release(rt->seqs[i]);
+    }
     rt->n_seqs = j;
 }
 
@@ -332,20 +346,23 @@ static void observe_step_cost(bs_runtime *rt, double t_step, int speculative, in
 
 int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     drop_finished(rt);
+    if (bs_runtime_admit(rt, err)) return -1;
     rt->last_rows = 0;
     rt->last_prompt_rows = 0;
     rt->t_fwd_step = 0;
     double t0 = bs_now();
-    int speculative = 0, prefilled = 0;
+    int speculative = 0, prefilled = 0, n_started = 0;
+    bs_seq *one = NULL;
     for (int i = 0; i < rt->n_seqs; i++) {
         speculative |= rt->seqs[i]->phase == BS_SEQ_DECODE && drafter_of(rt, rt->seqs[i]) != NULL;
         prefilled |= rt->seqs[i]->phase == BS_SEQ_PREFILL;
+        if (rt->seqs[i]->phase != BS_SEQ_WAIT) { n_started++; one = rt->seqs[i]; }
     }
-    if (rt->n_seqs == 1) {   // alone: the single-request path
-        bs_seq *s = rt->seqs[0];
+    if (n_started == 1) {   // alone (others may wait for KV pages): the single-request path
+        bs_seq *s = one;
         if (s->phase == BS_SEQ_PREFILL && prefill_alone(rt, s, err)) return -1;
         if (s->phase == BS_SEQ_DECODE && (draft_alone(rt, s, err) || verify_alone(rt, s, err))) return -1;
-    } else if (rt->n_seqs > 1) {
+    } else if (n_started > 1) {
         // The decoding sequences' drafts were planned from their anchors; sequences still prefilling sit
         // this round out (drafting needs their whole prompt).
         if (draft_batch(rt, err) || forward_batch(rt, err)) return -1;
@@ -354,5 +371,6 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     if (bs_backend_check(rt->eng->be, err)) return -1;
     observe_step_cost(rt, bs_now() - t0, speculative, prefilled);
     drop_finished(rt);
+    if (bs_runtime_admit(rt, err)) return -1;
     return rt->n_seqs;
 }

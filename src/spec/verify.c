@@ -47,12 +47,6 @@ int bs_accept_sampled_on(bs_backend *be, const float *p, const float *q, const i
     return bs_accept_sampled_u(p, q, d, n, V, u, res, next);
 }
 
-int bs_verify_rows_greedy(bs_backend *be, const float *logits, const int32_t *d, int n, int V, int32_t *next) {
-    int32_t targ[BS_MAX_VERIFY_ROWS];
-    be->argmax(be, targ, logits, n + 1, V);
-    return bs_accept_greedy(targ, d, n, next);
-}
-
 int bs_verify_rows_sampled(bs_backend *be, const bs_sampling *smp, float *logits, const float *q, const int32_t *d, int n, int V,
                            const double *u, float *res, int32_t *next) {
     bs_sample_rows(be, smp, logits, logits, n + 1, V, NULL, NULL);

@@ -30,11 +30,10 @@ void bs_accept_sampled_to(bs_backend *be, const float *p, const float *q, const 
                           const double *u, float *residual, int32_t *out_be);
 
 // One sequence's verdict from the target's logits of its verify rows [anchor, d_1..d_n] (backend memory,
-// [n+1][vocab]), wherever those rows were computed (alone or in a batch). Greedy: the target's argmax
-// per row, then bs_accept_greedy. Returns a; *next is the token emitted after the accepted drafts.
-int bs_verify_rows_greedy(bs_backend *be, const float *logits, const int32_t *drafts, int n, int vocab, int32_t *next);
-// Sampled: the rows become the processed distributions p (in place of the logits), then
-// bs_accept_sampled_on with the draft distributions q (backend memory, or NULL) and u[0..n].
+// [n+1][vocab]), wherever those rows were computed (alone or in a batch). Greedy is bs_accept_greedy on
+// the rows' argmax (a batch step takes every row's at once). Sampled: the rows become the processed
+// distributions p (in place of the logits), then bs_accept_sampled_on with the draft distributions q
+// (backend memory, or NULL) and u[0..n]. Returns a; *next is the token emitted after the accepted drafts.
 struct bs_sampling;
 int bs_verify_rows_sampled(bs_backend *be, const struct bs_sampling *smp, float *logits, const float *q, const int32_t *drafts, int n,
                            int vocab, const double *u, float *residual, int32_t *next);
