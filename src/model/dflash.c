@@ -742,7 +742,7 @@ static void conv_site(dflash *m, const block_bufs *b, int rows, int l, int k, in
 // block's keys (all of them, or those up to its own under is_causal). The window's start differs per row, which
 // one attention call cannot say: a windowed layer attends row by row (each call's key count and position are
 // position arguments, so a recorded pass replays at any context length).
-static void block_attention(dflash *m, dflash_ctx *x, int l, int n_ctx, const float *q, float *att) {
+static void block_attention(dflash *m, const bs_kv_view *kv, int l, int n_ctx, const float *q, float *att) {
     const bs_qwen3_config *c = &m->cfg.base;
     bs_backend *be = m->be;
     int B = m->B, W = m->cfg.layer_window[l];
