@@ -67,8 +67,8 @@ int bs_page_table_reserve(bs_page_table *t, int rows, bs_err *err) {
     bs_kv_pool *p = t->pool;
     int want = bs_kv_pool_pages_for(p, rows);
     if (want > p->n_pages)
-        return bs_fail(err, "KV pool too small: %d rows need %d pages of %d rows, the pool has %d pages (%ld rows) in all", rows, want,
-                       p->page_rows, p->n_pages, (long)p->n_pages * p->page_rows);
+        return bs_fail(err, "KV pool too small: %d rows need %d pages of %d rows, the pool has %d pages (%ld rows) in all (kv_rows, --kv-rows)",
+                       rows, want, p->page_rows, p->n_pages, (long)p->n_pages * p->page_rows);
     if (want <= t->n_reserved) return 0;
     int extra = (want > t->n_held ? want : t->n_held) - promised(t);
     if (p->n_promised + extra > p->n_pages) {
