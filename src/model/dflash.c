@@ -746,16 +746,15 @@ static void block_attention(dflash *m, const bs_kv_view *kv, int l, int n_ctx, c
     const bs_qwen3_config *c = &m->cfg.base;
     bs_backend *be = m->be;
     int B = m->B, W = m->cfg.layer_window[l];
-    const bs_kv_view kv = bs_page_table_view(&x->pages, l);
     if (!m->cfg.dflash2) {
-        be->attention(be, att, q, &kv, B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, W > 0 ? W + B : 0);
+        be->attention(be, att, q, kv, B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, W > 0 ? W + B : 0);
         return;
     }
     int causal = m->cfg.layer_causal[l];
-    if (W == 0) { be->attention(be, att, q, &kv, B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, causal, 0); return; }
+    if (W == 0) { be->attention(be, att, q, kv, B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, causal, 0); return; }
     for (int i = 0; i < B; i++) {
         int block_keys = causal ? i + 1 : B, ctx_keys = W - 1 - i > 0 ? W - 1 - i : 0;
-        be->attention(be, att + (size_t)i * m->qd, q + (size_t)i * m->qd, &kv, 1, c->n_heads, c->n_kv_heads, c->head_dim,
+        be->attention(be, att + (size_t)i * m->qd, q + (size_t)i * m->qd, kv, 1, c->n_heads, c->n_kv_heads, c->head_dim,
                       n_ctx + B, n_ctx + i, causal, block_keys + ctx_keys);
     }
 }
@@ -799,7 +798,7 @@ static void backbone_blocks(dflash *m, const block_bufs *b, int nb, dflash_ctx *
             if (nb > 1)
                 bs_qk_norm_rope_store(be, b->q + j * qw, b->kx + j * kw, b->vx + j * kw, B, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm,
                                       c->rms_eps, n_ctx[j], m->rope_inv_freq, &kv);
-            block_attention(m, xs[j], l, n_ctx[j], b->q + j * qw, b->att + j * qw);
+            block_attention(m, &kv, l, n_ctx[j], b->q + j * qw, b->att + j * qw);
         }
         if (d2) {
             be->matmul(be, b->ob, b->att, R, &L->wo, 0);
