@@ -21,7 +21,8 @@ static double run(bs_backend *be, float *o, const float *q, float *const *k, flo
         double t0 = bs_now();
         for (int l = 0; l < layers; l++) {
             const int c = cached ? 0 : l;
-            be->attention(be, o, q, k[c], v[c], n, 16, 8, 128, keys + n, keys, 1, 0);
+            const bs_kv_view kv = bs_kv_contig(k[c], v[c]);
+            be->attention(be, o, q, &kv, n, 16, 8, 128, keys + n, keys, 1, 0);
         }
         double t = (bs_now() - t0) / layers;
         if (t < best) best = t;

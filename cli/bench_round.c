@@ -50,7 +50,7 @@ int bench_round(const char *target_dir, const char *drafters, int ctx, const bs_
     float *logits = NULL, *taps = NULL;
     int32_t *ids = malloc(sizeof(int32_t) * (ctx + 64));
     for (int i = 0; i < ctx + 64; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
-    if (bs_kv_init(&kv, c, ctx + 80, be, &err) || !(logits = be->alloc(be, sizeof(float) * 65 * V, &err))) goto out;
+    if (bs_kv_init(&kv, e->kv_pool, ctx + 80, &err) || !(logits = be->alloc(be, sizeof(float) * 65 * V, &err))) goto out;
     // Plain decode step after a ctx-token cache (best of 8).
     bs_fwd_out last = { .logits = logits };
     if (bs_qwen3_forward(&e->target, &kv, ids, ctx, &last, &err)) goto out;

@@ -150,7 +150,10 @@ static int bench_attention(const int32_t *rows, int n_rows, const bs_roofline *r
         int reps = 0;
         do {   // best pass over the 28 layers in >= 0.3 s
             double t1 = bs_now();
-            for (int l = 0; l < L; l++) be->attention(be, o, q, k[cached ? 0 : l], v[cached ? 0 : l], n, H, KV, HD, NK, NK - n, 1, 0);
+            for (int l = 0; l < L; l++) {
+                const bs_kv_view kvl = bs_kv_contig(k[cached ? 0 : l], v[cached ? 0 : l]);
+                be->attention(be, o, q, &kvl, n, H, KV, HD, NK, NK - n, 1, 0);
+            }
             double dt1 = bs_now() - t1;
             if (dt1 < t) t = dt1;
             reps++;
@@ -334,9 +337,12 @@ static void pr_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim,
 static void pr_rope(bs_backend *be, float *x, int n, int nh, int hd, const bs_mat *nw, float eps, int pos0, const float *inv_freq) {
     PR_WRAP(PR_ROPE, pr_orig.head_norm_rope(be, x, n, nh, hd, nw, eps, pos0, inv_freq));
 }
-static void pr_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int nh,
+static void pr_attention(bs_backend *be, float *out, const float *q, const bs_kv_view *kv, int n_q, int nh,
                          int nkv, int hd, int n_keys, int q_pos0, int causal, int window) {
-    PR_WRAP(PR_ATTN, pr_orig.attention(be, out, q, k, v, n_q, nh, nkv, hd, n_keys, q_pos0, causal, window));
+    PR_WRAP(PR_ATTN, pr_orig.attention(be, out, q, kv, n_q, nh, nkv, hd, n_keys, q_pos0, causal, window));
+}
+static void pr_attention_spans(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int nh, int nkv, int hd) {
+    PR_WRAP(PR_ATTN, pr_orig.attention_spans(be, out, q, spans, n_spans, nh, nkv, hd));
 }
 static void pr_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
     PR_WRAP(PR_SWIGLU, pr_orig.swiglu(be, h, g, u, n));
@@ -349,6 +355,7 @@ static void pr_install(bs_backend *be, const bs_qwen3_config *c) {
     be->matmul = pr_matmul; be->rmsnorm = pr_rmsnorm; be->head_norm_rope = pr_rope; be->attention = pr_attention;
     be->swiglu = pr_swiglu; be->embed = pr_embed;
     if (be->matmul_multi) be->matmul_multi = pr_matmul_multi;
+    if (be->attention_spans) be->attention_spans = pr_attention_spans;   // the forward's attention
 }
 static void pr_reset(void) { memset(pr_t, 0, sizeof pr_t); memset(pr_calls, 0, sizeof pr_calls); }
 static void pr_print(int n, int reps, double total) {
@@ -376,7 +383,7 @@ int bench_model(const char *dir, const int32_t *rows, int n_rows, int ctx, int p
     const bs_qwen3_config *c = &e->cfg;
     bs_backend *be = e->be;
     int need_ctx = (ctx > prefill ? ctx : prefill) + maxn + 64;
-    if (bs_kv_init(&kv, c, need_ctx, be, &err)) goto out;
+    if (bs_kv_init(&kv, e->kv_pool, need_ctx, &err)) goto out;
     if (!(logits = be->alloc(be, sizeof(float) * (size_t)maxn * c->vocab_size, &err))) goto out;
     int n_ids = maxn > ctx ? maxn : ctx; if (n_ids < 64) n_ids = 64;
     ids = malloc(sizeof(int32_t) * n_ids);

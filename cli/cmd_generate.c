@@ -47,6 +47,9 @@ static void usage(void) {
         "  --threads N              worker threads for the CPU kernels and the host sampler (default: $BS_THREADS,\n"
         "                           else every online core)\n"
         "  --no-graphs              never record forwards as CUDA graphs (slower; output unchanged; was BS_GRAPHS=0)\n"
+        "  --kv-rows N              KV memory in rows (tokens) for all requests together, in pages of 128 rows\n"
+        "                           (default: 4 contexts of the model, at least 32768 rows, at most half the free\n"
+        "                           memory; docs/kv-paging.md). With --prompts a request waits until its context fits\n"
         "  --print-ids              print token ids (default when no tokenizer is available)\n"
         "  --stats                  print speed and acceptance statistics to stderr\n"
         "  --json                   print the result and statistics as one JSON object on stdout\n"
@@ -70,7 +73,7 @@ typedef struct gen_args {
     long max_concurrency;
     int chat, no_think;
     int32_t *prompt; int n_prompt;
-    long n_new, ctx, draft_max, threads;
+    long n_new, ctx, draft_max, threads, kv_rows;
     double conf_thr;
     bs_sampling sampling;
     int print_ids, stats, json, ignore_eos, drafter_fp8, no_calibration, no_graphs;
@@ -109,6 +112,7 @@ static int parse(int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "--drafter-fp8")) a->drafter_fp8 = 1;
         else if (!strcmp(o, "--threads")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 4096, &a->threads)) return 2; }
         else if (!strcmp(o, "--no-graphs")) a->no_graphs = 1;
+        else if (!strcmp(o, "--kv-rows")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1L << 30, &a->kv_rows)) return 2; }
         else if (!strcmp(o, "--no-calibration")) a->no_calibration = 1;
         else if (!strcmp(o, "--draft-vocab")) { if (!(a->draft_vocab = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--print-ids")) a->print_ids = 1;
@@ -239,7 +243,7 @@ static cJSON *stats_json(const bs_session *s, const bs_spec_stats *st, int specu
 static int generate_prompts(const gen_args *a) {
     cli_prompts_opts o = { .model = a->model, .drafter = a->drafter, .device = a->device, .draft_vocab = a->draft_vocab,
                            .prompts_file = a->prompts, .drafter_fp8 = a->drafter_fp8, .max_concurrency = (int)a->max_concurrency,
-                           .no_calibration = a->no_calibration, .threads = (int)a->threads, .no_graphs = a->no_graphs, .sched = a->sched, .cost_model = a->cost_model, .trace = a->trace,
+                           .no_calibration = a->no_calibration, .threads = (int)a->threads, .no_graphs = a->no_graphs, .kv_rows = (int)a->kv_rows, .sched = a->sched, .cost_model = a->cost_model, .trace = a->trace,
                            .defaults = blockspec_default_params() };
     o.defaults.confidence_threshold = (float)a->conf_thr;
     o.defaults.n_new = (int)a->n_new;
@@ -264,7 +268,7 @@ int cmd_generate(int argc, char **argv) {
     int n_out = 0, n_sps = 0;
     double *sps = NULL;   // the cost model (alg1 / async)
     rc = 1;
-    bs_engine_opts eo = { .threads = (int)a.threads, .no_graphs = a.no_graphs };
+    bs_engine_opts eo = { .threads = (int)a.threads, .no_graphs = a.no_graphs, .kv_rows = a.kv_rows };
     if (bs_engine_open_opts(&e, a.model, a.device, &eo, &err) || tokenize_prompt(&a, e, &err)) goto out;
     if (e->weight_warning[0]) fprintf(stderr, "blockspec: warning: %s\n", e->weight_warning);
     if (e->setup_warning[0]) fprintf(stderr, "blockspec: warning: %s\n", e->setup_warning);

@@ -34,7 +34,10 @@ static void usage(void) {
         "                            else measured at start\n"
         "  --no-calibration          ignore the drafter's calibration.json\n"
         "  --threads N               worker threads (default: $BS_THREADS, else every online core)\n"
-        "  --no-graphs               never record forwards as CUDA graphs (slower; output unchanged)\n");
+        "  --no-graphs               never record forwards as CUDA graphs (slower; output unchanged)\n"
+        "  --kv-rows N               KV memory in rows (tokens) for all requests together, in pages of 128 rows (default:\n"
+        "                            4 contexts of the model, at least 32768 rows, at most half the free memory); a request\n"
+        "                            waits until the pool can promise its whole context (docs/kv-paging.md)\n");
 }
 
 static volatile sig_atomic_t stop_flag;
@@ -54,7 +57,7 @@ int cmd_serve(int argc, char **argv) {
     serve_opts o = serve_default_opts();
     const char *model = NULL, *drafter = NULL, *device = "cpu", *schedule = NULL, *cost_model = NULL;
     int no_calibration = 0, no_graphs = 0;
-    long v, threads = 0;
+    long v, threads = 0, kv_rows = 0;
     double f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
@@ -80,6 +83,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--no-calibration")) no_calibration = 1;
         else if (!strcmp(a, "--no-graphs")) no_graphs = 1;
         else if (!strcmp(a, "--threads")) { VAL(); if (cli_int(a, val, 1, 4096, &threads)) return 2; }
+        else if (!strcmp(a, "--kv-rows")) { VAL(); if (cli_int(a, val, 1, 1L << 30, &kv_rows)) return 2; }
         else { fprintf(stderr, "blockspec serve: unknown option %s (see blockspec serve --help)\n", a); return 2; }
 #undef VAL
     }
@@ -99,7 +103,7 @@ int cmd_serve(int argc, char **argv) {
     if (strpbrk(o.model_name, "\"\\\n") || !o.model_name[0]) { fprintf(stderr, "blockspec serve: --served-model-name must be non-empty, without quotes, backslashes or newlines\n"); return 2; }
     blockspec *bs;
     char err[1024];
-    blockspec_open_options oo = { .no_calibration = no_calibration, .threads = (int)threads, .no_graphs = no_graphs };
+    blockspec_open_options oo = { .no_calibration = no_calibration, .threads = (int)threads, .no_graphs = no_graphs, .kv_rows = (int)kv_rows };
     if (blockspec_open_ex(&bs, model, drafter, device, &oo, err, sizeof err)) { fprintf(stderr, "blockspec serve: %s\n", err); return 1; }
     if (blockspec_warnings(bs)) fprintf(stderr, "blockspec: warning: %s\n", blockspec_warnings(bs));
     if (cli_set_schedule(bs, sched, cost_model, o.max_running, o.defaults.draft_max, err, sizeof err)) {

@@ -164,7 +164,7 @@ int cli_generate_prompts(const cli_prompts_opts *o) {
     int n = 0, rc = 1;
     tracer tr = { 0 };
     blockspec_open_options oo = { .draft_vocab = o->draft_vocab, .drafter_fp8 = o->drafter_fp8, .no_calibration = o->no_calibration,
-                                  .threads = o->threads, .no_graphs = o->no_graphs };
+                                  .threads = o->threads, .no_graphs = o->no_graphs, .kv_rows = o->kv_rows };
     if (blockspec_open_ex(&bs, o->model, o->drafter, o->device, &oo, err, sizeof err)) goto out;
     const char *w = blockspec_warnings(bs);
     if (w) fprintf(stderr, "blockspec: warning: %s\n", w);

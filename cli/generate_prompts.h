@@ -4,7 +4,7 @@
 
 typedef struct cli_prompts_opts {
     const char *model, *drafter, *device, *draft_vocab, *prompts_file;
-    int drafter_fp8, max_concurrency, no_calibration, threads, no_graphs;
+    int drafter_fp8, max_concurrency, no_calibration, threads, no_graphs, kv_rows;
     blockspec_schedule sched;
     const char *cost_model;      // the cost model file for alg1 / async (NULL: the cache, or measured)
     const char *trace;           // NULL, or where every speculative round is written (JSON lines)

@@ -68,6 +68,12 @@ typedef struct blockspec_open_options {
                                 // process, sized by the first open that starts it (a later, different count is
                                 // reported by blockspec_warnings). 0: $BS_THREADS, else every online core
     int no_graphs;              // 1: never record forwards for replay (CUDA graphs); slower, output unchanged
+    int kv_rows;                // KV memory, in rows (tokens) for all requests together: every request's K/V cache
+                                // takes pages of 128 rows from one pool as it grows and gives them back when it ends
+                                // (docs/kv-paging.md). 0: 4 contexts of the model's max_position_embeddings (at least
+                                // 32,768 rows), cut to half the device's free memory. A request starts only when the pool can promise it
+                                // its whole context (blockspec_submit queues it until then); one larger than the
+                                // pool is refused
 } blockspec_open_options;
 // Besides these options, the library reads no environment except the BS_* tuning variables, one documented
 // hook for benchmarks and A/B runs (docs/tuning.md); options given here win over them.
@@ -105,7 +111,8 @@ int blockspec_generate_text(blockspec *bs, const char *prompt, const blockspec_p
 typedef struct blockspec_request blockspec_request;
 // Queues a request (the prompt is copied; p NULL: the defaults). on_token is called as tokens are emitted,
 // during blockspec_step; returning non-zero ends that request ("stop"). A request that cannot fit its
-// context is refused here, with blockspec_generate's message.
+// context is refused here, with blockspec_generate's message, and so is one whose context the KV pool could
+// never hold (kv_rows). One that must wait for KV pages held by others starts when they come back.
 int blockspec_submit(blockspec *bs, const int32_t *prompt, size_t n_prompt, const blockspec_params *p, blockspec_token_fn on_token,
                      void *ctx, blockspec_request **out, char *err, size_t err_len);
 // One round for every running request. Returns how many are still running (0: all done), or -1 (err; the
@@ -157,13 +164,17 @@ typedef struct blockspec_spec_counts {
     long rounds, drafted, accepted;
     int n_pos;
     const long *pos_tried, *pos_accepted;
-    int kv_rows;                 // context rows this request holds in its KV cache
+    int kv_rows;                 // KV rows this request's cache holds now (its pages x rows per page; 0 once it ended)
 } blockspec_spec_counts;
 void blockspec_request_spec_counts(const blockspec_request *r, blockspec_spec_counts *c);
 // The target's vocabulary size: prompt ids must lie in [0, it).
 int  blockspec_vocab_size(const blockspec *bs);
 // Target rows in the latest blockspec_step's forward (prompt chunks and verify rows of every request).
 int  blockspec_last_step_rows(const blockspec *bs);
+// The KV pool (docs/kv-paging.md): its pages, how many hold rows of running requests now, and how many are
+// promised to started requests (held or not yet taken; a request waits until its promise fits).
+typedef struct blockspec_kv_pages { int page_rows, pages_total, pages_in_use, pages_promised; } blockspec_kv_pages;
+void blockspec_kv_usage(const blockspec *bs, blockspec_kv_pages *u);
 
 // ---- Confidence schedulers (issue 26; docs/scheduling.md) ----
 // Which drafted tokens each step verifies, for every request of the handle. Every mode verifies a prefix of

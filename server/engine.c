@@ -135,9 +135,6 @@ static void end_request(srv *s, srv_req *q) {
             if (q->finish) { s->m.requests_ok++; srv_hist_observe(&s->m.e2e, srv_now() - q->t_arrive); }
             else s->m.requests_cancelled++;
         }
-        blockspec_spec_counts c;
-        blockspec_request_spec_counts(q->r, &c);
-        s->m.kv_rows -= (unsigned long)c.kv_rows;
         blockspec_request_free(s->bs, q->r);
         q->r = NULL;
     }
@@ -174,9 +171,6 @@ static void admit(srv *s, srv_req *q) {
         end_request(s, q);
         return;
     }
-    blockspec_spec_counts c;
-    blockspec_request_spec_counts(q->r, &c);
-    s->m.kv_rows += (unsigned long)c.kv_rows;
     s->m.prompt_tokens += (unsigned long)q->n_ids;
     q->n_prompt = q->n_ids;
 }
@@ -231,6 +225,7 @@ static void *engine_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         s->m.steps++;
         srv_hist_observe(&s->m.verify_rows, blockspec_last_step_rows(s->bs));
+        blockspec_kv_usage(s->bs, &s->m.kv);   // pages taken and given back in the step (the library's KV pool)
         for (srv_req *q = s->running, *nx; q; q = nx) {
             nx = q->next;
             if (rc < 0) {   // the library's requests in that step are unusable: fail them all, keep serving

@@ -87,7 +87,11 @@ char *srv_metrics_render(const srv_metrics *m, const char *model) {
             "blockspec:request_success_total{model_name=\"%s\",finished_reason=\"done\"} %lu\n"
             "blockspec:request_success_total{model_name=\"%s\",finished_reason=\"abort\"} %lu\n", model, m->requests_ok, model, m->requests_cancelled);
     counter(&b, "request_rejected_total", "Requests answered with an error before they ran (4xx/5xx).", model, m->requests_rejected);
-    gauge(&b, "kv_cache_rows_in_use", "KV cache rows held by running requests (each holds its prompt + output + a verify block).", model, (double)m->kv_rows);
+    gauge(&b, "kv_cache_pages_in_use", "KV pages holding rows of running requests (the pool's pages: docs/kv-paging.md).", model, m->kv.pages_in_use);
+    gauge(&b, "kv_cache_pages_total", "KV pages in the pool.", model, m->kv.pages_total);
+    gauge(&b, "kv_cache_pages_promised", "KV pages held or promised to started requests (a request starts once its whole context is promised).",
+          model, m->kv.pages_promised);
+    gauge(&b, "kv_cache_rows_in_use", "KV rows in the pages in use (pages x rows per page).", model, (double)m->kv.pages_in_use * m->kv.page_rows);
     counter(&b, "engine_steps_total", "Engine steps (one batched target forward each).", model, m->steps);
     hist(&b, "time_to_first_token_seconds", "Time from a request's arrival to its first token.", model, &m->ttft);
     hist(&b, "inter_token_latency_seconds", "Time between a request's successive tokens (tokens accepted in one round arrive together).", model, &m->itl);

@@ -4,6 +4,7 @@
 // under the server's lock.
 #pragma once
 #include <stddef.h>
+#include "blockspec.h"
 
 #define SRV_HIST_MAX 24
 #define SRV_MAX_POS 64
@@ -23,7 +24,7 @@ typedef struct srv_metrics {
     int running, waiting;
     unsigned long prompt_tokens, generation_tokens;
     unsigned long requests_ok, requests_cancelled, requests_rejected;   // rejected: 4xx/5xx before running
-    unsigned long kv_rows;                   // KV rows held by running requests
+    blockspec_kv_pages kv;                   // the library's KV pool after the latest step
     unsigned long steps;
     srv_hist ttft, itl, e2e, verify_rows;
 } srv_metrics;

@@ -24,7 +24,7 @@ typedef struct { int32_t ids[3]; double p; } outcome;
 static int joint(bs_engine *e, const int32_t *prompt, int n_prompt, const bs_sampling *smp, outcome *out, bs_err *err) {
     int V = e->cfg.vocab_size, n = 0;
     bs_kv_cache kv;
-    if (bs_kv_init(&kv, &e->cfg, 64, e->be, err)) return -1;
+    if (bs_kv_init(&kv, e->kv_pool, 64, err)) return -1;
     float *lg_be = e->be->alloc(e->be, sizeof(float) * V, err), *lg = malloc(sizeof(float) * V);
     double *p[3];
     for (int i = 0; i < 3; i++) p[i] = malloc(sizeof(double) * V);

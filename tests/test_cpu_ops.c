@@ -144,8 +144,9 @@ static void cpu_attention_on(int *failed_, int only) {
                         float *o0 = malloc(4 * qn), *o1 = malloc(4 * qn);
                         fill(&rng, q, qn); fill(&rng, k, kn); fill(&rng, v, kn);
                         for (size_t i = 0; i < qn; i++) q[i] *= 3;   // peakier softmax
-                        ref->attention(ref, o0, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, mode != 1, window);
-                        be->attention(be, o1, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, mode != 1, window);
+                        const bs_kv_view kv = bs_kv_contig(k, v);
+                        ref->attention(ref, o0, q, &kv, n_q, n_heads, n_kv, hd, n_keys, q_pos0, mode != 1, window);
+                        be->attention(be, o1, q, &kv, n_q, n_heads, n_kv, hd, n_keys, q_pos0, mode != 1, window);
                         double tol = 2e-5 * maxabs(v, kn);
                         int bad = -1;
                         for (size_t i = 0; i < qn && bad < 0; i++) if (!(fabs(o0[i] - o1[i]) <= tol)) bad = (int)i;
@@ -165,8 +166,9 @@ static void cpu_attention_on(int *failed_, int only) {
                     float *q = malloc(4 * qn), *k = malloc(4 * kn), *v = malloc(4 * kn), *o0 = malloc(4 * qn), *o1 = malloc(4 * qn);
                     fill(&rng, q, qn); fill(&rng, k, kn); fill(&rng, v, kn);
                     for (size_t i = 0; i < qn; i++) q[i] *= 3;
-                    ref->attention(ref, o0, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, 1, wins[wi]);
-                    be->attention(be, o1, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, 1, wins[wi]);
+                    const bs_kv_view kv = bs_kv_contig(k, v);
+                    ref->attention(ref, o0, q, &kv, n_q, n_heads, n_kv, hd, n_keys, q_pos0, 1, wins[wi]);
+                    be->attention(be, o1, q, &kv, n_q, n_heads, n_kv, hd, n_keys, q_pos0, 1, wins[wi]);
                     double tol = 2e-5 * maxabs(v, kn);
                     int bad = -1;
                     for (size_t i = 0; i < qn && bad < 0; i++) if (!(fabs(o0[i] - o1[i]) <= tol)) bad = (int)i;

@@ -64,6 +64,26 @@ static float *rope_dev(bs_backend *be, float theta, const bs_rope_scaling *s, in
 }
 // Llama 3.1's scaling (factor 8, original context 8192): long wavelengths slowed, the middle blended.
 static const bs_rope_scaling llama31 = { BS_ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192 };
+// K/V in pages (backend.h, bs_kv_view): a cache of n_pages pages of P rows whose page table is out of order
+// (logical page i lives in storage page perm[i]), so a kernel that ignored the table would read wrong rows.
+typedef struct paged { int n_pages, P; int32_t perm[256]; int32_t *dev; } paged;
+static void paged_init(paged *pg, bs_backend *be, int rows, int P) {
+    pg->P = P; pg->n_pages = (rows + P - 1) / P;
+    for (int i = 0; i < pg->n_pages; i++) pg->perm[i] = pg->n_pages - 1 - i;              // reversed,
+    for (int i = 0; i + 1 < pg->n_pages; i += 2) { int t = pg->perm[i]; pg->perm[i] = pg->perm[i + 1]; pg->perm[i + 1] = t; }   // then pairs swapped
+    bs_err err;
+    pg->dev = be->alloc(be, sizeof(int32_t) * pg->n_pages, &err);
+    be->upload(be, pg->dev, pg->perm, sizeof(int32_t) * pg->n_pages);
+}
+// Host rows [rows][w] scattered into paged storage [n_pages * P][w] (the other rows: fill).
+static float *paged_scatter(const paged *pg, const float *rows, int n, int w, float fill) {
+    float *st = malloc(sizeof(float) * (size_t)pg->n_pages * pg->P * w);
+    for (size_t i = 0; i < (size_t)pg->n_pages * pg->P * w; i++) st[i] = fill;
+    for (int j = 0; j < n; j++) memcpy(st + ((size_t)pg->perm[j / pg->P] * pg->P + j % pg->P) * w, rows + (size_t)j * w, sizeof(float) * w);
+    return st;
+}
+static bs_kv_view paged_view(const paged *pg, float *k, float *v) { return (bs_kv_view){ k, v, pg->dev, pg->P }; }
+
 static double rel_err(const float *a, const float *ref, size_t n) {
     double mx = 1, d = 0;
     for (size_t i = 0; i < n; i++) { if (fabs(ref[i]) > mx) mx = fabs(ref[i]); }
@@ -229,9 +249,13 @@ TEST(cuda_qkv_norm_rope_store) {
                 for (int i = 0; i < 3; i++) o[f][i] = up(be, NULL, sz[i]);
                 o[f][3] = up(be, c0, sz[3]); o[f][4] = up(be, c0, sz[4]);
             }
+            // the caches in 32-row pages out of order (ctx = 5 pages): both paths write through the page table
+            paged pg;
+            paged_init(&pg, be, ctx, 32);
+            const bs_kv_view kv0 = paged_view(&pg, o[0][3], o[0][4]), kv1 = paged_view(&pg, o[1][3], o[1][4]);
             be->matmul_multi(be, 3, o[0], dx, n, wp, 0);
-            be->qk_norm_rope_store(be, o[0][0], o[0][1], o[0][2], n, nh, nkv, hd, qnp, knp, 1e-6f, pos0, rope, o[0][3], o[0][4]);
-            int r = be->qkv_norm_rope_store(be, dx, n, wp, o[1][0], o[1][1], o[1][2], nh, nkv, hd, qnp, knp, 1e-6f, pos0, rope, o[1][3], o[1][4]);
+            be->qk_norm_rope_store(be, o[0][0], o[0][1], o[0][2], n, nh, nkv, hd, qnp, knp, 1e-6f, pos0, rope, &kv0);
+            int r = be->qkv_norm_rope_store(be, dx, n, wp, o[1][0], o[1][1], o[1][2], nh, nkv, hd, qnp, knp, 1e-6f, pos0, rope, &kv1);
             // (row-major weights, BS_CUDA_MM=old: nothing to fuse, and the model runs the two ops)
             CHECK(r == 0 || !dw[0].layout, "qkv_norm_rope_store declined a shape it fuses (%d rows%s)", n, lossy ? ", 8-bit" : "");
             compared += r == 0;
@@ -243,6 +267,7 @@ TEST(cuda_qkv_norm_rope_store) {
                 be->free(be, o[0][i]); be->free(be, o[1][i]);
             }
             free(x); free(c0); be->free(be, dx);
+            be->free(be, pg.dev);
         }
         for (int i = 0; i < 3; i++) free((void *)hw[i].data);
         free((void *)qn.data); free((void *)kn.data);
@@ -449,9 +474,12 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
             CHECK(rel_err(g, x, (size_t)n * nh * hd) < 1e-5, "head_norm_rope hd %d norm %d theta %g: %g", hd, wn & 1, theta, rel_err(g, x, (size_t)n * nh * hd));
             free(x); free(g); free((void *)hw.data); be->free(be, dx); be->free(be, dinv);
         }
-    // qk_norm_rope_store (where the backend has it) == head_norm_rope q, k + store_rows k, v, bit for bit
+    // qk_norm_rope_store (where the backend has it) == head_norm_rope q, k + store_kv k, v, bit for bit, into a
+    // cache in pages out of order; the rows land where the CPU reference's store_kv puts them
     if (be->qk_norm_rope_store) {
         int hd = 128, nh = 32, nkv = 8, n = 16, pos0 = 37, ctx = 64, kd = nkv * hd;
+        paged pg;
+        paged_init(&pg, be, ctx, 32);
         bs_mat qw = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, kw = { rand_mat(BS_BF16, hd), BS_BF16, 1, hd }, dqw, dkw;
         CHECK(be->weight(be, &dqw, &qw, &err) == 0 && be->weight(be, &dkw, &kw, &err) == 0, "%s", err.msg);
         float *q = rand_vec((size_t)n * nh * hd, 2), *k = rand_vec((size_t)n * kd, 2), *v = rand_vec((size_t)n * kd, 2);
@@ -459,19 +487,27 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
         float *q1 = up(be, q, (size_t)n * nh * hd), *k1 = up(be, k, (size_t)n * kd), *v1 = up(be, v, (size_t)n * kd);
         float *q2 = up(be, q, (size_t)n * nh * hd), *k2 = up(be, k, (size_t)n * kd), *v2 = up(be, v, (size_t)n * kd);
         float *kc1 = up(be, c0, (size_t)ctx * kd), *vc1 = up(be, c0, (size_t)ctx * kd), *kc2 = up(be, c0, (size_t)ctx * kd), *vc2 = up(be, c0, (size_t)ctx * kd);
+        const bs_kv_view kv1 = paged_view(&pg, kc1, vc1), kv2 = paged_view(&pg, kc2, vc2);
         float *rope = rope_dev(be, 1e6f, NULL, hd);
         be->head_norm_rope(be, q1, n, nh, hd, &dqw, 1e-6f, pos0, rope);
         be->head_norm_rope(be, k1, n, nkv, hd, &dkw, 1e-6f, pos0, rope);
-        be->store_rows(be, kc1, pos0, k1, n, kd);
-        be->store_rows(be, vc1, pos0, v1, n, kd);
-        be->qk_norm_rope_store(be, q2, k2, v2, n, nh, nkv, hd, &dqw, &dkw, 1e-6f, pos0, rope, kc2, vc2);
+        be->store_kv(be, &kv1, pos0, k1, v1, n, kd);
+        be->qk_norm_rope_store(be, q2, k2, v2, n, nh, nkv, hd, &dqw, &dkw, 1e-6f, pos0, rope, &kv2);
         be->free(be, rope);
         float *a[4] = { down(be, q1, (size_t)n * nh * hd), down(be, k1, (size_t)n * kd), down(be, kc1, (size_t)ctx * kd), down(be, vc1, (size_t)ctx * kd) };
         float *b[4] = { down(be, q2, (size_t)n * nh * hd), down(be, k2, (size_t)n * kd), down(be, kc2, (size_t)ctx * kd), down(be, vc2, (size_t)ctx * kd) };
         size_t sz[4] = { (size_t)n * nh * hd, (size_t)n * kd, (size_t)ctx * kd, (size_t)ctx * kd };
+        // the CPU reference's store of the same rows through the same table (host copy of it)
+        float *hk = malloc(4 * sz[2]), *hv = malloc(4 * sz[3]);
+        memcpy(hk, c0, 4 * sz[2]); memcpy(hv, c0, 4 * sz[3]);
+        const bs_kv_view hkv = { hk, hv, pg.perm, pg.P };
+        ref->store_kv(ref, &hkv, pos0, a[1], v, n, kd);
+        CHECK(!memcmp(hk, a[2], 4 * sz[2]) && !memcmp(hv, a[3], 4 * sz[3]), "store_kv through a page table differs from the CPU reference's");
+        free(hk); free(hv);
         for (int i = 0; i < 4; i++) { CHECK(!memcmp(a[i], b[i], 4 * sz[i]), "qk_norm_rope_store differs from the separate ops (output %d)", i); free(a[i]); free(b[i]); }
         float *bufs[] = { q1, k1, v1, q2, k2, v2, kc1, vc1, kc2, vc2 };
         for (int i = 0; i < 10; i++) be->free(be, bufs[i]);
+        be->free(be, pg.dev);
         free(q); free(k); free(v); free(c0); free((void *)qw.data); free((void *)kw.data);
     }
     // head_norm_rope_multi (where the backend has it) == one head_norm_rope per buffer, bit for bit
@@ -511,7 +547,7 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
         free(a); free(b); free(r); free(g); be->free(be, da); be->free(be, db);
     }
     // embed (bf16 tables: 128 columns, which the backend stores tiled for its GEMM, then 72, row-major),
-    // copy_rows, store_rows
+    // copy_rows, store_kv (contiguous)
     for (int H = 128; H >= 72; H -= 56) {
         int V = 300, n = 70;
         bs_mat ht = { rand_mat(BS_BF16, V * H), BS_BF16, V, H }, dt;
@@ -524,9 +560,10 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
         if (H != 72) { free(r); free(g); be->free(be, d); free((void *)ht.data); continue; }
         float *dst = up(be, NULL, (size_t)200 * H), *hdst = calloc(200 * H, 4);
         be->copy_rows(be, dst + 3, 2 * H, d, H, 10, H - 5); ref->copy_rows(ref, hdst + 3, 2 * H, r, H, 10, H - 5);
-        be->store_rows(be, dst, 150, d, 5, H); ref->store_rows(ref, hdst, 150, r, 5, H);
+        const bs_kv_view dkv = bs_kv_contig(dst, dst + 100 * H), hkv = bs_kv_contig(hdst, hdst + 100 * H);
+        be->store_kv(be, &dkv, 50, d, d + 5 * H, 5, H); ref->store_kv(ref, &hkv, 50, r, r + 5 * H, 5, H);
         free(g); g = down(be, dst, (size_t)200 * H);
-        CHECK(!memcmp(g, hdst, sizeof(float) * 200 * H), "copy_rows / store_rows differ");
+        CHECK(!memcmp(g, hdst, sizeof(float) * 200 * H), "copy_rows / store_kv differ");
         free(r); free(g); free(hdst); free((void *)ht.data); be->free(be, d); be->free(be, dst);
     }
     // argmax with ties (first index wins) and a large vocabulary
@@ -577,23 +614,38 @@ TEST(cuda_op_attention) {
         { 3, 96, 1, 64, 200, 197, 1, 0 },      // one row's group (96) larger than a block's 64 query vectors
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
-        int nq = cs[ci].nq, nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, nk = cs[ci].nkeys;
-        float *q = rand_vec((size_t)nq * nh * hd, 1), *k = rand_vec((size_t)nk * nkv * hd, 1), *v = rand_vec((size_t)nk * nkv * hd, 1);
+        int nq = cs[ci].nq, nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, nk = cs[ci].nkeys, kd = nkv * hd;
+        float *q = rand_vec((size_t)nq * nh * hd, 1), *k = rand_vec((size_t)nk * kd, 1), *v = rand_vec((size_t)nk * kd, 1);
         float *o = malloc(sizeof(float) * nq * nh * hd);
-        ref->attention(ref, o, q, k, v, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
-        float *dq = up(be, q, (size_t)nq * nh * hd), *dk = up(be, k, (size_t)nk * nkv * hd), *dv = up(be, v, (size_t)nk * nkv * hd);
+        const bs_kv_view hkv = bs_kv_contig(k, v);
+        ref->attention(ref, o, q, &hkv, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
+        float *dq = up(be, q, (size_t)nq * nh * hd), *dk = up(be, k, (size_t)nk * kd), *dv = up(be, v, (size_t)nk * kd);
         float *dout = up(be, NULL, (size_t)nq * nh * hd);
-        be->attention(be, dout, dq, dk, dv, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
+        const bs_kv_view dkv = bs_kv_contig(dk, dv);
+        be->attention(be, dout, dq, &dkv, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
         float *g = down(be, dout, (size_t)nq * nh * hd);
         double e = rel_err(g, o, (size_t)nq * nh * hd);
         CHECK(e < 1e-5, "attention case %zu (nq %d heads %d/%d hd %d keys %d causal %d window %d): %g", ci, nq, nh, nkv, hd, nk, cs[ci].causal, cs[ci].window, e);
         // batch invariance: causal row i alone (n_keys = its own range) is bit-identical
         if (cs[ci].causal && nq > 1) {
             int i = nq / 2 + 1;
-            be->attention(be, dout, dq + (size_t)i * nh * hd, dk, dv, 1, nh, nkv, hd, cs[ci].qpos0 + i + 1, cs[ci].qpos0 + i, 1, cs[ci].window);
+            be->attention(be, dout, dq + (size_t)i * nh * hd, &dkv, 1, nh, nkv, hd, cs[ci].qpos0 + i + 1, cs[ci].qpos0 + i, 1, cs[ci].window);
             float *one = down(be, dout, (size_t)nh * hd);
             CHECK(!memcmp(one, g + (size_t)i * nh * hd, sizeof(float) * nh * hd), "attention case %zu: row %d alone differs from the block", ci, i);
             free(one);
+        }
+        // the same keys in pages out of order (32 and 128 rows, the other rows NaN): bit-identical
+        for (int P = 32; P <= 128; P *= 4) {
+            paged pg;
+            paged_init(&pg, be, nk, P);
+            float *pk = paged_scatter(&pg, k, nk, kd, NAN), *pv = paged_scatter(&pg, v, nk, kd, NAN);
+            float *dpk = up(be, pk, (size_t)pg.n_pages * P * kd), *dpv = up(be, pv, (size_t)pg.n_pages * P * kd);
+            const bs_kv_view pkv = paged_view(&pg, dpk, dpv);
+            be->attention(be, dout, dq, &pkv, nq, nh, nkv, hd, nk, cs[ci].qpos0, cs[ci].causal, cs[ci].window);
+            float *gp = down(be, dout, (size_t)nq * nh * hd);
+            CHECK(!memcmp(gp, g, sizeof(float) * nq * nh * hd), "attention case %zu: keys in %d-row pages differ from the contiguous cache", ci, P);
+            free(gp); free(pk); free(pv);
+            be->free(be, dpk); be->free(be, dpv); be->free(be, pg.dev);
         }
         free(q); free(k); free(v); free(o); free(g);
         be->free(be, dq); be->free(be, dk); be->free(be, dv); be->free(be, dout);
@@ -601,33 +653,85 @@ TEST(cuda_op_attention) {
     ref->destroy(ref);
 }
 
-// A recorded sequence replayed at another position equals the same ops issued plainly there.
+// The native span attention (attention_spans: one launch over every span of a ragged batch, each reading its
+// own page table) == one attention call per span, bit for bit, and the CPU reference within 1e-5; spans of
+// 1, 3, 16 rows at positions from 0 to past 2,000, GQA 4 and 3, head dims 128 and 64.
+TEST(cuda_attention_spans) {
+    NEED_CUDA(be);
+    CHECK(be->attention_spans, "the CUDA backend has no attention_spans");
+    bs_backend *ref = bs_backend_cpu(1);
+    struct { int nh, nkv, hd; } shapes[] = { { 32, 8, 128 }, { 12, 4, 128 }, { 16, 4, 64 } };
+    const int ns[] = { 1, 3, 16, 1, 5, 16, 2, 1 }, pos[] = { 0, 40, 511, 2047, 77, 700, 1, 130 }, S = 8;
+    for (int si = 0; si < 3; si++) {
+        int nh = shapes[si].nh, nkv = shapes[si].nkv, hd = shapes[si].hd, kd = nkv * hd, qw = nh * hd, rows = 0;
+        bs_row_span sp[8], hsp[8];
+        paged pg[8];
+        float *k[8], *v[8], *dk[8], *dv[8];
+        for (int i = 0; i < S; i++) {
+            int nk = pos[i] + ns[i], P = i % 2 ? 32 : 128;
+            k[i] = rand_vec((size_t)nk * kd, 1); v[i] = rand_vec((size_t)nk * kd, 1);
+            paged_init(&pg[i], be, nk, P);
+            float *pk = paged_scatter(&pg[i], k[i], nk, kd, NAN), *pv = paged_scatter(&pg[i], v[i], nk, kd, NAN);
+            dk[i] = up(be, pk, (size_t)pg[i].n_pages * P * kd); dv[i] = up(be, pv, (size_t)pg[i].n_pages * P * kd);
+            free(pk); free(pv);
+            sp[i] = (bs_row_span){ rows, ns[i], pos[i], paged_view(&pg[i], dk[i], dv[i]) };
+            hsp[i] = (bs_row_span){ rows, ns[i], pos[i], bs_kv_contig(k[i], v[i]) };
+            rows += ns[i];
+        }
+        float *q = rand_vec((size_t)rows * qw, 1), *o = malloc(sizeof(float) * rows * qw);
+        float *dq = up(be, q, (size_t)rows * qw), *da = up(be, NULL, (size_t)rows * qw), *db = up(be, NULL, (size_t)rows * qw);
+        for (int i = 0; i < S; i++)
+            ref->attention(ref, o + (size_t)hsp[i].row0 * qw, q + (size_t)hsp[i].row0 * qw, &hsp[i].kv, ns[i], nh, nkv, hd, pos[i] + ns[i], pos[i], 1, 0);
+        be->attention_spans(be, da, dq, sp, S, nh, nkv, hd);
+        for (int i = 0; i < S; i++)
+            be->attention(be, db + (size_t)sp[i].row0 * qw, dq + (size_t)sp[i].row0 * qw, &sp[i].kv, ns[i], nh, nkv, hd, pos[i] + ns[i], pos[i], 1, 0);
+        float *a = down(be, da, (size_t)rows * qw), *b = down(be, db, (size_t)rows * qw);
+        CHECK(!memcmp(a, b, sizeof(float) * rows * qw), "shape %d: attention_spans differs from one attention call per span", si);
+        CHECK(rel_err(a, o, (size_t)rows * qw) < 1e-5, "shape %d: attention_spans vs the CPU reference: %g", si, rel_err(a, o, (size_t)rows * qw));
+        free(a); free(b); free(q); free(o);
+        be->free(be, dq); be->free(be, da); be->free(be, db);
+        for (int i = 0; i < S; i++) { free(k[i]); free(v[i]); be->free(be, dk[i]); be->free(be, dv[i]); be->free(be, pg[i].dev); }
+    }
+    ref->destroy(ref);
+}
+
+// A recorded sequence replayed at another position equals the same ops issued plainly there; its K/V rows
+// live in pages, and the page table changes between the recording and the replay (the table's contents are
+// read at replay: a forward recorded once stays valid as its sequence takes new pages).
 TEST(cuda_record_replay) {
     NEED_CUDA(be);
     bs_err err = {0};
-    int nh = 8, nkv = 2, hd = 128, n = 4, V = 50, ctx = 300, kd = nkv * hd;
+    int nh = 8, nkv = 2, hd = 128, n = 4, V = 50, ctx = 320, kd = nkv * hd;
     bs_mat ht = { rand_mat(BS_BF16, V * nh * hd), BS_BF16, V, nh * hd }, dt;
     CHECK(be->weight(be, &dt, &ht, &err) == 0, "%s", err.msg);
+    paged pg;
+    paged_init(&pg, be, ctx, 32);
     float *kc = rand_vec((size_t)ctx * kd, 1);
     float *dk = up(be, kc, (size_t)ctx * kd), *dv = up(be, kc, (size_t)ctx * kd), *dq = up(be, NULL, (size_t)n * nh * hd);
     float *dout = up(be, NULL, (size_t)n * nh * hd);
+    const bs_kv_view kv = paged_view(&pg, dk, dv);
     int32_t ids[4] = { 3, 7, 49, 0 };
     float *rope = rope_dev(be, 1e4f, NULL, hd);
     #define SEQ(pos) do { be->embed(be, dq, &dt, ids, n); be->head_norm_rope(be, dq, n, nh, hd, NULL, 1e-6f, pos, rope); \
-        be->store_rows(be, dk, pos, dq, n, kd); be->attention(be, dout, dq, dk, dv, n, nh, nkv, hd, (pos) + n, pos, 1, 0); } while (0)
+        be->store_kv(be, &kv, pos, dq, dq, n, kd); be->attention(be, dout, dq, &kv, n, nh, nkv, hd, (pos) + n, pos, 1, 0); } while (0)
     CHECK(be->record_begin(be, 10) == 0);
     SEQ(10);
     void *rec = be->record_end(be, &err);
     CHECK(rec, "%s", err.msg);
+    // the table changes: the pages of rows 192..255 and 0..31 trade places
+    int32_t t = pg.perm[6]; pg.perm[6] = pg.perm[0]; pg.perm[0] = t;
+    be->upload(be, pg.dev, pg.perm, sizeof(int32_t) * pg.n_pages);
     ids[0] = 11; ids[2] = 1;
     SEQ(200);
-    float *plain = down(be, dout, (size_t)n * nh * hd);
+    float *plain = down(be, dout, (size_t)n * nh * hd), *kplain = down(be, dk, (size_t)ctx * kd);
+    be->upload(be, dk, kc, sizeof(float) * ctx * kd);
     be->replay(be, rec, 200, ids, n);
-    float *rep = down(be, dout, (size_t)n * nh * hd);
-    CHECK(!memcmp(plain, rep, sizeof(float) * n * nh * hd), "replay at another position differs from plain ops there");
+    float *rep = down(be, dout, (size_t)n * nh * hd), *krep = down(be, dk, (size_t)ctx * kd);
+    CHECK(!memcmp(plain, rep, sizeof(float) * n * nh * hd), "replay at another position (the page table changed) differs from plain ops there");
+    CHECK(!memcmp(kplain, krep, sizeof(float) * ctx * kd), "the replay stored its K rows elsewhere than the plain ops (stale page table?)");
     be->record_free(be, rec);
-    free(plain); free(rep); free(kc); free((void *)ht.data);
-    be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout); be->free(be, rope);
+    free(plain); free(rep); free(kplain); free(krep); free(kc); free((void *)ht.data);
+    be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout); be->free(be, rope); be->free(be, pg.dev);
 }
 
 // --- whole forward ---------------------------------------------------------------------------
@@ -650,10 +754,17 @@ static int write_random_model(const char *dir, int llama, bs_err *err) {
     return rc;
 }
 
-static void forward_vs_cpu(int *failed_, int llama) {
+// bits 4 or 8: the model quantised (MLX affine, group 64) and both backends run the quantised copy.
+static void forward_vs_cpu_q(int *failed_, int llama, int bits) {
     const char *dir = bs_test_tmpdir(llama ? "cuda_rand_llama" : "cuda_rand");
     bs_err err = {0};
     CHECK(dir && write_random_model(dir, llama, &err) == 0, "%s", err.msg);
+    char qdir[1200];
+    if (bits) {
+        snprintf(qdir, sizeof qdir, "%s/q%d", dir, bits);
+        CHECK(bs_quantize_checkpoint(dir, qdir, bits, 64, NULL, &err) == 0, "%s", err.msg);
+        dir = qdir;
+    }
     bs_engine *ec, *eg;
     CHECK(bs_engine_open(&ec, dir, "cpu", &err) == 0, "%s", err.msg);
     CHECK(bs_engine_open(&eg, dir, "cuda", &err) == 0, "%s", err.msg);
@@ -662,7 +773,7 @@ static void forward_vs_cpu(int *failed_, int llama) {
     int32_t ids[128]; for (int i = 0; i < 128; i++) ids[i] = (i * 7919 + 13) % V;
     int taps[8]; for (int t = 0; t < NT; t++) taps[t] = t;
     bs_kv_cache kc, kg;
-    CHECK(bs_kv_init(&kc, &ec->cfg, 256, ec->be, &err) == 0 && bs_kv_init(&kg, &eg->cfg, 256, be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kc, ec->kv_pool, 256, &err) == 0 && bs_kv_init(&kg, eg->kv_pool, 256, &err) == 0, "%s", err.msg);
     float *lc = malloc(sizeof(float) * P * V), *tc = malloc(sizeof(float) * P * NT * H);
     float *dl = up(be, NULL, (size_t)P * V), *dtp = up(be, NULL, (size_t)P * NT * H);
     bs_fwd_out fc = { .logits = lc, .logits_all = 1, .taps = taps, .n_taps = NT, .tap_out = tc };
@@ -697,7 +808,11 @@ static void forward_vs_cpu(int *failed_, int llama) {
     bs_engine_close(ec); bs_engine_close(eg);
 }
 
+static void forward_vs_cpu(int *failed_, int llama) { forward_vs_cpu_q(failed_, llama, 0); }
 TEST(cuda_forward_random_model_vs_cpu) { NEED_CUDA(be0); (void)be0; forward_vs_cpu(failed_, 0); }
+// The quantised forward on the GPU (q/k/v and gate/up launches, the fused down projection, embed, the LM
+// head) against the CPU's affine kernels: prefill, graphed decode steps and 16-row blocks within 1e-3.
+TEST(cuda_forward_random_affine_vs_cpu) { NEED_CUDA(be0); (void)be0; forward_vs_cpu_q(failed_, 0, 4); if (!*failed_) forward_vs_cpu_q(failed_, 1, 8); }
 TEST(cuda_forward_random_llama_vs_cpu) { NEED_CUDA(be0); (void)be0; forward_vs_cpu(failed_, 1); }
 
 // The shared fixtures (transformers' vectors) on the GPU, with the CPU tests' tolerance.
@@ -736,7 +851,7 @@ TEST(cuda_greedy_spec_equals_plain) {
     int V = e->cfg.vocab_size, P = 12, N = 120, BL = 16;
     int32_t prompt[12]; for (int i = 0; i < P; i++) prompt[i] = (i * 31 + 5) % V;
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 0, be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 0, &err) == 0, "%s", err.msg);
     float *dl = up(be, NULL, (size_t)64 * V);
     int32_t plain[200], spec[200];
     float *plain_logits = malloc(sizeof(float) * (N + 1) * V);
@@ -794,7 +909,7 @@ TEST(cuda_unsupported_head_dim_is_an_error) {
     CHECK(bs_engine_open(&eg, dir, "cuda", &err) == 0, "%s", err.msg);
     int32_t ids[4] = { 3, 5, 7, 9 };
     bs_kv_cache kc, kg;
-    CHECK(bs_kv_init(&kc, &ec->cfg, 16, ec->be, &err) == 0 && bs_kv_init(&kg, &eg->cfg, 16, eg->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kc, ec->kv_pool, 16, &err) == 0 && bs_kv_init(&kg, eg->kv_pool, 16, &err) == 0, "%s", err.msg);
     float lc[64];
     float *lg = eg->be->alloc(eg->be, sizeof(float) * 64, &err);
     CHECK(lg, "%s", err.msg);
@@ -818,63 +933,235 @@ TEST(cuda_unsupported_head_dim_is_an_error) {
     blockspec_close(bs);
 }
 
-// MLX affine weights (docs/quantization.md, src/backend/cuda/cuda_affine.cu): the GPU matmul against the
-// CPU reference within the CPU kernels' bound ((K + 8) 2^-24 M, tests/test_quant.c), rows 1-32; each row's
-// result equal bit for bit to the same row computed alone (batch invariance); embed equal to the
-// dequantised rows; greedy speculative == plain greedy on the quantised built-in model on the GPU.
+// --- MLX affine weights (docs/quantization.md "CUDA", src/backend/cuda/cuda_affine.cu) --------------------
+// The GPU multiplies codes (exact bf16) by x split into bf16 hi + lo (~16 bits of x) on tensor cores, per
+// group s * sum(q x) + b * sum(x) in fp32. Against the exact product sum in double, with
+// M = sum_g (|s_g| sum |q_k x_k| + |b_g| sum |x_k|) (the CPU bound's M, tests/test_quant.c):
+//     |y_gpu - y| <= 2 (K + 8) 2^-24 M + 2^-16 M          (fp32 sums, twice the CPU's, + x's split)
+// and against the CPU backends (cpu-ref: dequantise-then-multiply; cpu: the AVX2/AVX-512 kernels), whose
+// own error is within (K + 8) 2^-24 M: |y_gpu - y_cpu| <= 3 (K + 8) 2^-24 M + 2^-16 M. Each test prints the
+// worst error as a fraction of the bound. Batch invariance: row r of an n-row call equals the row computed
+// alone, bit for bit, for every n (n > 32 runs in passes of 32).
+typedef struct { bs_mat h; uint32_t *codes; void *sc, *bi; } aff_host;
+static aff_host aff_make(int M, int K, int bits, int group, bs_dtype dt) {
+    aff_host a;
+    const int words = K * bits / 32, G = K / group, ds = (int)bs_dtype_size(dt);
+    a.codes = malloc(sizeof(uint32_t) * (size_t)M * words);
+    a.sc = malloc((size_t)M * G * ds); a.bi = malloc((size_t)M * G * ds);
+    for (size_t i = 0; i < (size_t)M * words; i++) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; a.codes[i] = (uint32_t)rs; }
+    for (size_t i = 0; i < (size_t)M * G; i++) {
+        float s = frand() * (bits == 4 ? 0.02f : 0.001f), b = frand() * 0.1f;
+        if (dt == BS_F32) { ((float *)a.sc)[i] = s; ((float *)a.bi)[i] = b; }
+        else if (dt == BS_BF16) { ((uint16_t *)a.sc)[i] = bs_f32_to_bf16(s); ((uint16_t *)a.bi)[i] = bs_f32_to_bf16(b); }
+        else { _Float16 hs = (_Float16)s, hb = (_Float16)b; memcpy((uint16_t *)a.sc + i, &hs, 2); memcpy((uint16_t *)a.bi + i, &hb, 2); }
+    }
+    bs_mat h = { .data = a.codes, .dtype = dt, .rows = M, .cols = K, .format = BS_WFMT_AFFINE, .bits = bits, .group = group,
+                 .scales = a.sc, .biases = a.bi };
+    a.h = h;
+    return a;
+}
+static void aff_free(aff_host *a) { free(a->codes); free(a->sc); free(a->bi); }
+
+// Exact y (double) and the bound's M for rows [0, n) of x against the host weight.
+static void aff_exact(const bs_mat *h, const float *x, int n, double *y, double *Mb) {
+    const int M = (int)h->rows, K = (int)h->cols, G = K / h->group, words = K * h->bits / 32;
+    float *sv = malloc(sizeof(float) * G), *bv = malloc(sizeof(float) * G);
+    for (int o = 0; o < M; o++) {
+        for (int g = 0; g < G; g++) {
+            sv[g] = bs_mat_elem(&(bs_mat){ .data = h->scales, .dtype = h->dtype, .rows = M, .cols = G }, o, g);
+            bv[g] = bs_mat_elem(&(bs_mat){ .data = h->biases, .dtype = h->dtype, .rows = M, .cols = G }, o, g);
+        }
+        for (int i = 0; i < n; i++) {
+            double acc = 0, m = 0;
+            for (int g = 0; g < G; g++) {
+                double sq = 0, sqa = 0, sx = 0, sxa = 0;
+                for (int k = g * h->group; k < (g + 1) * h->group; k++) {
+                    const unsigned q = bs_affine_code((const uint32_t *)h->data + (size_t)o * words, h->bits, k);
+                    const double xv = x[(size_t)i * K + k];
+                    sq += q * xv; sqa += fabs(q * xv); sx += xv; sxa += fabs(xv);
+                }
+                acc += (double)sv[g] * sq + (double)bv[g] * sx;
+                m += fabs(sv[g]) * sqa + fabs(bv[g]) * sxa;
+            }
+            y[(size_t)i * M + o] = acc; Mb[(size_t)i * M + o] = m;
+        }
+    }
+    free(sv); free(bv);
+}
+
+// The GPU rows (n of them) against the exact values and the two CPU backends; returns the worst error as a
+// fraction of the exact bound (or -1 after a failed CHECK).
+static double aff_check(int *failed_, const char *what, const bs_mat *h, const float *g, const float *x, int n, const float *cref,
+                        const float *cfast) {
+    const int M = (int)h->rows, K = (int)h->cols;
+    double *y = malloc(sizeof(double) * n * M), *Mb = malloc(sizeof(double) * n * M), worst = 0;
+    aff_exact(h, x, n, y, Mb);
+    for (size_t i = 0; i < (size_t)n * M; i++) {
+        const double b1 = 2 * (K + 8) * 0x1p-24 * Mb[i] + 0x1p-16 * Mb[i], b3 = 3 * (K + 8) * 0x1p-24 * Mb[i] + 0x1p-16 * Mb[i];
+        const double e = fabs(g[i] - y[i]);
+        if (!(e <= b1) || !(fabs(g[i] - cref[i]) <= b3) || (cfast && !(fabs(g[i] - cfast[i]) <= b3))) {
+            fprintf(stderr, "  %s: row %zu col %zu: gpu %.9g exact %.9g cpu-ref %.9g cpu %.9g bound %.3g\n", what, i / M, i % M, g[i], y[i], cref[i],
+                    cfast ? cfast[i] : 0.0, b1);
+            free(y); free(Mb);
+            *failed_ = 1;
+            return -1;
+        }
+        if (b1 > 0 && e / b1 > worst) worst = e / b1;
+    }
+    free(y); free(Mb);
+    return worst;
+}
+
+// One affine weight on the GPU for many row counts: vs exact/CPU, and every row of every call == the row alone.
+static void aff_rows(int *failed_, bs_backend *be, int M, int K, int bits, int group, bs_dtype dt, const int *ns, int nn, double *worst) {
+    bs_backend *ref = bs_backend_cpu(1), *fast = bs_backend_cpu(0);
+    bs_err err = {0};
+    aff_host a = aff_make(M, K, bits, group, dt);
+    bs_mat d;
+    CHECK(be->weight(be, &d, &a.h, &err) == 0, "%s", err.msg);
+    int nmax = 0;
+    for (int i = 0; i < nn; i++) if (ns[i] > nmax) nmax = ns[i];
+    float *x = rand_vec((size_t)nmax * K, 2.0f), *yr = malloc(sizeof(float) * nmax * M), *yf = malloc(sizeof(float) * nmax * M);
+    float *y1 = malloc(sizeof(float) * nmax * M), *yn = malloc(sizeof(float) * nmax * M);
+    ref->matmul(ref, yr, x, nmax, &a.h, 0);
+    fast->matmul(fast, yf, x, nmax, &a.h, 0);
+    float *dx = up(be, x, (size_t)nmax * K), *dy = up(be, NULL, (size_t)nmax * M);
+    for (int i = 0; i < nmax; i++) be->matmul(be, dy + (size_t)i * M, dx + (size_t)i * K, 1, &d, 0);
+    be->download(be, y1, dy, sizeof(float) * nmax * M);
+    char what[160];
+    snprintf(what, sizeof what, "M %d K %d %d-bit group %d %s, rows alone", M, K, bits, group, bs_dtype_name(dt));
+    double w = aff_check(failed_, what, &a.h, y1, x, nmax, yr, yf);
+    CHECK(w >= 0, "%s: outside the bound", what);
+    if (w > *worst) *worst = w;
+    for (int i = 0; i < nn; i++) {
+        const int n = ns[i];
+        be->matmul(be, dy, dx, n, &d, 0);
+        be->download(be, yn, dy, sizeof(float) * n * M);
+        for (int r = 0; r < n; r++)
+            CHECK(!memcmp(yn + (size_t)r * M, y1 + (size_t)r * M, sizeof(float) * M), "M %d K %d %d-bit group %d %s: row %d of a %d-row call differs from the row alone",
+                  M, K, bits, group, bs_dtype_name(dt), r, n);
+    }
+    // accumulate: y += x . W^T is the same bits as y + (x . W^T) added on the host
+    float *y0 = rand_vec((size_t)nmax * M, 1.0f);
+    be->upload(be, dy, y0, sizeof(float) * nmax * M);
+    be->matmul(be, dy, dx, nmax, &d, 1);
+    be->download(be, yn, dy, sizeof(float) * nmax * M);
+    for (size_t i = 0; i < (size_t)nmax * M; i++) CHECK(yn[i] == y0[i] + y1[i], "accumulate: element %zu", i);
+    be->free(be, dx); be->free(be, dy);
+    free(x); free(yr); free(yf); free(y1); free(yn); free(y0);
+    aff_free(&a);
+    ref->destroy(ref); fast->destroy(fast);
+}
+
+// 4 and 8 bits, groups 32/64/128, BF16 / F16 / F32 scales; 75 rows (not a multiple of the 32-row warp tile
+// or the 256-row block), K a multiple of the 128-k unit and not (160, 192, 96: a partial last unit);
+// 1..33, 64 and 512 rows; embed == the dequantised rows (bs_mat_row_f32) bit for bit.
 TEST(cuda_affine_matmul_and_embed) {
     NEED_CUDA(be);
-    bs_backend *ref = bs_backend_cpu(1);
-    const int O = 75, K = 512;
-    for (int bits = 4; bits <= 8; bits += 4)
-        for (int group = 32; group <= 128; group *= 2) {
-            int words = K * bits / 32, G = K / group;
-            uint32_t *codes = malloc(sizeof(uint32_t) * O * words);
-            uint16_t *sc = malloc(2 * O * G), *bi = malloc(2 * O * G);
-            for (int i = 0; i < O * words; i++) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; codes[i] = (uint32_t)rs; }
-            for (int i = 0; i < O * G; i++) { sc[i] = bs_f32_to_bf16(frand() * 0.1f); bi[i] = bs_f32_to_bf16(frand()); }
-            bs_mat h = { .data = codes, .dtype = BS_BF16, .rows = O, .cols = K, .format = BS_WFMT_AFFINE, .bits = bits, .group = group,
-                         .scales = sc, .biases = bi }, d;
-            bs_err err = {0};
-            CHECK(be->weight(be, &d, &h, &err) == 0, "%s", err.msg);
-            float *x = rand_vec(32 * K, 1.0f), *yr = malloc(sizeof(float) * 32 * O), *y1 = malloc(sizeof(float) * 32 * O), *yn = malloc(sizeof(float) * 32 * O);
-            float *dx = be->alloc(be, sizeof(float) * 32 * K, &err), *dy = be->alloc(be, sizeof(float) * 32 * O, &err);
-            CHECK(dx && dy, "%s", err.msg);
-            be->upload(be, dx, x, sizeof(float) * 32 * K);
-            ref->matmul(ref, yr, x, 32, &h, 0);
-            for (int i = 0; i < 32; i++) be->matmul(be, dy + (size_t)i * O, dx + (size_t)i * K, 1, &d, 0);
-            be->download(be, y1, dy, sizeof(float) * 32 * O);
-            for (int i = 0; i < 32; i++)
-                for (int o = 0; o < O; o++) {
-                    double M = 0;   // the bound's M: sum over groups of |s| sum |q x| + |b| sum |x|
-                    for (int g = 0; g < G; g++) {
-                        double s = bs_bf16_to_f32(sc[o * G + g]), b = bs_bf16_to_f32(bi[o * G + g]), sq = 0, sx = 0;
-                        for (int k = g * group; k < (g + 1) * group; k++) {
-                            unsigned q = bs_affine_code(codes + (size_t)o * words, bits, k);
-                            sq += fabs(q * (double)x[(size_t)i * K + k]); sx += fabs(x[(size_t)i * K + k]);
-                        }
-                        M += fabs(s) * sq + fabs(b) * sx;
-                    }
-                    double e = fabs(y1[(size_t)i * O + o] - yr[(size_t)i * O + o]);
-                    CHECK(e <= 2 * (K + 8) * 0x1p-24 * M, "bits %d group %d row %d col %d: |%g - %g| (two paths' errors: bound 2x)", bits, group, i, o,
-                          y1[(size_t)i * O + o], yr[(size_t)i * O + o]);
-                }
-            for (int n = 2; n <= 32; n++) {
-                be->matmul(be, dy, dx, n, &d, 0);
-                be->download(be, yn, dy, sizeof(float) * n * O);
-                CHECK(!memcmp(y1, yn, sizeof(float) * n * O), "bits %d group %d: %d rows differ from one-row calls", bits, group, n);
-            }
-            int32_t ids[3] = { 0, 74, 31 };
-            float *row = malloc(sizeof(float) * K), *emb = malloc(sizeof(float) * 3 * K);
-            be->embed(be, dy, &d, ids, 3);
-            be->download(be, emb, dy, sizeof(float) * 3 * K);
-            for (int i = 0; i < 3; i++) {
-                bs_mat_row_f32(&h, ids[i], row);
-                CHECK(!memcmp(row, emb + (size_t)i * K, sizeof(float) * K), "embed row %d", ids[i]);
-            }
-            be->free(be, dx); be->free(be, dy);
-            free(row); free(emb); free(x); free(yr); free(y1); free(yn); free(codes); free(sc); free(bi);
+    struct { int M, K, bits, group; bs_dtype dt; } cs[] = {
+        { 75, 384, 4, 32, BS_BF16 }, { 75, 384, 4, 64, BS_BF16 }, { 75, 384, 4, 128, BS_BF16 }, { 75, 384, 8, 32, BS_BF16 },
+        { 75, 384, 8, 64, BS_BF16 }, { 75, 384, 8, 128, BS_BF16 }, { 75, 384, 4, 64, BS_F16 }, { 75, 384, 4, 32, BS_F32 },
+        { 75, 384, 8, 64, BS_F32 }, { 33, 160, 4, 32, BS_BF16 }, { 33, 192, 8, 64, BS_BF16 }, { 40, 96, 8, 32, BS_F16 },
+    };
+    int ns[40], nn = 0;
+    for (int n = 1; n <= 33; n++) ns[nn++] = n;
+    ns[nn++] = 64; ns[nn++] = 512;
+    double worst = 0;
+    for (int ci = 0; ci < (int)(sizeof cs / sizeof cs[0]); ci++) {
+        aff_rows(failed_, be, cs[ci].M, cs[ci].K, cs[ci].bits, cs[ci].group, cs[ci].dt, ns, nn, &worst);
+        if (*failed_) return;
+        // embed: rows of the table dequantised on the device == the host's formula
+        aff_host a = aff_make(cs[ci].M, cs[ci].K, cs[ci].bits, cs[ci].group, cs[ci].dt);
+        bs_mat d; bs_err err = {0};
+        CHECK(be->weight(be, &d, &a.h, &err) == 0, "%s", err.msg);
+        const int K = cs[ci].K;
+        int32_t ids[3] = { 0, cs[ci].M - 1, 31 };
+        float *row = malloc(sizeof(float) * K), *emb = malloc(sizeof(float) * 3 * K), *dy = up(be, NULL, (size_t)3 * K);
+        be->embed(be, dy, &d, ids, 3);
+        be->download(be, emb, dy, sizeof(float) * 3 * K);
+        for (int i = 0; i < 3; i++) {
+            bs_mat_row_f32(&a.h, ids[i], row);
+            CHECK(!memcmp(row, emb + (size_t)i * K, sizeof(float) * K), "case %d: embed row %d", ci, ids[i]);
         }
+        be->free(be, dy); free(row); free(emb); aff_free(&a);
+    }
+    printf("  worst error: %.3f of the bound\n", worst);
+}
+
+// The stream-K partition at its edges: a tall weight (many whole row blocks per GEMM block, as an LM head),
+// a wide one (every row block cut between blocks: partial sums summed by the last block), and one whose
+// ranges cut row blocks in the middle of their units.
+TEST(cuda_affine_stream_k) {
+    NEED_CUDA(be);
+    struct { int M, K, bits, group; } cs[] = { { 100003, 256, 4, 64 }, { 512, 4096, 8, 128 }, { 4100, 1024, 4, 32 } };
+    const int ns[] = { 1, 3, 8, 9, 17 };
+    double worst = 0;
+    for (int ci = 0; ci < 3; ci++) {
+        aff_rows(failed_, be, cs[ci].M, cs[ci].K, cs[ci].bits, cs[ci].group, BS_BF16, ns, 5, &worst);
+        if (*failed_) return;
+    }
+    printf("  worst error: %.3f of the bound\n", worst);
+}
+
+// q/k/v-shaped weights in one matmul_multi launch (with and without accumulate) == the bound against the
+// exact values, rows alone == rows in a block; the SwiGLU-fused down projection == swiglu + matmul, bit for bit.
+TEST(cuda_affine_multi_and_swiglu) {
+    NEED_CUDA(be);
+    bs_backend *ref = bs_backend_cpu(1);
+    bs_err err = {0};
+    const int K = 512, Ms[3] = { 256, 64, 64 };
+    aff_host a[3];
+    bs_mat d[3];
+    const bs_mat *W[3];
+    for (int i = 0; i < 3; i++) {
+        a[i] = aff_make(Ms[i], K, 4, 64, BS_BF16);
+        CHECK(be->weight(be, &d[i], &a[i].h, &err) == 0, "%s", err.msg);
+        W[i] = &d[i];
+    }
+    const int N = 20;
+    float *x = rand_vec((size_t)N * K, 1.0f), *dx = up(be, x, (size_t)N * K);
+    float *dy[3], *d1[3];
+    for (int i = 0; i < 3; i++) { dy[i] = up(be, NULL, (size_t)N * Ms[i]); d1[i] = up(be, NULL, (size_t)N * Ms[i]); }
+    for (int acc = 0; acc <= 1; acc++) {
+        be->matmul_multi(be, 3, dy, dx, N, W, acc);
+        for (int r = 0; r < N; r++) {
+            float *o[3] = { d1[0] + (size_t)r * Ms[0], d1[1] + (size_t)r * Ms[1], d1[2] + (size_t)r * Ms[2] };
+            be->matmul_multi(be, 3, o, dx + (size_t)r * K, 1, W, acc);
+        }
+        for (int i = 0; i < 3; i++) {
+            float *g = down(be, dy[i], (size_t)N * Ms[i]), *g1 = down(be, d1[i], (size_t)N * Ms[i]);
+            float *yr = malloc(sizeof(float) * N * Ms[i]);
+            ref->matmul(ref, yr, x, N, &a[i].h, 0);
+            if (!acc) {
+                char what[64]; snprintf(what, sizeof what, "matmul_multi weight %d", i);
+                CHECK(aff_check(failed_, what, &a[i].h, g, x, N, yr, NULL) >= 0, "%s: outside the bound", what);
+            }
+            CHECK(!memcmp(g, g1, sizeof(float) * N * Ms[i]), "matmul_multi weight %d (accumulate %d): rows alone differ from the %d-row call", i, acc, N);
+            free(g); free(g1); free(yr);
+        }
+    }
+    // SwiGLU fused into the projection (gate/up of width K = 384 -> 96 outputs)
+    aff_host w = aff_make(96, 384, 8, 32, BS_BF16);
+    bs_mat dw;
+    CHECK(be->weight(be, &dw, &w.h, &err) == 0, "%s", err.msg);
+    const int nsw[] = { 1, 5, 40 };
+    for (int ni = 0; ni < 3; ni++) {
+        const int n = nsw[ni];
+        float *gt = rand_vec((size_t)n * 384, 3), *ut = rand_vec((size_t)n * 384, 1), *y0 = rand_vec((size_t)n * 96, 1);
+        float *dg = up(be, gt, (size_t)n * 384), *du = up(be, ut, (size_t)n * 384), *dh = up(be, NULL, (size_t)n * 384);
+        float *ya = up(be, y0, (size_t)n * 96), *yb = up(be, y0, (size_t)n * 96);
+        be->swiglu(be, dh, dg, du, (size_t)n * 384);
+        be->matmul(be, yb, dh, n, &dw, 1);
+        if (bs_tuning_get()->cuda_fuse && n <= 32)   // (BS_CUDA_FUSE=0, or > 32 rows: the two ops, which must agree all the same)
+            CHECK(be->swiglu_matmul && be->swiglu_matmul(be, ya, dg, du, n, &dw, 1) == 0, "the CUDA backend declined a fused affine down projection");
+        else bs_swiglu_matmul(be, ya, dg, du, n, &dw, 1);
+        float *fa = down(be, ya, (size_t)n * 96), *fb = down(be, yb, (size_t)n * 96);
+        CHECK(!memcmp(fa, fb, sizeof(float) * n * 96), "swiglu_matmul (affine, %d rows) differs from swiglu + matmul", n);
+        free(gt); free(ut); free(y0); free(fa); free(fb);
+        be->free(be, dg); be->free(be, du); be->free(be, dh); be->free(be, ya); be->free(be, yb);
+    }
+    for (int i = 0; i < 3; i++) { be->free(be, dy[i]); be->free(be, d1[i]); aff_free(&a[i]); }
+    be->free(be, dx); free(x); aff_free(&w);
     ref->destroy(ref);
 }
 

@@ -115,7 +115,7 @@ static int draft_tokens(const char *dir, int32_t *tokens, int *n, float *hidden,
     const int32_t *prompt = fx_tensor(tx, "prompt_ids", "I32", -1, &P);
     int V = e->cfg.vocab_size, H = e->cfg.hidden_size;
     bs_kv_cache kv;
-    bs_kv_init(&kv, &e->cfg, 128, e->be, err);
+    bs_kv_init(&kv, e->kv_pool, 128, err);
     float *logits = malloc(sizeof(float) * P * V), *feat = malloc(sizeof(float) * P * d->n_taps * H);
     bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
     bs_drafter_ctx dc = { 0 };

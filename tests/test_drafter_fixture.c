@@ -48,7 +48,7 @@ static void check_drafter(int *failed_, const char *dev, const char *which) {
 
     // Prefill with the drafter's taps.
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 256, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 256, &err) == 0, "%s", err.msg);
     float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * m * H, &err);
     bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, &err) == 0, "%s", err.msg);
@@ -131,7 +131,7 @@ static void check_drafter_graphs(int *failed_, const char *which) {
     int32_t prompt[24];
     for (int i = 0; i < P; i++) prompt[i] = (i * 37 + 11) % V;
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 256, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 256, &err) == 0, "%s", err.msg);
     float *logits = e->be->alloc(e->be, sizeof(float) * P * V, &err), *feat = e->be->alloc(e->be, sizeof(float) * P * m * H, &err);
     bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, P, &fo, &err) == 0, "%s", err.msg);

@@ -78,7 +78,7 @@ static void run_rounds(int *failed_, const char *tdir, const char *ddir, const c
     int32_t prompt[20];
     for (int i = 0; i < 20; i++) prompt[i] = (i * 37 + 5) % V;
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 96, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 96, &err) == 0, "%s", err.msg);
     float *logits = malloc(sizeof(float) * 20 * V), *feat = malloc(sizeof(float) * 20 * m * H);
     bs_fwd_out fo = { .logits = logits, .logits_all = 1, .taps = d->taps, .n_taps = m, .tap_out = feat };
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, 20, &fo, &err) == 0, "%s", err.msg);

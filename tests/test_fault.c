@@ -20,7 +20,7 @@ TEST(fault_cpu_scratch_fails_forward_not_process) {
     int V = e->cfg.vocab_size;
     float *want = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 64, &err) == 0, "%s", err.msg);
     bs_fwd_out fo = { .logits = want };
     CHECK(bs_qwen3_forward(&e->target, &kv, ids, 24, &fo, &err) == 0, "%s", err.msg);
     {   // sanity: the same forward twice gives the same logits
@@ -107,7 +107,7 @@ TEST(fault_while_recording_drops_the_recording) {
     int V = e->cfg.vocab_size;
     float *lg = malloc(sizeof(float) * V);
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 64, &err) == 0, "%s", err.msg);
     bs_fwd_out fo = { .logits = lg };
     int32_t id = 5;
     CHECK(bs_qwen3_forward(&e->target, &kv, &id, 1, &fo, &err) == 0, "%s", err.msg);   // first of its shape: plain

@@ -207,7 +207,7 @@ static float *forward_logits(const char *dir, const char *dev, const int32_t *id
     bs_kv_cache kv;
     float *out = malloc(sizeof(float) * n * *V);
     bs_fwd_out fo = { .logits = out, .logits_all = 1 };
-    int rc = bs_kv_init(&kv, &e->cfg, 0, e->be, err) || bs_qwen3_forward(&e->target, &kv, ids, n, &fo, err);
+    int rc = bs_kv_init(&kv, e->kv_pool, 0, err) || bs_qwen3_forward(&e->target, &kv, ids, n, &fo, err);
     bs_kv_free(&kv);
     bs_engine_close(e);
     if (rc) { free(out); return NULL; }

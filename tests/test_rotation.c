@@ -150,7 +150,7 @@ static int forward_all(const char *dir, const char *dev, float **logits, float *
     bs_kv_cache kv;
     float *lg = e->be->alloc(e->be, sizeof(float) * P * *V, err), *tp = e->be->alloc(e->be, sizeof(float) * P * n_taps * *H, err);
     bs_fwd_out fo = { .logits = lg, .logits_all = 1, .taps = tap_ids, .n_taps = n_taps, .tap_out = tp };
-    int rc = !lg || !tp || bs_kv_init(&kv, &e->cfg, 64, e->be, err) || bs_qwen3_forward(&e->target, &kv, PROMPT, P, &fo, err) ? -1 : 0;
+    int rc = !lg || !tp || bs_kv_init(&kv, e->kv_pool, 64, err) || bs_qwen3_forward(&e->target, &kv, PROMPT, P, &fo, err) ? -1 : 0;
     if (!rc) {
         *logits = malloc(sizeof(float) * P * *V); *taps = malloc(sizeof(float) * P * n_taps * *H);
         e->be->download(e->be, *logits, lg, sizeof(float) * P * *V);
@@ -438,7 +438,7 @@ static double logit_err_agree(const char *ref, const char *dir, int *agree) {
         float *dev = e->be->alloc(e->be, sizeof(float) * N * V, &err);
         bs_fwd_out fo = { .logits = dev, .logits_all = 1 };
         l[k] = malloc(sizeof(float) * N * V);
-        int rc = !dev || bs_kv_init(&kv, &e->cfg, N + 8, e->be, &err) || bs_qwen3_forward(&e->target, &kv, ids, N, &fo, &err);
+        int rc = !dev || bs_kv_init(&kv, e->kv_pool, N + 8, &err) || bs_qwen3_forward(&e->target, &kv, ids, N, &fo, &err);
         if (!rc) { e->be->download(e->be, l[k], dev, sizeof(float) * N * V); bs_kv_free(&kv); }
         if (dev) e->be->free(e->be, dev);
         bs_engine_close(e);

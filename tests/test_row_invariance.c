@@ -18,7 +18,7 @@ static void check_invariance(int *failed_, const char *dir, const char *device) 
     bs_rng r; bs_rng_seed(&r, 4);
     for (int i = 0; i < P + N; i++) ids[i] = (int32_t)(bs_rng_u64(&r) % V);
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 64, &err) == 0, "%s", err.msg);
     float *block = malloc(sizeof(float) * N * V), *one = malloc(sizeof(float) * V);
     bs_fwd_out fb = { .logits = block, .logits_all = 1 }, fo = { .logits = one };
     CHECK(bs_qwen3_forward(&e->target, &kv, ids, P, NULL, &err) == 0, "%s", err.msg);
@@ -106,13 +106,14 @@ static void ops_every_n(int *failed_, bs_cpu_path p) {
         size_t qd = (size_t)nh * hd, kd = (size_t)nkv * hd;
         float *q = malloc(sizeof(float) * N * qd), *k = malloc(sizeof(float) * keys * kd), *v = malloc(sizeof(float) * keys * kd);
         float *ob = malloc(sizeof(float) * N * qd), *o1 = malloc(sizeof(float) * qd);
+        const bs_kv_view kvc = bs_kv_contig(k, v);
         for (size_t i = 0; i < N * qd; i++) q[i] = (float)(bs_rng_uniform(&r) * 6 - 3);
         for (size_t i = 0; i < keys * kd; i++) { k[i] = (float)(bs_rng_uniform(&r) * 2 - 1); v[i] = (float)(bs_rng_uniform(&r) * 2 - 1); }
         for (int win = 0; win <= 40; win += 40)
             for (int n = 1; n <= N; n++) {
-                be->attention(be, ob, q, k, v, n, nh, nkv, hd, P + n, P, 1, win);
+                be->attention(be, ob, q, &kvc, n, nh, nkv, hd, P + n, P, 1, win);
                 for (int i = 0; i < n; i++) {
-                    be->attention(be, o1, q + i * qd, k, v, 1, nh, nkv, hd, P + i + 1, P + i, 1, win);
+                    be->attention(be, o1, q + i * qd, &kvc, 1, nh, nkv, hd, P + i + 1, P + i, 1, win);
                     CHECK(memcmp(o1, ob + i * qd, sizeof(float) * qd) == 0, "path %s hd %d G %d: attention row %d of %d (window %d) differs from the row alone", bs_cpu_path_name(p), hd, G,
                           i, n, win);
                 }
@@ -122,7 +123,7 @@ static void ops_every_n(int *failed_, bs_cpu_path p) {
                     static const int hgs[] = { 1, 3, 4 };
                     for (int h = 0; h < 3; h++) {
                         bs_tuning_edit()->cpu_att_heads_per_task = hgs[h];
-                        be->attention(be, og, q, k, v, n, nh, nkv, hd, P + n, P, 1, win);
+                        be->attention(be, og, q, &kvc, n, nh, nkv, hd, P + n, P, 1, win);
                         bs_tuning_edit()->cpu_att_heads_per_task = 0;
                         CHECK(memcmp(og, ob, sizeof(float) * n * qd) == 0, "path %s hd %d G %d n %d: attention with %d kv heads per task differs", bs_cpu_path_name(p), hd, G, n, hgs[h]);
                     }
@@ -138,22 +139,23 @@ static void ops_every_n(int *failed_, bs_cpu_path p) {
             size_t qd = (size_t)nh * hd, kd = (size_t)nkv * hd;
             float *q = malloc(sizeof(float) * N * qd), *k = malloc(sizeof(float) * keys * kd), *v = malloc(sizeof(float) * keys * kd);
             float *ob = malloc(sizeof(float) * N * qd), *o1 = malloc(sizeof(float) * qd);
+            const bs_kv_view kvc = bs_kv_contig(k, v);
             for (size_t i = 0; i < N * qd; i++) q[i] = (float)(bs_rng_uniform(&r) * 6 - 3);
             for (size_t i = 0; i < keys * kd; i++) { k[i] = (float)(bs_rng_uniform(&r) * 2 - 1); v[i] = (float)(bs_rng_uniform(&r) * 2 - 1); }
             static const int wins[] = { 0, 30, 300 }, ns[] = { 1, 2, 5, 17, 22, 40 };
             for (int wi = 0; wi < 3; wi++)
                 for (int ni = 0; ni < 6; ni++) {
                     int n = ns[ni];
-                    be->attention(be, ob, q, k, v, n, nh, nkv, hd, P + n, P, 1, wins[wi]);
+                    be->attention(be, ob, q, &kvc, n, nh, nkv, hd, P + n, P, 1, wins[wi]);
                     for (int i = 0; i < n; i++) {
-                        be->attention(be, o1, q + i * qd, k, v, 1, nh, nkv, hd, P + i + 1, P + i, 1, wins[wi]);
+                        be->attention(be, o1, q + i * qd, &kvc, 1, nh, nkv, hd, P + i + 1, P + i, 1, wins[wi]);
                         CHECK(memcmp(o1, ob + i * qd, sizeof(float) * qd) == 0, "path %s: long-cache attention row %d of %d (window %d) differs from the row alone",
                               bs_cpu_path_name(p), i, n, wins[wi]);
                     }
                     for (int hg = 1; hg <= 4; hg += 3) {
                         float *og = malloc(sizeof(float) * n * qd);
                         bs_tuning_edit()->cpu_att_heads_per_task = hg;
-                        be->attention(be, og, q, k, v, n, nh, nkv, hd, P + n, P, 1, wins[wi]);
+                        be->attention(be, og, q, &kvc, n, nh, nkv, hd, P + n, P, 1, wins[wi]);
                         bs_tuning_edit()->cpu_att_heads_per_task = 0;
                         CHECK(memcmp(og, ob, sizeof(float) * n * qd) == 0, "path %s n %d: long-cache attention with %d kv heads per task differs", bs_cpu_path_name(p), n, hg);
                         free(og);
@@ -232,11 +234,12 @@ TEST(cpu_avx512_attention_equals_avx2) {
                         const size_t qd = (size_t)nh * hd, kd = (size_t)nkv * hd;
                         float *q = malloc(sizeof(float) * N * qd), *k = malloc(sizeof(float) * keys * kd), *v = malloc(sizeof(float) * keys * kd);
                         float *oa = malloc(sizeof(float) * N * qd), *ob = malloc(sizeof(float) * N * qd);
+                        const bs_kv_view kvc = bs_kv_contig(k, v);
                         for (size_t i = 0; i < N * qd; i++) q[i] = (float)(bs_rng_uniform(&r) * 6 - 3);
                         for (size_t i = 0; i < keys * kd; i++) { k[i] = (float)(bs_rng_uniform(&r) * 2 - 1); v[i] = (float)(bs_rng_uniform(&r) * 2 - 1); }
                         const int causal = mode != 1, win = mode == 2 ? 37 : 0;
-                        a->attention(a, oa, q, k, v, N, nh, nkv, hd, keys, P, causal, win);
-                        b->attention(b, ob, q, k, v, N, nh, nkv, hd, keys, P, causal, win);
+                        a->attention(a, oa, q, &kvc, N, nh, nkv, hd, keys, P, causal, win);
+                        b->attention(b, ob, q, &kvc, N, nh, nkv, hd, keys, P, causal, win);
                         CHECK(memcmp(oa, ob, sizeof(float) * N * qd) == 0, "hd %d G %d P %d N %d mode %d: avx512 attention differs from avx2",
                               hd, G, P, N, mode);
                         free(q); free(k); free(v); free(oa); free(ob);
@@ -258,14 +261,14 @@ TEST(row_invariance_attention_spans) {
         kc[i] = malloc(sizeof(float) * CTX * nKV * hd); vc[i] = malloc(sizeof(float) * CTX * nKV * hd);
         for (int k = 0; k < CTX * nKV * hd; k++) { kc[i][k] = (float)(bs_rng_uniform(&r) * 2 - 1); vc[i][k] = (float)(bs_rng_uniform(&r) * 2 - 1); }
         int n = 1 + i * 4 % 9, pos0 = (int)(bs_rng_u64(&r) % (CTX - 10));
-        sp[i] = (bs_row_span){ rows, n, pos0, kc[i], vc[i] };
+        sp[i] = (bs_row_span){ rows, n, pos0, bs_kv_contig(kc[i], vc[i]) };
         rows += n;
     }
     float *q = malloc(sizeof(float) * rows * nH * hd), *a = malloc(sizeof(float) * rows * nH * hd), *b = malloc(sizeof(float) * rows * nH * hd);
     for (int k = 0; k < rows * nH * hd; k++) q[k] = (float)(bs_rng_uniform(&r) * 2 - 1);
     be->attention_spans(be, a, q, sp, S, nH, nKV, hd);
     for (int i = 0; i < S; i++)
-        be->attention(be, b + (size_t)sp[i].row0 * nH * hd, q + (size_t)sp[i].row0 * nH * hd, kc[i], vc[i], sp[i].n, nH, nKV, hd,
+        be->attention(be, b + (size_t)sp[i].row0 * nH * hd, q + (size_t)sp[i].row0 * nH * hd, &sp[i].kv, sp[i].n, nH, nKV, hd,
                       sp[i].pos0 + sp[i].n, sp[i].pos0, 1, 0);
     CHECK(!memcmp(a, b, sizeof(float) * rows * nH * hd), "attention_spans differs from per-span attention");
     for (int i = 0; i < S; i++) { free(kc[i]); free(vc[i]); }

@@ -236,12 +236,17 @@ TEST(server_concurrent_requests_lossless) {
     static const char *names[] = { "blockspec:spec_decode_num_drafts_total", "blockspec:spec_decode_num_draft_tokens_total",
                                    "blockspec:spec_decode_num_accepted_tokens_total", "blockspec:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"blockspec-30m\",position=\"0\"}",
                                    "blockspec:num_requests_running", "blockspec:num_requests_waiting", "blockspec:time_to_first_token_seconds_bucket",
-                                   "blockspec:inter_token_latency_seconds_bucket", "blockspec:verify_rows_per_step_bucket", "blockspec:kv_cache_rows_in_use" };
+                                   "blockspec:inter_token_latency_seconds_bucket", "blockspec:verify_rows_per_step_bucket", "blockspec:kv_cache_rows_in_use",
+                                   "blockspec:kv_cache_pages_in_use", "blockspec:kv_cache_pages_total", "blockspec:kv_cache_pages_promised" };
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) CHECK_SERVED(strstr(out, names[i]), "/metrics has no %s", names[i]);
     const char *acc = strstr(out, "blockspec:spec_decode_num_accepted_tokens_total{model_name=\"blockspec-30m\"} ");
     CHECK_SERVED(acc && atol(acc + strlen("blockspec:spec_decode_num_accepted_tokens_total{model_name=\"blockspec-30m\"} ")) > 0, "no accepted drafts counted");
     const char *ok = strstr(out, "finished_reason=\"done\"} ");
     CHECK_SERVED(ok && atoi(ok + strlen("finished_reason=\"done\"} ")) == N, "request_success_total is not %d", N);
+    // Every request is over: the KV pool's pages are all back (the gauges are read after each step).
+    const char *pin = strstr(out, "blockspec:kv_cache_pages_in_use{model_name=\"blockspec-30m\"} "), *ptot = strstr(out, "blockspec:kv_cache_pages_total{model_name=\"blockspec-30m\"} ");
+    CHECK_SERVED(pin && ptot && atol(pin + strlen("blockspec:kv_cache_pages_in_use{model_name=\"blockspec-30m\"} ")) == 0 &&
+                 atol(ptot + strlen("blockspec:kv_cache_pages_total{model_name=\"blockspec-30m\"} ")) > 0, "KV pages still in use after every request ended, or no pool");
     CHECK(serve_stop(&sv, 30) == 0, "the server did not exit 0 after SIGTERM");
 }
 

@@ -82,7 +82,7 @@ static double drafter_sampling_pvalue(bs_engine *e, const char *drafter, const c
     int32_t prompt[3] = { 1, 5, 2 }, out[3];
     double *joint = malloc(sizeof(double) * V * V * V);
     long *counts = calloc((size_t)V * V * V, sizeof(long));
-    bs_err err; bs_kv_cache kv; bs_kv_init(&kv, &e->cfg, 64, e->be, &err);
+    bs_err err; bs_kv_cache kv; bs_kv_init(&kv, e->kv_pool, 64, &err);
     float *lg_be = e->be->alloc(e->be, sizeof(float) * V, &err);
     float *lg = malloc(sizeof(float) * V);
     double *p[3];
@@ -309,7 +309,7 @@ static void verify_paths(int *failed_, const char *dev, const char *drafter_dir)
     CHECK(d->propose_on_device, "%s: no propose_on_device", drafter_dir);
     const int V = e->cfg.vocab_size, F = d->n_taps * e->cfg.hidden_size, n = d->max_drafts;
     bs_kv_cache ka, kb;
-    CHECK(bs_kv_init(&ka, &e->cfg, 128, be, &err) == 0 && bs_kv_init(&kb, &e->cfg, 128, be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&ka, e->kv_pool, 128, &err) == 0 && bs_kv_init(&kb, e->kv_pool, 128, &err) == 0, "%s", err.msg);
     float *la = be->alloc(be, sizeof(float) * (n + 1) * V, &err), *lb = be->alloc(be, sizeof(float) * (n + 1) * V, &err);
     float *ta = be->alloc(be, sizeof(float) * (n + 1) * F, &err), *tb = be->alloc(be, sizeof(float) * (n + 1) * F, &err);
     int32_t *scratch = be->alloc(be, sizeof(int32_t) * (2 * BS_MAX_DRAFT + 2), &err);

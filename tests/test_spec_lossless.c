@@ -174,7 +174,7 @@ static int q_propose(bs_drafter *d, bs_drafter_ctx *c, int32_t anchor, int max_n
 // step's distribution from the brute-force reference (tu_ref_probs), not from the sampler under test.
 static void exact_joint(bs_engine *e, const bs_sampling *smp, const int32_t *prompt, int P, int T, double *joint) {
     int V = e->cfg.vocab_size;
-    bs_err err; bs_kv_cache kv; bs_kv_init(&kv, &e->cfg, 64, e->be, &err);
+    bs_err err; bs_kv_cache kv; bs_kv_init(&kv, e->kv_pool, 64, &err);
     float *lg = malloc(sizeof(float) * V);
     double *p = malloc(sizeof(double) * V * T);   // p[t]: the step-t distribution of the current prefix
     bs_fwd_out fo = { .logits = lg };

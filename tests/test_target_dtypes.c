@@ -66,7 +66,7 @@ static void check_dtype(int *failed_, const char *dtype, double tol) {
     const float *ref = fx_tensor(x, "prefill_logits", "F32", P * V, NULL);
     CHECK(prompt && ref);
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 64, &err) == 0);
     float *lg = malloc(sizeof(float) * P * V);
     bs_fwd_out fo = { .logits = lg, .logits_all = 1 };
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fo, &err) == 0, "%s", err.msg);

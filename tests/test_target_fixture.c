@@ -58,7 +58,7 @@ void fx_check_target_fixture_at(int *failed_, const char *dev, const char *model
     CHECK(pre_logits && pre_hs && step_logits && blk_logits && blk_hs, "reference tensors missing or misshaped");
 
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 0, be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 0, &err) == 0, "%s", err.msg);
     int taps[64];
     for (int t = 0; t < NT; t++) taps[t] = t;
     long R = P > B ? P : B;
@@ -120,7 +120,7 @@ TEST(target_kv_rollback_recompute) {
     const int32_t *prompt = fx_tensor(x, "prompt_ids", "I32", -1, &P);
     CHECK(prompt && P > 5);
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 64, &err) == 0, "%s", err.msg);
     float *a = malloc(sizeof(float) * P * V), *b = malloc(sizeof(float) * P * V);
     bs_fwd_out fa = { .logits = a, .logits_all = 1 }, fb = { .logits = b, .logits_all = 1 };
     CHECK(bs_qwen3_forward(&e->target, &kv, prompt, (int)P, &fa, &err) == 0, "%s", err.msg);

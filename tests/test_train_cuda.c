@@ -140,7 +140,7 @@ TEST(train_cuda_export_loads_in_engine) {
         CHECK(bs_engine_open(&e, dir, "cpu", &err) == 0, "%s", err.msg);
         CHECK(e->cfg.tie_embeddings == tied && e->cfg.vocab_size == 61 && e->cfg.n_kv_heads == 2);
         bs_kv_cache kv;
-        CHECK(bs_kv_init(&kv, &e->cfg, 32, e->be, &err) == 0, "%s", err.msg);
+        CHECK(bs_kv_init(&kv, e->kv_pool, 32, &err) == 0, "%s", err.msg);
         bs_fwd_out fo = { .logits = le, .logits_all = 1 };
         CHECK(bs_qwen3_forward(&e->target, &kv, ids, 20, &fo, &err) == 0, "%s", err.msg);
         double mx = 1, d = 0;

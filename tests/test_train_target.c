@@ -92,7 +92,7 @@ TEST(train_target_export_loads_in_engine) {
     bs_engine *e;
     CHECK(bs_engine_open(&e, dir, "cpu", &err) == 0, "%s", err.msg);
     bs_kv_cache kv;
-    CHECK(bs_kv_init(&kv, &e->cfg, 64, e->be, &err) == 0, "%s", err.msg);
+    CHECK(bs_kv_init(&kv, e->kv_pool, 64, &err) == 0, "%s", err.msg);
     float *dl = e->be->alloc(e->be, sizeof(float) * n * V, &err);
     bs_fwd_out fo = { .logits = dl, .logits_all = 1 };
     CHECK(bs_qwen3_forward(&e->target, &kv, ids, n, &fo, &err) == 0, "%s", err.msg);

@@ -181,7 +181,7 @@ bs_drafter *tu_drafter_with_context(bs_engine *e, const char *drafter, const bs_
     if (bs_drafter_ctx_init(d, dc, 64 + P, err)) { d->free(d); return NULL; }
     bs_kv_cache kv;
     int V = e->cfg.vocab_size, H = e->cfg.hidden_size, rc = -1;
-    if (bs_kv_init(&kv, &e->cfg, 64 + P, e->be, err)) { tu_drafter_free(d, dc); return NULL; }
+    if (bs_kv_init(&kv, e->kv_pool, 64 + P, err)) { tu_drafter_free(d, dc); return NULL; }
     float *logits = e->be->alloc(e->be, sizeof(float) * P * V, err), *feat = logits ? e->be->alloc(e->be, sizeof(float) * P * d->n_taps * H, err) : NULL;
     if (feat) {
         bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };

@@ -33,7 +33,10 @@ train() {   # name, layers, steps, minutes, arch arguments
   ./build-cuda/blockspec train-drafter $COMMON --out $W/$name "$@" --layers $layers --steps $steps --time-limit $minutes 2>&1 | tr '\r' '\n' \
       | awk 'NR % 500 == 1 || /held-out|checkpoint|error|blockspec/' > $W/logs/$name.log
   cp $W/$name/config.json $W/logs/$name.config.json; cp $W/$name/train_log.csv $W/logs/$name.train_log.csv
-  python3 models/recipe/shard_safetensors.py $W/$name/model.safetensors $W/$name.shards 15 --drop embed_tokens.weight,lm_head.weight >> $W/logs/run.log
+  # DeepSpec layouts bundle copies of the target's embedding and head (dropped: blockspec shares the target's);
+  # a z-lab checkpoint has none to drop.
+  local drop="--drop embed_tokens.weight,lm_head.weight"; case "$*" in *zlab*) drop="";; esac
+  python3 models/recipe/shard_safetensors.py $W/$name/model.safetensors $W/$name.shards 15 $drop >> $W/logs/run.log 2>&1
   cp $W/$name.shards/*.json $W/logs/ 2>/dev/null; mkdir -p $W/logs/$name; cp $W/$name.shards/*.json $W/logs/$name/
   for f in $W/$name.shards/*.safetensors; do cp $f $OUT/$name.$(basename $f); done
   echo "$name done at $(( $(date +%s) - T0 )) s" | tee -a $W/logs/run.log

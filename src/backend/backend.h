@@ -43,15 +43,35 @@ typedef struct bs_mat {
 
 typedef struct bs_backend bs_backend;
 
+// Where a sequence's K/V rows of one layer live. Rows are key positions, each row_floats = n_kv_heads *
+// head_dim floats. With a page table (a KV pool's, src/model/kv_pool.h): row j is row j % page_rows of page
+// pages[j / page_rows], and page p's rows start at k + p * page_rows * row_floats (v alike). Without one
+// (pages NULL): row j is at k + j * row_floats, a single page (a contiguous buffer, e.g. a test's). Ops that
+// read or write K/V rows (attention, store_kv, the fused q/k/v steps) take the view, so one code path serves
+// both. page_rows is a multiple of BS_KV_PAGE_ALIGN, so an aligned chunk of 32 keys never straddles a page.
+#define BS_KV_PAGE_ALIGN 32
+typedef struct bs_kv_view {
+    float *k, *v;              // backend memory
+    const int32_t *pages;      // backend memory, or NULL
+    int page_rows;
+} bs_kv_view;
+
+// A contiguous K/V buffer as a view (one page).
+static inline bs_kv_view bs_kv_contig(float *k, float *v) { return (bs_kv_view){ k, v, NULL, 0 }; }
+// Row j's index in k / v (units of row_floats). Reads the page table: only where backend memory is host memory.
+static inline size_t bs_kv_row(const bs_kv_view *kv, int j) {
+    return kv->pages ? (size_t)kv->pages[j / kv->page_rows] * kv->page_rows + (size_t)(j % kv->page_rows) : (size_t)j;
+}
+
 // The batch descriptor. A forward may carry the rows of several sequences in one set of buffers (a
 // ragged batch); each sequence's rows are contiguous, a span. Row-wise ops (matmul, rmsnorm, swiglu, ...)
 // run over the whole batch at once; the ops that depend on a row's sequence (its positions, its KV cache)
 // take the spans. Per row this says: which sequence (the span), at which position (pos0 + i), against
-// which KV rows (k, v: the sequence's cache slot for the layer at hand).
+// which KV rows (kv: the sequence's pages for the layer at hand).
 typedef struct bs_row_span {
     int row0, n;        // rows [row0, row0 + n) of the batch's buffers
     int pos0;           // their positions in their sequence: pos0 .. pos0 + n - 1
-    float *k, *v;       // that sequence's K/V cache for this layer, [positions][n_kv * hd], backend memory
+    bs_kv_view kv;      // that sequence's K/V for this layer
 } bs_row_span;
 
 // RoPE inverse frequency i (0 <= i < hd/2) as transformers computes it: 1 / theta^(2i/hd) in fp32, for the
@@ -76,6 +96,9 @@ struct bs_backend {
     void  (*download)(bs_backend *be, void *host_dst, const void *src, size_t bytes);
     void  (*copy)(bs_backend *be, void *dst, const void *src, size_t bytes);
     void  (*sync)(bs_backend *be);
+    // Optional (NULL: unknown): bytes this backend could still allocate (CPU: the host's MemAvailable; CUDA:
+    // the device's free memory), 0 when unknown. Sizes defaults such as the KV pool's (src/engine/engine.c).
+    size_t (*mem_free)(bs_backend *be);
     // Makes a host weight usable by this backend (CPU: the same view, no copy; CUDA: upload once).
     int   (*weight)(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err);
     // Optional: like weight, but the backend may store the matrix lossily (CUDA: 8-bit tiles with row
@@ -103,11 +126,13 @@ struct bs_backend {
     void (*head_norm_rope)(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w,
                            float eps, int pos0, const float *inv_freq);
     // Multi-head attention with grouped K/V heads.
-    //   q [n_q][n_heads*hd], k/v [key rows][n_kv_heads*hd] (row index = key position), out [n_q][n_heads*hd].
+    //   q [n_q][n_heads*hd], out [n_q][n_heads*hd]; keys and values: rows of kv (bs_kv_view; row index = key
+    //   position, n_kv_heads*hd floats each).
     //   Query i sees keys [key_lo, key_hi) where key_hi = causal ? q_pos0 + i + 1 : n_keys,
     //   key_lo = window > 0 ? max(0, key_hi - window) : 0 (window counts the query's own key).
     //   Scale hd^-0.5, softmax in fp32; query head h reads kv head h / (n_heads / n_kv_heads).
-    void (*attention)(bs_backend *be, float *out, const float *q, const float *k, const float *v,
+    //   kv (the struct) is read during the call; the page table it points to is read when the op runs.
+    void (*attention)(bs_backend *be, float *out, const float *q, const bs_kv_view *kv,
                       int n_q, int n_heads, int n_kv_heads, int hd, int n_keys, int q_pos0, int causal,
                       int window);
     // h[i] = silu(gate[i]) * up[i] for i < n (h may alias gate)
@@ -121,8 +146,8 @@ struct bs_backend {
                       int n, int width);
     // out_host[i] = argmax of logits row i (first index on ties)
     void (*argmax)(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
-    // dst[(row0 + i) * width + j] = src[i * width + j] for i < n, j < width (e.g. new K/V rows into a cache)
-    void (*store_rows)(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
+    // New K/V rows into a cache: K row pos0 + i of kv = k[i], V row pos0 + i = v[i], for i < n (width floats each).
+    void (*store_kv)(bs_backend *be, const bs_kv_view *kv, int pos0, const float *k, const float *v, int n, int width);
     // The same two picks with the ids in backend memory instead of on the host, so that a chain
     // argmax -> embed of the winner -> ... (a drafter's greedy Markov walk) runs without a host round
     // trip and can be recorded: out_ids[i] = argmax of logits row i, or map[that argmax] where map
@@ -144,11 +169,11 @@ struct bs_backend {
 
     // Optional (NULL: the four calls below): one layer's attention inputs in one call, equal to
     //   head_norm_rope(q, n, n_heads, hd, q_norm, eps, pos0, inv_freq); head_norm_rope(k, n, n_kv, hd, k_norm, eps, pos0, inv_freq);
-    //   store_rows(kcache, pos0, k, n, n_kv*hd); store_rows(vcache, pos0, v, n, n_kv*hd).
+    //   store_kv(kv, pos0, k, v, n, n_kv*hd).
     // pos0 is a position argument (see record_begin).
     void (*qk_norm_rope_store)(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                                const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
-                               float *kcache, float *vcache);
+                               const bs_kv_view *kv);
 
     // Optional (NULL, or nonzero return when this backend cannot fuse the case: the two ops below): a
     // layer's q/k/v projections with the attention inputs' step fused in, equal bit for bit to
@@ -156,7 +181,7 @@ struct bs_backend {
     // pos0 is a position argument (see record_begin).
     int (*qkv_norm_rope_store)(bs_backend *be, const float *x, int n, const bs_mat *const *Wqkv, float *q, float *k, float *v,
                                int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0,
-                               const float *inv_freq, float *kcache, float *vcache);
+                               const float *inv_freq, const bs_kv_view *kv);
 
     // Optional (NULL: one head_norm_rope per buffer): head_norm_rope of `count` buffers x[i] with norm
     // weights norm_w[i] (the same n, n_heads, hd, eps, pos0, inv_freq) in one call, equal to the separate
@@ -197,19 +222,20 @@ struct bs_backend {
                               const double *u, int32_t *out_be);
 
     // Optional (NULL: one attention call per span, bs_attention_spans): causal attention of every span's
-    // query rows q[row0 ..] against its own cache rows [0, pos0 + i + 1), in one call; equal per row to
-    // those calls. out and q are [batch rows][n_heads * hd].
+    // query rows q[row0 ..] against its own cache rows [0, pos0 + i + 1) (its kv view), in one call; equal
+    // per row to those calls. out and q are [batch rows][n_heads * hd].
     void (*attention_spans)(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads,
                             int n_kv_heads, int hd);
 
     // Optional recording of a sequence of ops for cheap replay (CUDA graphs); NULL where unsupported.
     // record_begin(be, pos_base) starts recording: nothing executes until a replay. While recording,
-    // the *position arguments* of ops (head_norm_rope pos0; attention n_keys and q_pos0; store_rows row0)
+    // the *position arguments* of ops (head_norm_rope pos0; attention n_keys and q_pos0; store_kv pos0)
     // are recorded relative to pos_base, and embed's ids become inputs of the replay. replay(be, rec,
     // pos_base, ids, n_ids) runs the recorded ops as if issued with every position argument shifted by
     // (pos_base - the recording's pos_base) and embed reading `ids`. Every other argument (pointers,
     // sizes) is frozen (embed_from's ids pointer too; argmax_to records like any op). Recording must
-    // not call download/argmax/alloc/free (anything that syncs).
+    // not call download/argmax/alloc/free (anything that syncs). A K/V page table is read at replay: its
+    // owner uploads changes to it before replaying (the table's pointer is frozen, not its contents).
     int   (*record_begin)(bs_backend *be, int pos_base);
     void *(*record_end)(bs_backend *be, bs_err *err);    // the recording, or NULL (err filled)
     void  (*replay)(bs_backend *be, void *rec, int pos_base, const int32_t *ids, int n_ids);
@@ -241,8 +267,6 @@ static inline void bs_matmul_multi(bs_backend *be, int m, float *const *y, const
     for (int i = 0; i < m; i++) be->matmul(be, y[i], x, n, W[i], accumulate);
 }
 
-// q/k norm + RoPE + storing the new K/V rows at pos0: the fused op where the backend has it, else the
-// four separate ops (the two must agree bit for bit; tests/test_cuda.c checks the CUDA one).
 // y (+)= (silu(gate) * up) . W^T; without a fused op, gate is overwritten with the activation.
 static inline void bs_swiglu_matmul(bs_backend *be, float *y, float *gate, const float *up, int n, const bs_mat *W, int accumulate) {
     if (be->swiglu_matmul && be->swiglu_matmul(be, y, gate, up, n, W, accumulate) == 0) return;
@@ -256,30 +280,31 @@ static inline void bs_head_norm_rope_multi(bs_backend *be, int count, float *con
     for (int i = 0; i < count; i++) be->head_norm_rope(be, x[i], n, n_heads, hd, norm_w[i], eps, pos0, inv_freq);
 }
 
+// q/k norm + RoPE + storing the new K/V rows at pos0: the fused op where the backend has it, else the
+// three separate ops (the two must agree bit for bit; tests/test_cuda.c checks the CUDA one).
 static inline void bs_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
                                          int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0,
-                                         const float *inv_freq, float *kcache, float *vcache) {
+                                         const float *inv_freq, const bs_kv_view *kv) {
     if (be->qk_norm_rope_store) {
-        be->qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, inv_freq, kcache, vcache);
+        be->qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, inv_freq, kv);
         return;
     }
     be->head_norm_rope(be, q, n, n_heads, hd, q_norm, eps, pos0, inv_freq);
     be->head_norm_rope(be, k, n, n_kv, hd, k_norm, eps, pos0, inv_freq);
-    be->store_rows(be, kcache, pos0, k, n, n_kv * hd);
-    be->store_rows(be, vcache, pos0, v, n, n_kv * hd);
+    be->store_kv(be, kv, pos0, k, v, n, n_kv * hd);
 }
 
 // q/k/v projections of x, then the attention inputs' step: the backend's fused op where it takes the
 // case, else matmul_multi + qk_norm_rope_store (bit-identical; tests/test_cuda.c checks the CUDA one).
 static inline void bs_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *const *Wqkv, float *q, float *k,
                                           float *v, int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm,
-                                          float eps, int pos0, const float *inv_freq, float *kcache, float *vcache) {
+                                          float eps, int pos0, const float *inv_freq, const bs_kv_view *kv) {
     if (be->qkv_norm_rope_store && be->qkv_norm_rope_store(be, x, n, Wqkv, q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0,
-                                                           inv_freq, kcache, vcache) == 0)
+                                                           inv_freq, kv) == 0)
         return;
     float *y[3] = { q, k, v };
     bs_matmul_multi(be, 3, y, x, n, Wqkv, 0);
-    bs_qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, inv_freq, kcache, vcache);
+    bs_qk_norm_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, pos0, inv_freq, kv);
 }
 
 // Causal attention over a ragged batch (see bs_row_span): the backend's one-call op where it has one, else
@@ -290,7 +315,7 @@ static inline void bs_attention_spans(bs_backend *be, float *out, const float *q
     size_t qw = (size_t)n_heads * hd;
     for (int i = 0; i < n_spans; i++) {
         const bs_row_span *s = &spans[i];
-        be->attention(be, out + s->row0 * qw, q + s->row0 * qw, s->k, s->v, s->n, n_heads, n_kv, hd, s->pos0 + s->n, s->pos0, 1, 0);
+        be->attention(be, out + s->row0 * qw, q + s->row0 * qw, &s->kv, s->n, n_heads, n_kv, hd, s->pos0 + s->n, s->pos0, 1, 0);
     }
 }
 
@@ -303,7 +328,7 @@ static inline void bs_qk_norm_rope_store_spans(bs_backend *be, float *q, float *
     for (int i = 0; i < n_spans; i++) {
         const bs_row_span *s = &spans[i];
         bs_qk_norm_rope_store(be, q + s->row0 * qw, k + s->row0 * kw, v + s->row0 * kw, s->n, n_heads, n_kv, hd, q_norm, k_norm, eps,
-                              s->pos0, inv_freq, s->k, s->v);
+                              s->pos0, inv_freq, &s->kv);
     }
 }
 

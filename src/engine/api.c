@@ -69,7 +69,7 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&bs->mu, &ma);
     pthread_mutexattr_destroy(&ma);
-    bs_engine_opts eo = { .threads = o ? o->threads : 0, .no_graphs = o && o->no_graphs };
+    bs_engine_opts eo = { .threads = o ? o->threads : 0, .no_graphs = o && o->no_graphs, .kv_rows = o ? o->kv_rows : 0 };
     if (bs_engine_open_opts(&bs->eng, target_dir, device ? device : "cpu", &eo, &e)) { free(bs); return fail(err, err_len, e.msg); }
     // Context rows up to the model's limit: host buffers fill lazily, so only what is used costs memory.
     bs_drafter_opts dop = { .lossy_weights = o && o->drafter_fp8 ? 1 : -1, .draft_vocab = o ? o->draft_vocab : NULL,
@@ -321,8 +321,9 @@ void blockspec_request_spec_counts(const blockspec_request *r, blockspec_spec_co
     const bs_spec_stats *s = &r->seq.st;
     int n_pos = 0;
     for (int k = 0; k < BS_MAX_DRAFT; k++) if (s->pos_tried[k]) n_pos = k + 1;
+    const bs_page_table *t = r->seq.kv ? &r->seq.kv->pages : NULL;
     *c = (blockspec_spec_counts){ s->rounds, s->drafted, s->accepted, n_pos, s->pos_tried, s->pos_accepted,
-                                  r->seq.kv ? r->seq.kv->max_ctx : 0 };
+                                  t && t->pool ? t->n_held * t->pool->page_rows : 0 };
     pthread_mutex_unlock(&r->bs->mu);
 }
 
@@ -333,6 +334,13 @@ int blockspec_last_step_rows(const blockspec *bs) {
     return n;
 }
 int blockspec_vocab_size(const blockspec *bs) { return bs->eng->cfg.vocab_size; }
+
+void blockspec_kv_usage(const blockspec *bs, blockspec_kv_pages *u) {
+    pthread_mutex_lock((pthread_mutex_t *)&bs->mu);
+    const bs_kv_pool *p = bs->eng->kv_pool;
+    *u = (blockspec_kv_pages){ p->page_rows, p->n_pages, bs_kv_pool_in_use(p), p->n_promised };
+    pthread_mutex_unlock((pthread_mutex_t *)&bs->mu);
+}
 
 // ---- The entry points that run or change requests, each under the handle's lock ----
 

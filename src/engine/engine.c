@@ -33,6 +33,28 @@ static void process_setup(bs_engine *e, const char *device, const bs_engine_opts
         setup_warning(e, "BS_CUDA_ABLATE=%s: those kernels are skipped, every result is wrong (timing diagnosis only)", bs_tuning_get()->cuda_ablate);
 }
 
+long bs_kv_default_rows(const bs_qwen3_config *c, bs_backend *be) {
+    long rows = (long)BS_KV_DEFAULT_CONTEXTS * c->max_position;
+    if (rows < BS_KV_DEFAULT_MIN_ROWS) rows = BS_KV_DEFAULT_MIN_ROWS;
+    size_t row_bytes = (size_t)c->n_layers * c->n_kv_heads * c->head_dim * 2 * sizeof(float);
+    size_t free_bytes = be->mem_free ? be->mem_free(be) : 0;
+    if (free_bytes && row_bytes && (long)(free_bytes / 2 / row_bytes) < rows) rows = (long)(free_bytes / 2 / row_bytes);
+    return rows;
+}
+
+// The engine's KV pool: the rows asked for (whole pages, rounded up), else the default (whole pages that fit it).
+static int kv_pool_open(bs_engine *e, const bs_engine_opts *o, bs_err *err) {
+    int page_rows = o && o->kv_page_rows > 0 ? o->kv_page_rows : BS_KV_PAGE_ROWS;
+    long rows = o && o->kv_rows > 0 ? o->kv_rows : 0, pages;
+    if (page_rows % BS_KV_PAGE_ALIGN) return bs_fail(err, "KV page size %d rows: it must be a multiple of %d", page_rows, BS_KV_PAGE_ALIGN);
+    if (rows > 0) pages = (rows + page_rows - 1) / page_rows;
+    else pages = bs_kv_default_rows(&e->cfg, e->be) / page_rows;
+    if (pages < 1) pages = 1;
+    if (pages > INT32_MAX / page_rows) return bs_fail(err, "KV pool of %ld pages of %d rows: too many rows", pages, page_rows);
+    if (!(e->kv_pool = bs_calloc(1, sizeof *e->kv_pool, err))) return -1;
+    return bs_qwen3_kv_pool_init(e->kv_pool, &e->target, (int)pages, page_rows, err);
+}
+
 int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, bs_err *err) {
     return bs_engine_open_opts(out, model_dir, device, NULL, err);
 }
@@ -49,6 +71,7 @@ int bs_engine_open_opts(bs_engine **out, const char *model_dir, const char *devi
     bs_checkpoint_check_finite(e->ck, e->weight_warning, sizeof e->weight_warning);
     if (bs_qwen3_init(&e->target, &e->cfg, e->ck, e->be, err)) goto fail;
     if (o && o->no_graphs) e->target.use_graphs = 0;
+    if (kv_pool_open(e, o, err)) goto fail;
     // The tokenizer is optional (id-only use needs none); a broken one is reported when text is asked for.
     char tp[4096]; struct stat st;
     snprintf(tp, sizeof tp, "%s/tokenizer.json", model_dir);
@@ -70,6 +93,8 @@ fail:
 
 void bs_engine_close(bs_engine *e) {
     if (!e) return;
+    if (e->kv_pool) bs_kv_pool_free(e->kv_pool);
+    free(e->kv_pool);
     bs_qwen3_free(&e->target);
     bs_tokenizer_free(e->tok);
     bs_checkpoint_close(e->ck);
@@ -119,7 +144,8 @@ int bs_session_init(bs_session *s, bs_engine *e, int max_ctx, const bs_sampling 
     if (sampling) s->sampling = *sampling;
     bs_rng_seed(&s->rng, s->sampling.seed);
     int V = e->cfg.vocab_size;
-    if (bs_kv_init(&s->kv, &e->cfg, max_ctx, e->be, err)) return -1;
+    if (bs_kv_init(&s->kv, e->kv_pool, max_ctx, err)) return -1;
+    if (bs_kv_reserve(&s->kv, 0, err)) { bs_kv_free(&s->kv); return -1; }
     s->logits = e->be->alloc(e->be, sizeof(float) * V, err);
     s->scratch = malloc(sizeof(float) * 2 * V);
     if (!s->logits || !s->scratch) { bs_session_free(s); return bs_fail(err, "out of memory"); }

@@ -13,6 +13,8 @@ typedef struct bs_engine {
     bs_checkpoint *ck;
     bs_qwen3_config cfg;
     bs_qwen3 target;
+    bs_kv_pool *kv_pool;        // the pages every KV cache of this target draws from (model/kv_pool.h, docs/kv-paging.md):
+                                // the one part of a loaded engine that changes (under its user's lock)
     bs_tokenizer *tok;          // dir/tokenizer.json when present and supported, else NULL
     char tok_error[512];        // why tok is NULL ("" when there was no tokenizer.json)
     char weight_warning[512];   // "" or which tensor holds NaN/Inf (checked at open; the caller reports it)
@@ -24,7 +26,16 @@ typedef struct bs_engine {
 typedef struct bs_engine_opts {
     int threads;                // > 0: the thread pool's size, if this open starts it (the pool is per process)
     int no_graphs;              // 1: forwards are never recorded and replayed (CUDA graphs); output unchanged
+    long kv_rows;               // > 0: KV rows (tokens) of the pool, for all sequences together (rounded up to
+                                // whole pages); 0: bs_kv_default_rows
+    int kv_page_rows;           // > 0: rows per KV page (a multiple of 32); 0: BS_KV_PAGE_ROWS
 } bs_engine_opts;
+// The KV pool's default size in rows: BS_KV_DEFAULT_CONTEXTS whole contexts (max_position_embeddings rows
+// each) but at least BS_KV_DEFAULT_MIN_ROWS (a short-context model still serves many requests), cut to what
+// half of the memory the backend reports free can hold (docs/kv-paging.md).
+#define BS_KV_DEFAULT_CONTEXTS 4
+#define BS_KV_DEFAULT_MIN_ROWS 32768
+long bs_kv_default_rows(const bs_qwen3_config *c, bs_backend *be);
 int bs_engine_open(bs_engine **out, const char *model_dir, const char *device, bs_err *err);
 int bs_engine_open_opts(bs_engine **out, const char *model_dir, const char *device, const bs_engine_opts *o, bs_err *err);
 void bs_engine_close(bs_engine *e);
@@ -57,6 +68,8 @@ typedef struct bs_session {
 
 // Context length for one request: prompt + output + room for a verify block, capped by the model's.
 int bs_request_ctx(const bs_qwen3_config *c, int n_prompt, int n_new);
+// A session's KV cache draws from the engine's pool and is promised its whole context at once (an error,
+// naming the pool's size, when the pool cannot promise it now).
 int bs_session_init(bs_session *s, bs_engine *e, int max_ctx, const bs_sampling *sampling, bs_err *err);
 void bs_session_free(bs_session *s);
 // The one context rule of plain and speculative decoding, checked before anything runs: n_new tokens

@@ -27,6 +27,7 @@ typedef struct dflash {
     bs_qwen3 *target;
     int taps[BS_MAX_TAPS];           // hidden_states indices = target_layer_ids + 1
     int B, gamma, H, V, kd, qd, I, r, max_ctx;
+    bs_kv_pool ctx_pool;             // every context's K/V rows (docs/kv-paging.md: the target pool's geometry)
     float *rope_inv_freq;            // [head_dim / 2] backend memory: the drafter's own RoPE table (model/rope.h;
                                      // default or llama3-scaled, from its config.json, fp32 as the target's)
     // weights (backend views)
@@ -69,7 +70,8 @@ enum { R1_HEAD_NONE = 0, R1_HEAD_LM = 1, R1_HEAD_EMBED = 2 };
 
 // One sequence's state (bs_drafter_ctx.impl): its context cache and what a proposal hands back.
 typedef struct dflash_ctx {
-    float **kc, **vc;                // per layer [max_ctx + B][kd]; rows >= n_ctx are transient block rows
+    bs_page_table pages;             // its K/V rows in the drafter's pool: rows [0, n_ctx) context, then the block's
+                                     // transient rows (up to n_ctx + B), taken as needed
     float *qdist;                    // [gamma][V]: processed draft distributions when sampling (bs_draft.q)
     int32_t *picks;                  // [2B]: picks made on the device (ids), then the confidence logits
     float *conf_out;                 // = picks + B, read as floats
@@ -360,6 +362,14 @@ static int load_calibration(dflash *m, const bs_drafter_opts *o, bs_err *err) {
 }
 
 static void dflash_free(bs_drafter *d);
+// The pool of every sequence's context rows: the geometry asked for (the engine's target pool: see
+// bs_drafter_opts), else room for 8 contexts of max_ctx + B rows in pages of BS_KV_PAGE_ROWS.
+static int ctx_pool_open(dflash *m, const bs_drafter_opts *o, bs_err *err) {
+    int page_rows = o && o->ctx_page_rows > 0 ? o->ctx_page_rows : BS_KV_PAGE_ROWS;
+    int pages = o && o->ctx_pages > 0 ? o->ctx_pages : 8 * ((m->max_ctx + m->B + page_rows - 1) / page_rows);
+    if (bs_kv_pool_init(&m->ctx_pool, m->be, m->cfg.base.n_layers, m->kd, page_rows, pages, err)) return bs_wrap(err, "drafter %s", m->dir);
+    return 0;
+}
 static int dflash_add_context(bs_drafter *d, bs_drafter_ctx *dc, const float *feat, int n, bs_err *err);
 static int dflash_ctx_init(bs_drafter *d, bs_drafter_ctx *dc, int max_ctx, bs_err *err);
 static void dflash_ctx_free(bs_drafter *d, bs_drafter_ctx *dc);
@@ -396,6 +406,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     m->r = c->markov_rank;
     if (max_ctx <= 0) max_ctx = target->cfg.max_position;
     m->max_ctx = max_ctx;
+    if (ctx_pool_open(m, o, err)) goto fail;
     for (int i = 0; i < c->n_taps; i++) m->taps[i] = c->target_layer_ids[i] + 1;
     if (o && o->draft_vocab) {
         // the target's end-of-sequence ids are always proposable
@@ -525,6 +536,7 @@ static void dflash_free(bs_drafter *d) {
     free(m->layers);
     bs_r1_bind_free(&m->r1);
     free(m->fc_folded);   // after the backend views of it (the CPU weight view is these bytes; nothing reads them now)
+    bs_kv_pool_free(&m->ctx_pool);
     bs_checkpoint_close(m->ck);
     bs_quant_config_free(&m->qc);
     free(m->dir);
@@ -539,9 +551,7 @@ static void dflash_ctx_free(bs_drafter *d, bs_drafter_ctx *dc) {
     bs_backend *be = m->be;
     if (!x) return;
     for (int i = 0; i < x->n_recs; i++) if (x->recs[i].rec) be->record_free(be, x->recs[i].rec);
-    if (x->kc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (x->kc[l]) be->free(be, x->kc[l]);
-    if (x->vc) for (int l = 0; l < m->cfg.base.n_layers; l++) if (x->vc[l]) be->free(be, x->vc[l]);
-    free(x->kc); free(x->vc);
+    bs_page_table_free(&x->pages);
     if (x->qdist) be->free(be, x->qdist);
     if (x->picks) be->free(be, x->picks);
     free(x);
@@ -550,19 +560,13 @@ static void dflash_ctx_free(bs_drafter *d, bs_drafter_ctx *dc) {
 
 static int dflash_ctx_init(bs_drafter *d, bs_drafter_ctx *dc, int max_ctx, bs_err *err) {
     dflash *m = d->impl;
-    int n_layers = m->cfg.base.n_layers;
     if (max_ctx <= 0 || max_ctx > m->max_ctx) max_ctx = m->max_ctx;
     *dc = (bs_drafter_ctx){ .max_ctx = max_ctx };
     dflash_ctx *x = bs_calloc(1, sizeof *x, err);
     if (!x) return -1;
     dc->impl = x;
-    size_t cap = (size_t)max_ctx + m->B;
-    if (!(x->kc = bs_calloc(n_layers, sizeof *x->kc, err)) || !(x->vc = bs_calloc(n_layers, sizeof *x->vc, err))) goto fail;
-    for (int l = 0; l < n_layers; l++)
-        if (!(x->kc[l] = m->be->alloc(m->be, cap * m->kd * 4, err)) || !(x->vc[l] = m->be->alloc(m->be, cap * m->kd * 4, err))) {
-            bs_wrap(err, "drafter context cache for %d positions", max_ctx);
-            goto fail;
-        }
+    // No K/V memory yet: the context's pages come from the drafter's pool as rows arrive.
+    if (bs_page_table_init(&x->pages, &m->ctx_pool, max_ctx + m->B, err)) { bs_wrap(err, "drafter context for %d positions", max_ctx); goto fail; }
     if (!(x->qdist = m->be->alloc(m->be, (size_t)m->gamma * m->V * 4, err)) || !(x->picks = m->be->alloc(m->be, 2 * (size_t)m->B * 4, err)))
         goto fail;
     x->conf_out = (float *)(x->picks + m->B);
@@ -580,24 +584,29 @@ static int dflash_add_context(bs_drafter *d, bs_drafter_ctx *dc, const float *fe
     if (n < 0) return bs_fail(err, "drafter: negative context row count %d", n);
     if (dc->n_ctx + n > dc->max_ctx)
         return bs_fail(err, "drafter context full: %d rows held + %d new exceed its capacity %d", dc->n_ctx, n, dc->max_ctx);
+    if (bs_page_table_grow(&x->pages, dc->n_ctx + n, err)) return bs_wrap(err, "drafter context");
     size_t fw = (size_t)m->cfg.n_taps * m->H;
-    for (int r0 = 0; r0 < n; r0 += CTX_CHUNK) {
-        int rows = n - r0 < CTX_CHUNK ? n - r0 : CTX_CHUNK, pos = dc->n_ctx + r0;
+    const int P = m->ctx_pool.page_rows;
+    // Chunks of at most CTX_CHUNK rows that never straddle a page: the projections write their rows in place.
+    for (int r0 = 0, rows; r0 < n; r0 += rows) {
+        int pos = dc->n_ctx + r0, in_page = P - pos % P;
+        rows = n - r0 < CTX_CHUNK ? n - r0 : CTX_CHUNK;
+        if (rows > in_page) rows = in_page;
         be->matmul(be, m->ctx, feat + (size_t)r0 * fw, rows, &m->fc, 0);
         be->rmsnorm(be, m->ctx, m->ctx, rows, m->H, &m->hidden_norm, c->rms_eps);
         // Every layer's K and V projections read the same rows: one call per 8 layers.
         for (int l0 = 0; l0 < c->n_layers; l0 += 8) {
             float *ys[16]; const bs_mat *ws[16]; int nm = 0;
             for (int l = l0; l < c->n_layers && l < l0 + 8; l++) {
-                ys[nm] = x->kc[l] + (size_t)pos * m->kd; ws[nm++] = &m->layers[l].wk;
-                ys[nm] = x->vc[l] + (size_t)pos * m->kd; ws[nm++] = &m->layers[l].wv;
+                ys[nm] = bs_page_table_k_row(&x->pages, l, pos); ws[nm++] = &m->layers[l].wk;
+                ys[nm] = bs_page_table_v_row(&x->pages, l, pos); ws[nm++] = &m->layers[l].wv;
             }
             bs_matmul_multi(be, nm, ys, m->ctx, rows, ws, 0);
         }
         // Every layer's new K rows: k_norm + RoPE, in one call where the backend takes several.
         for (int l0 = 0; l0 < c->n_layers; l0 += 16) {
             float *ks[16]; const bs_mat *ns[16]; int nm = 0;
-            for (int l = l0; l < c->n_layers && l < l0 + 16; l++) { ks[nm] = x->kc[l] + (size_t)pos * m->kd; ns[nm++] = &m->layers[l].k_norm; }
+            for (int l = l0; l < c->n_layers && l < l0 + 16; l++) { ks[nm] = bs_page_table_k_row(&x->pages, l, pos); ns[nm++] = &m->layers[l].k_norm; }
             bs_head_norm_rope_multi(be, nm, ks, rows, c->n_kv_heads, c->head_dim, ns, c->rms_eps, pos, m->rope_inv_freq);
         }
     }
@@ -609,6 +618,7 @@ static int dflash_add_context(bs_drafter *d, bs_drafter_ctx *dc, const float *fe
 static int dflash_rollback(bs_drafter *d, bs_drafter_ctx *dc, int n_ctx, bs_err *err) {
     if (n_ctx < 0 || n_ctx > dc->n_ctx) return bs_fail(err, "drafter: cannot roll the context back to %d rows (it holds %d)", n_ctx, dc->n_ctx);
     dc->n_ctx = n_ctx;
+    if (dc->impl) bs_page_table_shrink(&((dflash_ctx *)dc->impl)->pages, n_ctx);
     return 0;
 }
 
@@ -625,15 +635,16 @@ static void backbone(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids) {
     if (m->r1_embed) bs_r1_unrotate_rows(&m->r1, m->x, B);   // the target's rows, folded: back into the drafter's basis
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
+        const bs_kv_view kv = bs_page_table_view(&x->pages, l);
         be->rmsnorm(be, m->xn, m->x, B, H, &L->attn_norm, c->rms_eps);
         // q/k/v; the block's K/V rows go to the cache rows after the context (transient: the next pass
         // overwrites them).
         const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
         bs_qkv_norm_rope_store(be, m->xn, B, ws, m->q, m->kx, m->vx, c->n_heads, c->n_kv_heads, c->head_dim, &L->q_norm, &L->k_norm,
-                               c->rms_eps, n_ctx, m->rope_inv_freq, x->kc[l], x->vc[l]);
+                               c->rms_eps, n_ctx, m->rope_inv_freq, &kv);
         // Non-causal over [context ; block]; a sliding layer sees the last W context rows plus the whole block.
         int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
-        be->attention(be, m->att, m->q, x->kc[l], x->vc[l], B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);
+        be->attention(be, m->att, m->q, &kv, B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);
         be->matmul(be, m->x, m->att, B, &L->wo, 1);
         be->rmsnorm(be, m->xn, m->x, B, H, &L->mlp_norm, c->rms_eps);
         {
@@ -910,6 +921,14 @@ static int check_propose(const dflash *m, const bs_drafter_ctx *dc, int32_t anch
     return 0;
 }
 
+// A block pass writes its B rows after the context: the context's table takes their pages, and the ops will
+// read its page table (uploaded where it changed; a recorded pass reads it at replay).
+static int block_pages(dflash *m, dflash_ctx *x, int n_ctx, bs_err *err) {
+    if (bs_page_table_grow(&x->pages, n_ctx + m->B, err)) return bs_wrap(err, "drafter: the block's rows");
+    bs_page_table_sync(&x->pages);
+    return 0;
+}
+
 // defer: picks and draws made on the device stay there (out->dev_tokens; propose_on_device).
 static int forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
                          const bs_dflash_inspect *ins, int defer, bs_err *err) {
@@ -927,7 +946,7 @@ static int forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int 
     ids[0] = anchor;
     for (int i = 1; i < B; i++) ids[i] = c->mask_token_id;
     const int on_device = device_picks_ok(m, s, ins);
-    if (draft_pass_recorded(m, x, dc->n_ctx, ids, n, on_device, err)) return -1;
+    if (block_pages(m, x, dc->n_ctx, err) || draft_pass_recorded(m, x, dc->n_ctx, ids, n, on_device, err)) return -1;
     if (ins && ins->block_ids) memcpy(ins->block_ids, ids, sizeof(int32_t) * B);
     if (ins && ins->block_hidden) be->download(be, ins->block_hidden, m->h, sizeof(float) * B * H);
     if (n > 0 && take_picks(m, x, anchor, n, on_device, s, rng, out, ins, defer)) return -1;
@@ -984,9 +1003,10 @@ static void backbone_blocks(dflash *m, int nb, dflash_ctx *const *xs, const int 
         bs_matmul_multi(be, 3, qkv, m->bxn, R, ws, 0);
         int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
         for (int j = 0; j < nb; j++) {
+            const bs_kv_view kv = bs_page_table_view(&xs[j]->pages, l);
             bs_qk_norm_rope_store(be, m->bq + j * qw, m->bkx + j * kw, m->bvx + j * kw, B, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm,
-                                  c->rms_eps, n_ctx[j], m->rope_inv_freq, xs[j]->kc[l], xs[j]->vc[l]);
-            be->attention(be, m->batt + j * qw, m->bq + j * qw, xs[j]->kc[l], xs[j]->vc[l], B, c->n_heads, c->n_kv_heads, hd, n_ctx[j] + B,
+                                  c->rms_eps, n_ctx[j], m->rope_inv_freq, &kv);
+            be->attention(be, m->batt + j * qw, m->bq + j * qw, &kv, B, c->n_heads, c->n_kv_heads, hd, n_ctx[j] + B,
                           n_ctx[j], 0, win);
         }
         be->matmul(be, m->bx, m->batt, R, &L->wo, 1);
@@ -1051,6 +1071,7 @@ static int dflash_propose_batch(bs_drafter *d, int n, bs_drafter_ctx *const *c, 
             if (check_propose(m, c[i], anchors[i], s[i], rng[i], err)) return -1;
             int want = max_n[i] < m->gamma ? max_n[i] : m->gamma;
             if (want <= 0) continue;
+            if (block_pages(m, c[i]->impl, c[i]->n_ctx, err)) return -1;
             xs[k] = c[i]->impl; n_ctx[k] = c[i]->n_ctx; nd[k] = want; an[k] = anchors[i]; sp[k] = s[i]; rp[k] = rng[i]; idx[k] = i;
             k++;
         }

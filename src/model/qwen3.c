@@ -102,20 +102,25 @@ void bs_qwen3_ws_free(bs_qwen3_ws *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
-int bs_kv_init(bs_kv_cache *kv, const bs_qwen3_config *c, int max_ctx, bs_backend *be, bs_err *err) {
+int bs_qwen3_kv_pool_init(bs_kv_pool *pool, const bs_qwen3 *m, int n_pages, int page_rows, bs_err *err) {
+    const bs_qwen3_config *c = &m->cfg;
+    if (bs_kv_pool_init(pool, m->be, c->n_layers, c->n_kv_heads * c->head_dim, page_rows, n_pages, err)) return -1;
+    pool->max_rows = c->max_position;
+    return 0;
+}
+
+int bs_kv_init(bs_kv_cache *kv, bs_kv_pool *pool, int max_ctx, bs_err *err) {
     memset(kv, 0, sizeof *kv);
     // Capped at max_position_embeddings; kv->max_ctx tells the caller the context it got (the CLI warns).
-    if (max_ctx <= 0 || max_ctx > c->max_position) max_ctx = c->max_position;
-    kv->n_layers = c->n_layers; kv->kv_dim = c->n_kv_heads * c->head_dim; kv->max_ctx = max_ctx; kv->be = be;
-    kv->k = calloc(c->n_layers, sizeof *kv->k); kv->v = calloc(c->n_layers, sizeof *kv->v);
-    if (!kv->k || !kv->v) { bs_kv_free(kv); return bs_fail(err, "out of memory"); }
-    size_t bytes = (size_t)max_ctx * kv->kv_dim * sizeof(float);
-    for (int l = 0; l < c->n_layers; l++)
-        if (!(kv->k[l] = be->alloc(be, bytes, err)) || !(kv->v[l] = be->alloc(be, bytes, err))) {
-            bs_kv_free(kv);
-            return bs_wrap(err, "KV cache for %d positions", max_ctx);
-        }
+    if (max_ctx <= 0 || (pool->max_rows > 0 && max_ctx > pool->max_rows)) max_ctx = pool->max_rows > 0 ? pool->max_rows : max_ctx;
+    if (max_ctx <= 0) return bs_fail(err, "a KV cache needs a context length");
+    kv->max_ctx = max_ctx; kv->be = pool->be;
+    if (bs_page_table_init(&kv->pages, pool, max_ctx, err)) { memset(kv, 0, sizeof *kv); return bs_wrap(err, "KV cache for %d positions", max_ctx); }
     return 0;
+}
+
+int bs_kv_reserve(bs_kv_cache *kv, int extra_rows, bs_err *err) {
+    return bs_page_table_reserve(&kv->pages, kv->max_ctx + extra_rows, err);
 }
 
 // A recorded single-chunk forward: replayable at any position with other ids.
@@ -135,17 +140,14 @@ void bs_kv_free(bs_kv_cache *kv) {
         if (kv->recs[i].rec) kv->be->record_free(kv->be, kv->recs[i].rec);
     free(kv->recs);
     bs_qwen3_ws_free(&kv->ws);
-    for (int l = 0; kv->be && l < kv->n_layers; l++) {
-        if (kv->k && kv->k[l]) kv->be->free(kv->be, kv->k[l]);
-        if (kv->v && kv->v[l]) kv->be->free(kv->be, kv->v[l]);
-    }
-    free(kv->k); free(kv->v);
+    bs_page_table_free(&kv->pages);
     memset(kv, 0, sizeof *kv);
 }
 
 int bs_kv_rollback(bs_kv_cache *kv, int n_past, bs_err *err) {
     if (n_past < 0 || n_past > kv->n_past) return bs_fail(err, "cannot roll the KV cache back to %d rows (it holds %d)", n_past, kv->n_past);
     kv->n_past = n_past;
+    bs_page_table_shrink(&kv->pages, n_past);
     return 0;
 }
 
@@ -203,12 +205,12 @@ static void forward_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch, c
         const bs_mat *qn = bs_qwen3_has_qk_norm(c) ? &L->q_norm : NULL, *kn = bs_qwen3_has_qk_norm(c) ? &L->k_norm : NULL;
         be->rmsnorm(be, ws->xn, ws->x, n, H, &L->attn_norm, c->rms_eps);
         const bs_mat *wqkv[3] = { &L->wq, &L->wk, &L->wv };
-        for (int i = 0; i < ch->n_pieces; i++) { spans[i].k = ch->p[i].kv->k[l]; spans[i].v = ch->p[i].kv->v[l]; }
+        for (int i = 0; i < ch->n_pieces; i++) spans[i].kv = bs_page_table_view(&ch->p[i].kv->pages, l);
         // q/k/v, then q/k norm + RoPE and the new K/V rows into each sequence's cache at its positions (a
         // position argument: replayable). One sequence: the fused op, bit-equal to the two steps (backend.h).
         if (ch->n_pieces == 1) {
             bs_qkv_norm_rope_store(be, ws->xn, n, wqkv, ws->q, ws->kx, ws->vx, nH, nKV, hd, qn, kn, c->rms_eps,
-                                   spans[0].pos0, m->rope_inv_freq, spans[0].k, spans[0].v);
+                                   spans[0].pos0, m->rope_inv_freq, &spans[0].kv);
         } else {
             float *y[3] = { ws->q, ws->kx, ws->vx };
             bs_matmul_multi(be, 3, y, ws->xn, n, wqkv, 0);
@@ -302,12 +304,15 @@ static int forward_done(const bs_qwen3 *m, bs_err *err) {
     return 0;
 }
 
-// What every forward checks besides its ids: room in the context and the tap indices.
-static int check_forward(const bs_qwen3 *m, const bs_kv_cache *kv, int n, const bs_fwd_out *out, bs_err *err) {
+// What every forward checks besides its ids: room in the context and the tap indices. Then the cache takes
+// the pages of the new rows, and the ops will read its page table (uploaded where it changed).
+static int check_forward(const bs_qwen3 *m, bs_kv_cache *kv, int n, const bs_fwd_out *out, bs_err *err) {
     if (kv->n_past + n > kv->max_ctx)
         return bs_fail(err, "context full: %d cached + %d new tokens exceed the context length %d", kv->n_past, n, kv->max_ctx);
     for (int t = 0; t < out->n_taps; t++)
         if (out->taps[t] < 0 || out->taps[t] > m->cfg.n_layers) return bs_fail(err, "tap %d is outside hidden_states [0, %d]", out->taps[t], m->cfg.n_layers);
+    if (bs_page_table_grow(&kv->pages, kv->n_past + n, err)) return -1;
+    bs_page_table_sync(&kv->pages);
     return 0;
 }
 

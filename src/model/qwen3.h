@@ -7,6 +7,7 @@
 #include "io/config.h"
 #include "io/r1_basis.h"
 #include "io/safetensors.h"
+#include "model/kv_pool.h"
 
 typedef struct bs_qwen3_layer {
     bs_mat attn_norm;            // [H]
@@ -45,13 +46,16 @@ typedef struct bs_qwen3_ws {
 int bs_qwen3_ws_init(bs_qwen3_ws *ws, const bs_qwen3_config *cfg, bs_backend *be, bs_err *err);
 void bs_qwen3_ws_free(bs_qwen3_ws *ws);
 
-// The KV cache of one timeline. Rows [0, n_past) are committed; rolling back is setting n_past.
+// The KV cache of one timeline: its rows live in pages of the model's KV pool (model/kv_pool.h), taken as
+// forwards append rows. Rows [0, n_past) are committed; rolling back sets n_past and gives back the pages
+// past it.
 typedef struct bs_kv_cache {
-    int n_layers, kv_dim, max_ctx, n_past;
-    float **k, **v;              // [n_layers] -> [max_ctx][kv_dim], backend memory
+    int max_ctx, n_past;
+    bs_page_table pages;         // its pages in the pool (every layer: the same page ids)
     bs_backend *be;
     bs_qwen3_ws ws;              // scratch of bs_qwen3_forward on this timeline (allocated on first use)
-    // Recorded forwards (backends with record/replay, e.g. CUDA graphs), keyed by the call's shape.
+    // Recorded forwards (backends with record/replay, e.g. CUDA graphs), keyed by the call's shape. They
+    // read the page table where it lives in backend memory, so pages taken later are seen at replay.
     struct bs_fwd_rec *recs;
     int n_recs;
 } bs_kv_cache;
@@ -70,13 +74,23 @@ typedef struct bs_fwd_out {
 int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *ck, bs_backend *be, bs_err *err);
 void bs_qwen3_free(bs_qwen3 *m);
 
-int bs_kv_init(bs_kv_cache *kv, const bs_qwen3_config *cfg, int max_ctx, bs_backend *be, bs_err *err);
+// A KV pool for m's layers: n_pages pages of page_rows rows (model/kv_pool.h); its tables may hold up to the
+// model's max_position_embeddings rows.
+int bs_qwen3_kv_pool_init(bs_kv_pool *pool, const bs_qwen3 *m, int n_pages, int page_rows, bs_err *err);
+
+// An empty cache drawing from pool, for up to max_ctx rows (<= 0 or past max_position_embeddings: the model's
+// limit; kv->max_ctx tells the caller the context it got). No page is taken or promised yet.
+int bs_kv_init(bs_kv_cache *kv, bs_kv_pool *pool, int max_ctx, bs_err *err);
 void bs_kv_free(bs_kv_cache *kv);
-// O(1): later rows are simply overwritten by the next forward.
+// Promises the pages of its whole context plus extra_rows (a drafter's block, see src/runtime/seq.c), so
+// that no forward within max_ctx can run out of pages: bs_page_table_reserve's 0 / 1 (not now) / -1 (never).
+int bs_kv_reserve(bs_kv_cache *kv, int extra_rows, bs_err *err);
+// O(1) in the rows: later rows are simply overwritten by the next forward; the pages past n_past go back to
+// the pool.
 int bs_kv_rollback(bs_kv_cache *kv, int n_past, bs_err *err);
 
-
-// Runs n new rows (ids at positions kv->n_past ...) and appends their K/V. Checks ids and context room.
+// Runs n new rows (ids at positions kv->n_past ...) and appends their K/V. Checks ids and context room, and
+// takes the pages the new rows need (an error, naming the pool's size, when it has none left for them).
 // (A batch of one sequence, with the cache's own scratch.)
 int bs_qwen3_forward(const bs_qwen3 *m, bs_kv_cache *kv, const int32_t *ids, int n, const bs_fwd_out *out, bs_err *err);
 // The same for n <= BS_QWEN3_CHUNK_ROWS rows whose ids after the first are in backend memory (int32, not

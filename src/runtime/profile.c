@@ -30,7 +30,7 @@ int bs_profile_forwards(const bs_engine *e, const int *rows, int n, int ctx, int
     for (int i = 0; i < (ctx > block ? ctx : block); i++) ids[i] = (int32_t)((i * 7919 + 13) % c->vocab_size);
     if (bs_qwen3_ws_init(&ws, c, be, err)) goto out;
     if (!(logits = be->alloc(be, sizeof(float) * (size_t)max_rows * c->vocab_size, err))) goto out;
-    for (; n_kv < n_seq; n_kv++) if (bs_kv_init(&kv[n_kv], c, ctx + block, be, err)) goto out;
+    for (; n_kv < n_seq; n_kv++) if (bs_kv_init(&kv[n_kv], e->kv_pool, ctx + block, err)) goto out;
     // Every cache gets its ctx rows in one ragged prefill (last logits only).
     for (int s = 0; s < n_seq; s++) sr[s] = (bs_seq_rows){ &kv[s], ids, ctx, 1 };
     bs_fwd_out pre = { .logits = logits, .logits_all = 0 };

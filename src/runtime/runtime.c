@@ -90,13 +90,38 @@ int bs_runtime_add(bs_runtime *rt, bs_seq *s, bs_err *err) {
         rt->cap_seqs = cap;
     }
     rt->seqs[rt->n_seqs++] = s;
+    bs_err ignored;
+    bs_runtime_admit(rt, &ignored);   // it starts now if the pool can promise its pages (a stall is the step's to report)
     return 0;
 }
 
 void bs_runtime_remove(bs_runtime *rt, bs_seq *s) {
-    int j = 0;
-    for (int i = 0; i < rt->n_seqs; i++) if (rt->seqs[i] != s) rt->seqs[j++] = rt->seqs[i];
+    int j = 0, found = 0;
+    for (int i = 0; i < rt->n_seqs; i++) {
+        if (rt->seqs[i] != s) rt->seqs[j++] = rt->seqs[i];
+        else found = 1;
+    }
     rt->n_seqs = j;
+    if (!found) return;
+    if (bs_seq_done(s)) bs_seq_release(s);   // its pages may start a waiting sequence
+    bs_err ignored;
+    bs_runtime_admit(rt, &ignored);
+}
+
+int bs_runtime_admit(bs_runtime *rt, bs_err *err) {
+    int started = 0, waiting = 0;
+    for (int i = 0; i < rt->n_seqs; i++) started += rt->seqs[i]->phase != BS_SEQ_WAIT && !bs_seq_done(rt->seqs[i]);
+    for (int i = 0; i < rt->n_seqs; i++) {
+        bs_seq *s = rt->seqs[i];
+        if (s->phase != BS_SEQ_WAIT) continue;
+        int rc = bs_seq_admit(s, err);
+        if (rc < 0) return -1;
+        if (rc > 0) { waiting = 1; break; }   // in join order: it holds back the sequences after it
+        started++;
+    }
+    // Waiting with nothing running: no page will come back (the pool is held by caches outside this runtime).
+    if (waiting && !started) return bs_wrap(err, "a request cannot start and nothing running will free KV pages");
+    return 0;
 }
 
 int bs_runtime_set_schedule(bs_runtime *rt, bs_sched_mode mode, const double *sps, int n_sps, bs_err *err) {

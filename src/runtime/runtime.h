@@ -9,7 +9,10 @@
 //      emission; a sequence whose prompt is now done emits its first token.
 // A lone sequence takes the single-request path instead: its whole prompt, then rounds whose drafts stay
 // in backend memory until one download per round (verify_one.c).
-// Sequences join (bs_runtime_add) and leave (done or cancelled) between steps. A request's tokens are the
+// Sequences join (bs_runtime_add) and leave (done or cancelled) between steps. A sequence starts only when
+// the engine's KV pool can promise it every page it may need (bs_seq_admit): until then it waits, in join
+// order, and a request never runs out of KV memory mid-generation (docs/kv-paging.md). A sequence that
+// leaves gives its pages back at once. A request's tokens are the
 // same whatever else is in the batch: every row is computed as it would be alone (row-invariant kernels)
 // and every random draw comes from the request's own RNG in the order it would draw alone.
 #pragma once
@@ -65,12 +68,18 @@ typedef struct bs_runtime {
 int bs_runtime_init(bs_runtime *rt, const bs_engine *e, bs_drafter *d, bs_err *err);
 // Frees the runtime's own buffers; the sequences stay the caller's.
 void bs_runtime_free(bs_runtime *rt);
-// s joins before the next step (it must have been made with this runtime's engine and drafter).
+// s joins before the next step (it must have been made with this runtime's engine and drafter); it starts
+// at once when the KV pool can promise its pages, else it waits (bs_runtime_admit).
 int bs_runtime_add(bs_runtime *rt, bs_seq *s, bs_err *err);
-// s leaves (finished, cancelled, or simply dropped); a no-op if it is not in the runtime.
+// s leaves (finished, cancelled, or simply dropped); a no-op if it is not in the runtime. A finished one
+// gives back its KV pages (bs_seq_release).
 void bs_runtime_remove(bs_runtime *rt, bs_seq *s);
+// Starts waiting sequences, in join order, while the KV pool can promise them their pages (every step
+// does this first and last). -1 (err) when some wait while none runs: nothing in the runtime will give
+// pages back, so they would wait for ever.
+int bs_runtime_admit(bs_runtime *rt, bs_err *err);
 // One step over the active sequences; finished and cancelled ones leave. Returns how many are still
-// active, or -1 (err): an error inside a step leaves the sequences in it unusable.
+// active or waiting, or -1 (err): an error inside a step leaves the sequences in it unusable.
 int bs_runtime_step(bs_runtime *rt, bs_err *err);
 
 // The scheduler of later steps: mode, and for alg1 / async the cost model sps[0..n_sps) (forwards per

@@ -28,13 +28,20 @@ static int seq_setup(bs_seq *s, const bs_engine *e, bs_drafter *d, const int32_t
     if (!(s->prompt = bs_malloc(sizeof(int32_t) * n_prompt, err))) return -1;
     memcpy(s->prompt, prompt, sizeof(int32_t) * n_prompt);
     s->n_prompt = n_prompt;
-    s->phase = BS_SEQ_PREFILL;
+    s->phase = BS_SEQ_WAIT;
     if (d && p->use_drafter) {
         s->drafter = d;
         s->draft_max = drafts_per_round(e, d, p->draft_max);
         if (s->draft_max < 1 || s->draft_max > BS_MAX_DRAFT) return bs_fail(err, "draft length %d outside [1, %d]", s->draft_max, BS_MAX_DRAFT);
         if (bs_drafter_ctx_init(d, &s->dctx, s->kv->max_ctx, err)) { s->drafter = NULL; return -1; }
     }
+    // A request its pool could never hold is refused now rather than waiting for ever.
+    const bs_kv_pool *pool = s->kv->pages.pool;
+    int pages = bs_kv_pool_pages_for(pool, bs_seq_kv_rows(s));
+    if (pages > pool->n_pages)
+        return bs_fail(err, "the request needs %d KV rows (context %d%s) = %d pages of %d rows, but the KV pool has %d pages (%ld rows) in "
+                       "all: give it more rows (kv_rows, --kv-rows) or ask for a shorter context", bs_seq_kv_rows(s), s->kv->max_ctx,
+                       s->drafter ? " + a drafter block" : "", pages, pool->page_rows, pool->n_pages, (long)pool->n_pages * pool->page_rows);
     if (s->n_new == 0) { s->phase = BS_SEQ_DONE; s->st.finish = BS_FINISH_LENGTH; }
     return 0;
 }
@@ -44,7 +51,7 @@ int bs_seq_init(bs_seq *s, const bs_engine *e, bs_drafter *d, const int32_t *pro
     memset(s, 0, sizeof *s);
     if (n_prompt <= 0) return bs_fail(err, "the prompt is empty");
     int max_ctx = p->max_ctx > 0 ? p->max_ctx : p->n_new < 0 ? e->cfg.max_position : bs_request_ctx(&e->cfg, n_prompt, p->n_new);
-    if (bs_kv_init(&s->kv_own, &e->cfg, max_ctx, e->be, err)) return -1;
+    if (bs_kv_init(&s->kv_own, e->kv_pool, max_ctx, err)) return -1;
     s->kv = &s->kv_own;
     bs_rng_seed(&s->rng_own, p->sampling.seed);
     s->rng = &s->rng_own;
@@ -63,6 +70,20 @@ int bs_seq_init_on(bs_seq *s, const bs_engine *e, bs_drafter *d, const int32_t *
     s->kv = kv; s->rng = rng; s->out = out;
     if (seq_setup(s, e, d, prompt, n_prompt, p, err)) { bs_seq_free(s); return -1; }
     return 0;
+}
+
+int bs_seq_kv_rows(const bs_seq *s) { return s->kv->max_ctx + (s->drafter ? s->drafter->max_drafts + 1 : 0); }
+
+int bs_seq_admit(bs_seq *s, bs_err *err) {
+    if (s->phase != BS_SEQ_WAIT) return 0;
+    int rc = bs_kv_reserve(s->kv, bs_seq_kv_rows(s) - s->kv->max_ctx, err);
+    if (rc == 0) s->phase = BS_SEQ_PREFILL;
+    return rc;
+}
+
+void bs_seq_release(bs_seq *s) {
+    bs_drafter_ctx_free(s->drafter, &s->dctx);
+    if (s->kv == &s->kv_own && s->kv_own.pages.pool) bs_kv_free(&s->kv_own);
 }
 
 void bs_seq_free(bs_seq *s) {

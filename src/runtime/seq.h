@@ -15,12 +15,13 @@ typedef struct bs_seq_params {
     int draft_max;                 // most drafts verified per round; 0: the backend's default_draft_max
                                    // (backend.h), else the drafter's block
     float confidence_threshold;    // > 0: verify only the leading drafts with c_k >= threshold
-    int max_ctx;                   // KV rows; 0: sized for this request (bs_request_ctx)
+    int max_ctx;                   // its context (KV rows it may hold); 0: sized for this request (bs_request_ctx)
     bs_token_cb cb;                // called for every emitted token; non-zero stops the request
     void *cb_ctx;
 } bs_seq_params;
 
-typedef enum { BS_SEQ_PREFILL, BS_SEQ_DECODE, BS_SEQ_DONE } bs_seq_phase;
+// WAIT: made, not yet promised its KV pages (the runtime starts it when the pool can: bs_seq_admit).
+typedef enum { BS_SEQ_WAIT, BS_SEQ_PREFILL, BS_SEQ_DECODE, BS_SEQ_DONE } bs_seq_phase;
 
 typedef struct bs_seq {
     bs_seq_phase phase;
@@ -29,7 +30,8 @@ typedef struct bs_seq {
     bs_sampling sampling;
     int stop_at_eos, draft_max;                // draft_max: 0 = plain decoding (no drafter, or not asked for)
     float confidence_threshold;
-    bs_kv_cache *kv;                           // its KV cache: kv_own, or a session's (bs_seq_init_on)
+    bs_kv_cache *kv;                           // its KV cache: kv_own (pages in the engine's pool), or a session's
+                                               // (bs_seq_init_on)
     bs_rng *rng;                               // its RNG: rng_own, or a session's
     bs_drafter_ctx dctx;                       // its drafter context (speculative sequences)
     int32_t *out; int n_out;                   // emitted tokens: out_own, or the caller's buffer
@@ -52,7 +54,8 @@ typedef struct bs_seq {
 } bs_seq;
 
 // A sequence with its own KV cache, RNG and output buffer. The request is checked here (prompt and
-// output must fit the context: bs_request_tokens' rule and message). d: the runtime's drafter or NULL.
+// output must fit the context: bs_request_tokens' rule and message; its context must fit the KV pool:
+// bs_seq_kv_rows). d: the runtime's drafter or NULL. It starts waiting (BS_SEQ_WAIT): no KV page is taken yet.
 int bs_seq_init(bs_seq *s, const bs_engine *e, bs_drafter *d, const int32_t *prompt, int n_prompt, const bs_seq_params *p,
                 bs_err *err);
 // The same on borrowed storage (a session's KV cache and RNG, the caller's output buffer, which must hold
@@ -61,6 +64,16 @@ int bs_seq_init(bs_seq *s, const bs_engine *e, bs_drafter *d, const int32_t *pro
 int bs_seq_init_on(bs_seq *s, const bs_engine *e, bs_drafter *d, const int32_t *prompt, int n_prompt, const bs_seq_params *p,
                    bs_kv_cache *kv, bs_rng *rng, int32_t *out, bs_err *err);
 void bs_seq_free(bs_seq *s);
+
+// The KV rows the pool promises a sequence before it starts: its context, plus a drafter's block when it
+// drafts (the drafter's context pool mirrors the target's, so this promise covers it too: docs/kv-paging.md).
+int bs_seq_kv_rows(const bs_seq *s);
+// Starts a waiting sequence once the pool promises it bs_seq_kv_rows (then it never runs out of pages):
+// 0 started (or not waiting), 1 not now (the pool is promised to others; err says so), -1 error.
+int bs_seq_admit(bs_seq *s, bs_err *err);
+// Gives back what a finished sequence holds in the pools (its own KV cache's pages, its drafter context);
+// its tokens and statistics stay readable.
+void bs_seq_release(bs_seq *s);
 
 // Emits one token (output, callback) and ends the sequence when the callback, an EOS or the budget says so.
 void bs_seq_emit(bs_seq *s, int32_t t);

@@ -321,9 +321,13 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
     return 0;
 }
 
+// Finished and cancelled sequences leave, giving their KV pages back at once (their tokens stay readable).
 static void drop_finished(bs_runtime *rt) {
     int j = 0;
-    for (int i = 0; i < rt->n_seqs; i++) if (!bs_seq_done(rt->seqs[i])) rt->seqs[j++] = rt->seqs[i];
+    for (int i = 0; i < rt->n_seqs; i++) {
+        if (!bs_seq_done(rt->seqs[i])) rt->seqs[j++] = rt->seqs[i];
+        else bs_seq_release(rt->seqs[i]);
+    }
     rt->n_seqs = j;
 }
 
@@ -342,20 +346,23 @@ static void observe_step_cost(bs_runtime *rt, double t_step, int speculative, in
 
 int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     drop_finished(rt);
+    if (bs_runtime_admit(rt, err)) return -1;
     rt->last_rows = 0;
     rt->last_prompt_rows = 0;
     rt->t_fwd_step = 0;
     double t0 = bs_now();
-    int speculative = 0, prefilled = 0;
+    int speculative = 0, prefilled = 0, n_started = 0;
+    bs_seq *one = NULL;
     for (int i = 0; i < rt->n_seqs; i++) {
         speculative |= rt->seqs[i]->phase == BS_SEQ_DECODE && drafter_of(rt, rt->seqs[i]) != NULL;
         prefilled |= rt->seqs[i]->phase == BS_SEQ_PREFILL;
+        if (rt->seqs[i]->phase != BS_SEQ_WAIT) { n_started++; one = rt->seqs[i]; }
     }
-    if (rt->n_seqs == 1) {   // alone: the single-request path
-        bs_seq *s = rt->seqs[0];
+    if (n_started == 1) {   // alone (others may wait for KV pages): the single-request path
+        bs_seq *s = one;
         if (s->phase == BS_SEQ_PREFILL && prefill_alone(rt, s, err)) return -1;
         if (s->phase == BS_SEQ_DECODE && (draft_alone(rt, s, err) || verify_alone(rt, s, err))) return -1;
-    } else if (rt->n_seqs > 1) {
+    } else if (n_started > 1) {
         // The decoding sequences' drafts were planned from their anchors; sequences still prefilling sit
         // this round out (drafting needs their whole prompt).
         if (draft_batch(rt, err) || forward_batch(rt, err)) return -1;
@@ -364,5 +371,6 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     if (bs_backend_check(rt->eng->be, err)) return -1;
     observe_step_cost(rt, bs_now() - t0, speculative, prefilled);
     drop_finished(rt);
+    if (bs_runtime_admit(rt, err)) return -1;
     return rt->n_seqs;
 }

@@ -64,7 +64,7 @@ int bs_calib_record_seq(bs_engine *e, bs_drafter *d, const int32_t *ids, const u
     float *logits = be->alloc(be, sizeof(float) * (size_t)(K + 1) * V, err);
     float *feat = logits ? be->alloc(be, sizeof(float) * (size_t)feat_rows * F, err) : NULL;
     if (!logits || !feat) goto out;
-    if (bs_kv_init(&kv, &e->cfg, a_max + K + 1, be, err) || bs_drafter_ctx_init(d, &dctx, a_max + K + 1, err)) goto out;
+    if (bs_kv_init(&kv, e->kv_pool, a_max + K + 1, err) || bs_drafter_ctx_init(d, &dctx, a_max + K + 1, err)) goto out;
     // The held-out prefix ids[0..a_max): the target's KV rows and the drafter's context rows.
     bs_fwd_out fo = { .logits = logits, .taps = d->taps, .n_taps = d->n_taps, .tap_out = feat };
     for (int r = 0; r < a_max; r += PREFILL_CHUNK) {
@@ -104,7 +104,7 @@ int bs_calib_record_seq(bs_engine *e, bs_drafter *d, const int32_t *ids, const u
     rc = recorded;
 out:
     bs_drafter_ctx_free(d, &dctx);
-    if (kv.k) bs_kv_free(&kv);
+    bs_kv_free(&kv);
     if (logits) be->free(be, logits);
     if (feat) be->free(be, feat);
     free(cand);

@@ -91,6 +91,10 @@ typedef struct bs_drafter_opts {
                                 // (io/draft_vocab.h): the LM head reads only its rows
     int no_calibration;         // 1: ignore a calibration.json beside a DSpark drafter (raw confidences;
                                 // docs/calibration.md); 0: apply it when present
+    int ctx_pages, ctx_page_rows; // the pool of every sequence's context rows: pages and rows per page (0: opened on
+                                // an engine, its KV pool's; else 8 contexts' worth in pages of BS_KV_PAGE_ROWS).
+                                // With the target pool's geometry, a request the target's pool promised its
+                                // context plus a block (src/runtime/seq.c) never finds this pool short.
 } bs_drafter_opts;
 int bs_drafter_open_opts(bs_drafter **out, const char *dir, struct bs_engine *e, int max_ctx, const bs_drafter_opts *o,
                          bs_err *err);

@@ -84,7 +84,7 @@ int bs_cpu_matmul_multi_with(const bs_mm_kernel *k, int m, float *const *y, cons
 void bs_mm_prep_evenodd(float *xp, const float *x, int n, int K, int chunk);
 
 // ---- other ops ----
-void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const float *k, const float *v,
+void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const bs_kv_view *kv,
                            int n_q, int n_heads, int n_kv_heads, int hd, int n_keys, int q_pos0, int causal,
                            int window);
 // bs_cpu_attention_fast over a ragged batch's spans, in one thread dispatch (backend.h attention_spans).
@@ -106,7 +106,8 @@ typedef struct bs_cpu_weights {
     size_t used;     // bytes used in the last chunk
     size_t bytes;    // weight bytes copied in all
 } bs_cpu_weights;
-int bs_cpu_hugepages_wanted(void);    // not disabled (bs_tuning's cpu_hugepages, BS_CPU_HUGEPAGES=0) and THP not "never"
+int bs_cpu_hugepages_wanted(void);
+size_t bs_cpu_mem_free(bs_backend *be);   // the host's MemAvailable in bytes (0 when unknown): the backend's mem_free    // not disabled (bs_tuning's cpu_hugepages, BS_CPU_HUGEPAGES=0) and THP not "never"
 // Copies host's elements into the arena, dst = host with the new data pointer; -1 (dst untouched) if not done.
 int bs_cpu_weights_copy(bs_cpu_weights *w, bs_mat *dst, const bs_mat *host);
 void bs_cpu_weights_free(bs_cpu_weights *w);

@@ -408,7 +408,8 @@ TGT512 static void score_avx512(float *s, size_t ss, int soff, const float *q, i
 }
 
 typedef struct {
-    float *out; const float *q, *k, *v;
+    float *out; const float *q;
+    bs_kv_view kv;    // the keys' and values' rows (a page table, or one contiguous page)
     int n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window;
     int hg;   // kv heads per task
     score_fn score; softmax_fn softmax; accum_fn accum;
@@ -476,6 +477,12 @@ static void attn_task(void *p, int t, int nt) {
     // are first copied into a contiguous L1 buffer (one pass over 32 pages, prefetching the next chunk), so
     // the queries' passes do not miss the L1 TLB on every 4 KiB-strided row. With fewer the rows are read
     // in place (prefetched ahead). Same values either way, so the same results.
+    // A chunk never straddles a KV page (bs_kv_view): it ends at the page's end, so its rows are one strided
+    // run in memory, as in a contiguous cache. Causal keys start at 0 and pages hold a multiple of JB rows,
+    // so there the chunks are the same as without pages; elsewhere a chunk cut short changes nothing either
+    // (each score and each output chain is the same arithmetic whatever the chunk boundaries).
+    const bs_kv_view *kv = &j->kv;
+    const int P = kv->pages ? kv->page_rows : 0;
     for (int pass = 0; pass < 2; pass++) {   // 0: scores, 1: o = sum_j p_j v_j
         if (pass) {
             for (int kh = h0; kh < h1; kh++)
@@ -483,37 +490,42 @@ static void attn_task(void *p, int t, int nt) {
                     for (int g = 0; g < G && hi[r] > lo[r]; g++)
                         INV(kh)[r * G + g] = j->softmax(SC(kh) + ((size_t)r * G + g) * L + lo[r] - jlo, hi[r] - lo[r]);
         }
-        for (int c0 = jlo; c0 < jhi; c0 += JB) {
-            int c1 = c0 + JB < jhi ? c0 + JB : jhi, copy = nr >= COPY_MIN_ROWS;
+        for (int c0 = jlo, c1; c0 < jhi; c0 = c1) {
+            // the page holding key c0: keys [pg0, pg1) at rows pgrow.. of the pool
+            const int pg0 = P ? c0 / P * P : 0, pg1 = P && pg0 + P < jhi ? pg0 + P : jhi;
+            const size_t pgrow = P ? (size_t)kv->pages[c0 / P] * P : 0;
+            c1 = c0 + JB < pg1 ? c0 + JB : pg1;
+            const int copy = nr >= COPY_MIN_ROWS;
             // One call for all rows where every row sees the whole chunk and all start (or all continue)
             // their output chains here; else a call per row over its part.
             int whole = 1, first0 = c0 == lo[0];
             for (int r = 0; r < nr && whole; r++) whole = lo[r] <= c0 && hi[r] >= c1 && (c0 == lo[r]) == first0;
             for (int kh = h0; kh < h1; kh++) {
-                const float *src = (pass ? j->v : j->k) + (size_t)kh * hd;
+                const float *src = (pass ? kv->v : kv->k) + pgrow * kvs + (size_t)kh * hd;   // key pg0's row
                 const float *base = src;
                 size_t stride = kvs;
-                int off = 0;   // rows are indexed j - off in base
+                int off = pg0;   // rows are indexed j - off in base
                 if (copy) {
                     for (int jj = c0; jj < c1; jj++) {
-                        const float *row = src + (size_t)jj * kvs;
-                        if (jj + JB < jhi) _mm_prefetch_rows(row + JB * kvs, hd);
+                        const float *row = src + (size_t)(jj - pg0) * kvs;
+                        if (jj + JB < pg1) _mm_prefetch_rows(row + JB * kvs, hd);
                         memcpy(kv_buf + (size_t)(jj - c0) * hd, row, sizeof(float) * hd);
                     }
                     base = kv_buf; stride = hd; off = c0;
                 }
-                const int pf = !copy;
+                // prefetching PD rows ahead stays within the page
+                const int pf = !copy && c1 + PD <= pg1;
                 if (whole) {
-                    if (!pass) j->score(SC(kh), L, jlo - off, QP(kh), V, base, stride, c0 - off, c1 - off, hd, scale, pf && c1 + PD <= jhi);
-                    else j->accum(OP(kh), SC(kh), L, jlo - off, V, base, stride, c0 - off, c1 - off, hd, first0, pf && c1 + PD <= jhi);
+                    if (!pass) j->score(SC(kh), L, jlo - off, QP(kh), V, base, stride, c0 - off, c1 - off, hd, scale, pf);
+                    else j->accum(OP(kh), SC(kh), L, jlo - off, V, base, stride, c0 - off, c1 - off, hd, first0, pf);
                     continue;
                 }
                 for (int r = 0, pfr = pf; r < nr; r++) {
                     int a = c0 > lo[r] ? c0 : lo[r], b = c1 < hi[r] ? c1 : hi[r];
                     if (a >= b) continue;
                     const size_t v0 = (size_t)r * G;
-                    if (!pass) j->score(SC(kh) + v0 * L, L, jlo - off, QP(kh) + v0 * hd, G, base, stride, a - off, b - off, hd, scale, pfr && b + PD <= jhi);
-                    else j->accum(OP(kh) + v0 * hd, SC(kh) + v0 * L, L, jlo - off, G, base, stride, a - off, b - off, hd, a == lo[r], pfr && b + PD <= jhi);
+                    if (!pass) j->score(SC(kh) + v0 * L, L, jlo - off, QP(kh) + v0 * hd, G, base, stride, a - off, b - off, hd, scale, pfr && b + PD <= pg1);
+                    else j->accum(OP(kh) + v0 * hd, SC(kh) + v0 * L, L, jlo - off, G, base, stride, a - off, b - off, hd, a == lo[r], pfr && b + PD <= pg1);
                     pfr = 0;
                 }
             }
@@ -560,9 +572,9 @@ static int attn_setup(bs_backend *be, attn_job *j) {
 static double attn_work(const attn_job *j) { return (double)j->n_q * j->n_heads * j->hd * (j->n_keys + 1); }
 #define ATTN_INLINE_WORK 32768
 
-void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const float *k, const float *v,
+void bs_cpu_attention_fast(bs_backend *be, float *out, const float *q, const bs_kv_view *kv,
                            int n_q, int n_heads, int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
-    attn_job j = { out, q, k, v, n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window, 1, NULL, NULL, NULL, be };
+    attn_job j = { out, q, *kv, n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window, 1, NULL, NULL, NULL, be };
     int nt = attn_setup(be, &j);
     if (attn_work(&j) < ATTN_INLINE_WORK) for (int t = 0; t < nt; t++) attn_task(&j, t, nt);
     else bs_parallel_for(nt, attn_task, &j);
@@ -596,7 +608,7 @@ void bs_cpu_attention_spans_fast(bs_backend *be, float *out, const float *q, con
     double work = 0;
     for (int i = 0; i < n_spans; i++) {
         const bs_row_span *s = &spans[i];
-        jobs[i] = (attn_job){ out + s->row0 * qw, q + s->row0 * qw, s->k, s->v, s->n, n_heads, n_kv, hd, s->pos0 + s->n, s->pos0, 1, 0, 1,
+        jobs[i] = (attn_job){ out + s->row0 * qw, q + s->row0 * qw, s->kv, s->n, n_heads, n_kv, hd, s->pos0 + s->n, s->pos0, 1, 0, 1,
                               NULL, NULL, NULL, be };
         first[i] = nt;
         nt += attn_setup(be, &jobs[i]);

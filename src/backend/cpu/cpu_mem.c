@@ -52,6 +52,8 @@ static size_t mem_available(size_t *total) {
     return avail;
 }
 
+size_t bs_cpu_mem_free(bs_backend *be) { return mem_available(NULL); }
+
 void *bs_cpu_huge_map(size_t bytes, int want_huge, size_t *len_out) {
     size_t len = (bytes + HUGE_SZ - 1) / HUGE_SZ * HUGE_SZ;
     char *m = mmap(NULL, len + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -117,7 +117,7 @@ static void ref_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int
         }
 }
 
-static void ref_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v,
+static void ref_attention(bs_backend *be, float *out, const float *q, const bs_kv_view *kv,
                           int n_q, int n_heads, int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
     int group = n_heads / n_kv;
     float scale = 1.0f / sqrtf((float)hd);
@@ -132,7 +132,7 @@ static void ref_attention(bs_backend *be, float *out, const float *q, const floa
             int kh = h / group;
             float mx = -INFINITY;
             for (int j = lo; j < hi; j++) {
-                const float *kj = k + ((size_t)j * n_kv + kh) * hd;
+                const float *kj = kv->k + (bs_kv_row(kv, j) * n_kv + kh) * hd;
                 float s = 0;
                 for (int d = 0; d < hd; d++) s += qh[d] * kj[d];
                 sc[j] = s * scale;
@@ -143,7 +143,7 @@ static void ref_attention(bs_backend *be, float *out, const float *q, const floa
             float *o = out + ((size_t)i * n_heads + h) * hd;
             for (int d = 0; d < hd; d++) o[d] = 0;
             for (int j = lo; j < hi; j++) {
-                const float *vj = v + ((size_t)j * n_kv + kh) * hd;
+                const float *vj = kv->v + (bs_kv_row(kv, j) * n_kv + kh) * hd;
                 float p = sc[j] / sum;
                 for (int d = 0; d < hd; d++) o[d] += p * vj[d];
             }
@@ -165,8 +165,12 @@ static void cpu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *sr
     for (int r = 0; r < n; r++) memmove(dst + r * ds, src + r * ss, sizeof(float) * width);
 }
 
-static void cpu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width) {
-    if (n > 0) memmove(dst + (size_t)row0 * width, src, sizeof(float) * (size_t)n * width);
+static void cpu_store_kv(bs_backend *be, const bs_kv_view *kv, int pos0, const float *k, const float *v, int n, int width) {
+    for (int i = 0; i < n; i++) {
+        size_t r = bs_kv_row(kv, pos0 + i) * width;
+        memmove(kv->k + r, k + (size_t)i * width, sizeof(float) * width);
+        memmove(kv->v + r, v + (size_t)i * width, sizeof(float) * width);
+    }
 }
 
 static void cpu_argmax(bs_backend *be, int32_t *out, const float *logits, int n, int vocab) {
@@ -218,10 +222,10 @@ void bs_cpu_fill_reference(bs_backend *be) {
     be->default_draft_max = 4;   // the AVX2 path's best block at acceptance 0.6-0.9 (bench --round)
     be->alloc = cpu_alloc; be->free = cpu_free;
     be->upload = cpu_memcpy; be->download = cpu_memcpy; be->copy = cpu_memcpy;
-    be->sync = cpu_sync; be->weight = cpu_weight;
+    be->sync = cpu_sync; be->weight = cpu_weight; be->mem_free = bs_cpu_mem_free;
     be->matmul = ref_matmul; be->matmul_multi = ref_matmul_multi; be->rmsnorm = ref_rmsnorm; be->head_norm_rope = ref_head_norm_rope;
     be->attention = ref_attention; be->swiglu = ref_swiglu; be->add = ref_add; be->embed = ref_embed;
-    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->argmax_to = cpu_argmax_to; be->embed_from = ref_embed; be->scatter_cols = cpu_scatter_cols; be->hadamard_rows = ref_hadamard_rows; be->store_rows = cpu_store_rows; be->destroy = cpu_destroy;
+    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->argmax_to = cpu_argmax_to; be->embed_from = ref_embed; be->scatter_cols = cpu_scatter_cols; be->hadamard_rows = ref_hadamard_rows; be->store_kv = cpu_store_kv; be->destroy = cpu_destroy;
 }
 
 bs_backend *bs_backend_cpu(int reference) {

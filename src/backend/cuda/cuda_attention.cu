@@ -4,15 +4,25 @@
 // Attention (flash-decoding): block (kv head, split s) walks key chunks s, s+S, ... for every query
 // vector (query row x head of the group), online softmax in fp32; partials are combined in split
 // order by a second kernel. Key ranges are per query row, so results do not depend on n_q.
+// Keys and values are read through the sequence's page table (backend.h, bs_kv_view): a chunk of 32 keys
+// starts at a multiple of 32 and pages hold a multiple of 32 rows, so each chunk is one run of rows in one
+// page, found with one table read; a contiguous cache (pages NULL) is one page.
 
 struct att_args {
     const float *q, *k, *v;
+    const int32_t *pages;    // K/V page table (NULL: contiguous rows), page_rows rows per page
+    int page_rows;
     float *part;             // [S][n_q * n_heads][hd + 2]  (m, l, acc[hd])
     int n_q, n_heads, n_kv, hd, causal, window;
     posarg n_keys, q_pos0;
     posarg old_keys;         // v3, v4: K/V rows below this were written by kernels that have completed (see cu_attention)
     float scale;
 };
+
+// Key j's row in a.k / a.v (rows of n_kv * hd floats).
+__device__ __forceinline__ size_t kv_row(const att_args &a, int j) {
+    return a.pages ? (size_t)a.pages[j / a.page_rows] * a.page_rows + (size_t)(j % a.page_rows) : (size_t)j;
+}
 
 __device__ __forceinline__ void key_range(const att_args &a, int i, int nk, int qp0, int &lo, int &hi) {
     hi = a.causal ? qp0 + i + 1 : nk;
@@ -48,12 +58,13 @@ __global__ void __launch_bounds__(128) attention_kernel(att_args a) {
             if (c0 + ATT_CHUNK <= ulo) continue;
             __syncthreads();
             int nkeys = min(ATT_CHUNK, nk - c0);
+            const size_t crow = kv_row(a, c0);   // the chunk's rows run on from here in its page
             for (int idx = threadIdx.x; idx < ATT_CHUNK * (hd / 4); idx += blockDim.x) {
                 int j = idx / (hd / 4), d4 = idx % (hd / 4);
                 float4 kk = make_float4(0, 0, 0, 0), vv = kk;
                 if (j < nkeys) {
-                    kk = *(const float4 *)(a.k + (size_t)(c0 + j) * kvd + kh * hd + d4 * 4);
-                    vv = *(const float4 *)(a.v + (size_t)(c0 + j) * kvd + kh * hd + d4 * 4);
+                    kk = *(const float4 *)(a.k + (crow + j) * kvd + kh * hd + d4 * 4);
+                    vv = *(const float4 *)(a.v + (crow + j) * kvd + kh * hd + d4 * 4);
                 }
                 *(float4 *)(Ks + j * hdp + d4 * 4) = kk;
                 *(float4 *)(Vs + j * hdp + d4 * 4) = vv;
@@ -162,11 +173,13 @@ template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile(
 
 struct att2_args {
     att_args a;
-    float *ml;     // [S][n_q * n_heads][2]  (running max, sum)
-    float *acc;    // [S][n_q * n_heads][hd]
+    float *ml;     // [S][R][2]  (running max, sum)
+    float *acc;    // [S][R][hd]
     int rows_per_z;
     int gsh;       // log2 of the GQA group size when it is a power of two, else -1
-    float *out;
+    float *out;    // [n_q * n_heads][hd]: this call's output rows
+    int R;         // partial rows of the launch: its query rows x heads (split s's rows start at s * R)
+    int row_base;  // this call's first query row among the partials' (a span's, in a span launch; else 0)
 };
 
 // The chunks split s walks for block rows [r0, r0 + nr): t in [tfirst, tend) (chunk t starts at key
@@ -193,10 +206,11 @@ __device__ __forceinline__ split_walk walk_of(const att_args &a, int r0, int nr,
 __device__ __forceinline__ void load_chunk(const att_args &a, float *Kb, float *Vb, int hd, int kp, int vp, int kh, int s, int t, int nk, int b,
                                            int jfrom = 0, int jto = ATT_CHUNK) {   // rows [jfrom, jto) of the chunk
     const int c0 = s * ATT_CHUNK + t * ATT_SPLITS * ATT_CHUNK, nkeys = min(ATT_CHUNK, nk - c0), hd4 = hd / 4, kvd = a.n_kv * hd;
+    const size_t crow = kv_row(a, c0);   // the chunk's rows run on from here in its page
     for (int idx = jfrom * hd4 + threadIdx.x; idx < jto * hd4; idx += blockDim.x) {
         const int j = idx / hd4, d4 = idx - j * hd4;
         const bool ok = j < nkeys;
-        const size_t off = (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * hd + d4 * 4;
+        const size_t off = (crow + (ok ? j : 0)) * kvd + (size_t)kh * hd + d4 * 4;
         cp_async16(Kb + (b * ATT_CHUNK + j) * kp + d4 * 4, a.k + off, ok ? 16 : 0);
         cp_async16(Vb + (b * ATT_CHUNK + j) * vp + d4 * 4, a.v + off, ok ? 16 : 0);
     }
@@ -208,16 +222,17 @@ __device__ __forceinline__ void load_chunk(const att_args &a, float *Kb, float *
 __device__ __forceinline__ int qv_row(int gq, int G, int gsh) { return gsh >= 0 ? gq >> gsh : gq / G; }
 
 // Output of one (query row, head) = wid: lane s holds split s's (m, l); accumulators merged in split order.
+// wid: the (row, head) within this call's rows; gw: its partial row among the launch's.
 template <int NV4>
 __device__ void attention2_combine_row(const att2_args &A, int wid, int lane) {
     const att_args &a = A.a;
-    const int R = a.n_q * a.n_heads, hd = a.hd;
+    const int R = A.R, hd = a.hd, gw = A.row_base * a.n_heads + wid;
     int lo, hi;
     key_range(a, wid / a.n_heads, pv(a.n_keys), pv(a.q_pos0), lo, hi);
     int ns = (hi + ATT_CHUNK - 1) / ATT_CHUNK;
     if (ns > ATT_SPLITS) ns = ATT_SPLITS;
     float m = -INFINITY, l = 0.f;
-    if (lane < ns) { m = __ldcg(&A.ml[((size_t)lane * R + wid) * 2]); l = __ldcg(&A.ml[((size_t)lane * R + wid) * 2 + 1]); }
+    if (lane < ns) { m = __ldcg(&A.ml[((size_t)lane * R + gw) * 2]); l = __ldcg(&A.ml[((size_t)lane * R + gw) * 2 + 1]); }
     float M = m;
     for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
     const float f = m == -INFINITY ? 0.f : expf(m - M);
@@ -235,7 +250,7 @@ __device__ void attention2_combine_row(const att2_args &A, int wid, int lane) {
 #pragma unroll
             for (int v = 0; v < NV4; v++) {
                 const int dd = 4 * (lane + 32 * v);
-                p[u][v] = s0 + u < ns && dd < hd ? __ldcg((const float4 *)(A.acc + ((size_t)(s0 + u) * R + wid) * hd + dd))
+                p[u][v] = s0 + u < ns && dd < hd ? __ldcg((const float4 *)(A.acc + ((size_t)(s0 + u) * R + gw) * hd + dd))
                                                  : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
@@ -259,16 +274,16 @@ __device__ void attention2_combine_row(const att2_args &A, int wid, int lane) {
 
 // NV4: float4 slots per lane of a head vector (ceil(hd / 128)); HDC: the head dimension, or 0 (a.hd).
 template <int NV4, int HDC>
-__global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A) {
+__device__ __forceinline__ void attention2_body(const att2_args &A, int z) {
     pdl_enter();
     constexpr int QPW = AT2_QPW;
     const att_args &a = A.a;
     extern __shared__ __align__(16) float sm[];
     const int kh = blockIdx.x, s = blockIdx.y, hd = HDC ? HDC : a.hd, hdp = hd + 4, hd4 = hd / 4;
     const int G = a.n_heads / a.n_kv;
-    const int r0 = blockIdx.z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
+    const int r0 = z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
     if (nr <= 0) return;
-    const int nqv = nr * G, R = a.n_q * a.n_heads;
+    const int nqv = nr * G, R = A.R;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *Kb = sm, *Vb = Kb + 2 * ATT_CHUNK * hdp, *Qs = Vb + 2 * ATT_CHUNK * hdp;
     const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
@@ -377,7 +392,7 @@ __global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A)
             const int qv = warp + AT2_WARPS * u;
             if (qv >= nv) continue;
             const int gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
-            const size_t row = (size_t)s * R + (size_t)i * a.n_heads + h;
+            const size_t row = (size_t)s * R + (size_t)(A.row_base + i) * a.n_heads + h;
             if (lane == 0) { A.ml[row * 2] = mx[u]; A.ml[row * 2 + 1] = ls[u]; }
 #pragma unroll
             for (int v = 0; v < NV4; v++) {
@@ -437,7 +452,7 @@ __device__ __forceinline__ void mma_3xtf32(float (&hh)[4], float (&x)[4], float 
 }
 
 template <int HD>
-__global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A) {
+__device__ __forceinline__ void attention3_body(const att2_args &A, int z) {
     pdl_trigger();
     constexpr int HDP = HD + 4, NT = HD / 8, HD4 = HD / 4;   // HDP = 4 mod 32: conflict-free fragment reads
     static_assert(ATT_CHUNK == 32, "4 key tiles of 8 per chunk");
@@ -445,9 +460,9 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
     extern __shared__ __align__(16) float sm[];
     const int kh = blockIdx.x, s = blockIdx.y;
     const int G = a.n_heads / a.n_kv;
-    const int r0 = blockIdx.z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
+    const int r0 = z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
     if (nr <= 0) return;
-    const int nqv = nr * G, R = a.n_q * a.n_heads;
+    const int nqv = nr * G, R = A.R;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float *Kb = sm, *Vb = Kb + 2 * ATT_CHUNK * HDP, *Qs = Vb + 2 * ATT_CHUNK * HDP;
     const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
@@ -570,7 +585,7 @@ __global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A)
             const int qv = w0 + g + 8 * h2;
             if (qv >= nv) continue;
             const int gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
-            const size_t row = (size_t)s * R + (size_t)i * a.n_heads + h;
+            const size_t row = (size_t)s * R + (size_t)(A.row_base + i) * a.n_heads + h;
             if (t == 0) { A.ml[row * 2] = mx[h2]; A.ml[row * 2 + 1] = ls[h2]; }
 #pragma unroll
             for (int dn = 0; dn < NT; dn++)
@@ -612,20 +627,22 @@ template <int HD, int NTQ> constexpr size_t attention4_smem_floats() {
     return ATT_CHUNK * (HD + 4) + ATT_CHUNK * (HD + 8) + NTQ * 8 * (HD + 4) + 2 * NTQ * 8 * AT4_SP + NTQ * 8;
 }
 
-// rows [jfrom, jto) of the chunk at key c0 of kv head kh (K or V) into dst, rows p floats apart; zeros
-// past n_keys; one commit group
-__device__ __forceinline__ void load_rows(const float *src, float *dst, int p, int hd, int kvd, int kh, int c0, int nk, int jfrom, int jto) {
+// rows [jfrom, jto) of the chunk at key c0 of kv head kh (src: a.k or a.v, read through a's page table)
+// into dst, rows p floats apart; zeros past n_keys; one commit group
+__device__ __forceinline__ void load_rows(const att_args &a, const float *src, float *dst, int p, int hd, int kvd, int kh, int c0, int nk, int jfrom,
+                                          int jto) {
     const int hd4 = hd / 4, nkeys = nk - c0;
+    const size_t crow = kv_row(a, c0);
     for (int idx = jfrom * hd4 + threadIdx.x; idx < jto * hd4; idx += blockDim.x) {
         const int j = idx / hd4, d4 = idx - j * hd4;
         const bool ok = j < nkeys;
-        cp_async16(dst + j * p + d4 * 4, src + (size_t)(ok ? c0 + j : 0) * kvd + (size_t)kh * hd + d4 * 4, ok ? 16 : 0);
+        cp_async16(dst + j * p + d4 * 4, src + (crow + (ok ? j : 0)) * kvd + (size_t)kh * hd + d4 * 4, ok ? 16 : 0);
     }
     cp_async_commit();
 }
 
 template <int HD, int NTQ, int NW>
-__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_kernel(att2_args A) {   // 8 warps: 2 blocks per SM
+__device__ __forceinline__ void attention4_body(const att2_args &A, int z) {
     pdl_trigger();
     // pitches: K and Q rows 4 mod 32 (A / B fragments of S^T read banks 4g + t), V rows 8 mod 32 (V^T's
     // A fragment reads banks 8t + g)
@@ -642,9 +659,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_kernel(at
     float *Kc = sm, *Vc = Kc + ATT_CHUNK * KP, *Qs = Vc + ATT_CHUNK * VP;
     float *Ss = Qs + QV * QP, *Ps = Ss, *Al = Ss + 2 * QV * AT4_SP;
     const int kh = blockIdx.x, s = blockIdx.y, G = a.n_heads / a.n_kv, kvd = a.n_kv * HD;
-    const int r0 = blockIdx.z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
+    const int r0 = z * A.rows_per_z, nr = min(A.rows_per_z, a.n_q - r0);
     if (nr <= 0) return;
-    const int nqv = nr * G, R = a.n_q * a.n_heads;
+    const int nqv = nr * G, R = A.R;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int sq = threadIdx.x >> 2, sub = threadIdx.x & 3;   // softmax: query vector sq, keys sub + 4e
     auto pv_mt = [&](int m) { return NW >= MT ? warp % MT : warp + NW * m; };
@@ -657,8 +674,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_kernel(at
     if (!W.skip && W.tfirst < W.tend) {
         pre = min(max(pv(a.old_keys) - chunk0(W.tfirst), 0), ATT_CHUNK);
         if (pre > 0) {
-            load_rows(a.k, Kc, KP, HD, kvd, kh, chunk0(W.tfirst), nk, 0, pre);
-            load_rows(a.v, Vc, VP, HD, kvd, kh, chunk0(W.tfirst), nk, 0, pre);
+            load_rows(a, a.k, Kc, KP, HD, kvd, kh, chunk0(W.tfirst), nk, 0, pre);
+            load_rows(a, a.v, Vc, VP, HD, kvd, kh, chunk0(W.tfirst), nk, 0, pre);
         }
     }
     pdl_wait();
@@ -687,8 +704,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_kernel(at
                 for (int e = 0; e < 4; e++) o[m][u][e] = ox[m][u][e] = 0.f;
         if (W.tfirst < W.tend) {
             const int jf = qv0 == 0 ? pre : 0;
-            load_rows(a.k, Kc, KP, HD, kvd, kh, chunk0(W.tfirst), nk, jf, ATT_CHUNK);
-            load_rows(a.v, Vc, VP, HD, kvd, kh, chunk0(W.tfirst), nk, jf, ATT_CHUNK);
+            load_rows(a, a.k, Kc, KP, HD, kvd, kh, chunk0(W.tfirst), nk, jf, ATT_CHUNK);
+            load_rows(a, a.v, Vc, VP, HD, kvd, kh, chunk0(W.tfirst), nk, jf, ATT_CHUNK);
         }
         for (int tt = W.tfirst; tt < W.tend; tt++) {
             const int c0 = chunk0(tt);
@@ -735,7 +752,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_kernel(at
                 }
             }
             __syncthreads();
-            if (more) load_rows(a.k, Kc, KP, HD, kvd, kh, chunk0(tt + 1), nk, 0, ATT_CHUNK);   // K is free: the next chunk's
+            if (more) load_rows(a, a.k, Kc, KP, HD, kvd, kh, chunk0(tt + 1), nk, 0, ATT_CHUNK);   // K is free: the next chunk's
             // online softmax of query vector sq over this chunk's keys; the 4 threads of a query vector are
             // one quad, and all four keep the same running (max, sum)
             if (sq < ntq * 8) {
@@ -797,13 +814,13 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_kernel(at
                     }
                 }
             __syncthreads();   // V, S, P and alpha are rewritten for the next chunk
-            if (more) load_rows(a.v, Vc, VP, HD, kvd, kh, chunk0(tt + 1), nk, 0, ATT_CHUNK);
+            if (more) load_rows(a, a.v, Vc, VP, HD, kvd, kh, chunk0(tt + 1), nk, 0, ATT_CHUNK);
         }
         cp_async_wait<0>();
         // partials of this split
         if (sq < nv && sub == 0) {
             const int gq = qv0 + sq, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
-            const size_t row = (size_t)s * R + (size_t)i * a.n_heads + h;
+            const size_t row = (size_t)s * R + (size_t)(A.row_base + i) * a.n_heads + h;
             A.ml[row * 2] = smx; A.ml[row * 2 + 1] = sls;
         }
 #pragma unroll
@@ -817,17 +834,89 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_kernel(at
                     const int qv = nt * 8 + 2 * t + (e & 1), d = pv_mt(m) * 16 + g + 8 * (e >> 1);
                     if (qv >= nv) continue;
                     const int gq = qv0 + qv, gr = qv_row(gq, G, A.gsh), i = r0 + gr, h = kh * G + gq - gr * G;
-                    A.acc[((size_t)s * R + (size_t)i * a.n_heads + h) * HD + d] = o[m][u][e] + ox[m][u][e];
+                    A.acc[((size_t)s * R + (size_t)(A.row_base + i) * a.n_heads + h) * HD + d] = o[m][u][e] + ox[m][u][e];
                 }
             }
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The kernels: one call's query rows (grid z: its row groups), or every span of a ragged batch in one launch
+// (the native span attention, attention_spans: grid z runs over the row groups of all spans, and each block
+// takes its span's queries, positions, K/V and page table, then runs the same body as a call of that span
+// alone, so a row's result is bit for bit the one a per-span call gives).
+#define ATT_MAX_SPANS 64   // query rows (so spans, and row groups) of one span launch: a forward chunk's
+
+struct att_span {
+    const float *k, *v;
+    const int32_t *pages;
+    int page_rows;
+    int row0, n, pos0;     // its rows in the batch's q / out, their count, the first one's position
+    int prow0;             // its first row among the launch's partials
+};
+struct att2_span_args {
+    att2_args A;                              // the launch's shapes and partials; a.q, out: the batch's row 0
+    att_span sp[ATT_MAX_SPANS];
+    unsigned char z_span[ATT_MAX_SPANS], z_in_span[ATT_MAX_SPANS];   // row group z: its span, its index there
+    unsigned char prow_span[ATT_MAX_SPANS];  // partial row -> its span (the combine)
+    int n_rows;                               // partial rows (query rows of the launch)
+    int early;                                // each span's K/V rows below its pos0 may load before the PDL wait
+};
+
+// Span i of a launch as one call.
+__device__ __forceinline__ att2_args span_call(const att2_span_args &S, int i) {
+    const att_span &sp = S.sp[i];
+    att2_args A = S.A;
+    const size_t qw = (size_t)A.a.n_heads * A.a.hd;
+    A.a.q = S.A.a.q + (size_t)sp.row0 * qw;
+    A.out = S.A.out + (size_t)sp.row0 * qw;
+    A.a.k = sp.k; A.a.v = sp.v; A.a.pages = sp.pages; A.a.page_rows = sp.page_rows;
+    A.a.n_q = sp.n;
+    A.a.q_pos0 = posarg{ sp.pos0, NULL };
+    A.a.n_keys = posarg{ sp.pos0 + sp.n, NULL };
+    A.a.old_keys = posarg{ S.early ? sp.pos0 : 0, NULL };
+    A.row_base = sp.prow0;
+    return A;
+}
+
+template <int NV4, int HDC>
+__global__ void __launch_bounds__(AT2_WARPS * 32) attention2_kernel(att2_args A) { attention2_body<NV4, HDC>(A, blockIdx.z); }
+template <int NV4, int HDC>
+__global__ void __launch_bounds__(AT2_WARPS * 32) attention2_spans_kernel(const __grid_constant__ att2_span_args S) {
+    attention2_body<NV4, HDC>(span_call(S, S.z_span[blockIdx.z]), S.z_in_span[blockIdx.z]);
+}
+template <int HD>
+__global__ void __launch_bounds__(AT3_WARPS * 32) attention3_kernel(att2_args A) { attention3_body<HD>(A, blockIdx.z); }
+template <int HD>
+__global__ void __launch_bounds__(AT3_WARPS * 32) attention3_spans_kernel(const __grid_constant__ att2_span_args S) {
+    attention3_body<HD>(span_call(S, S.z_span[blockIdx.z]), S.z_in_span[blockIdx.z]);
+}
+template <int HD, int NTQ, int NW>
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_kernel(att2_args A) {   // 8 warps: 2 blocks per SM
+    attention4_body<HD, NTQ, NW>(A, blockIdx.z);
+}
+template <int HD, int NTQ, int NW>
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) attention4_spans_kernel(const __grid_constant__ att2_span_args S) {
+    attention4_body<HD, NTQ, NW>(span_call(S, S.z_span[blockIdx.z]), S.z_in_span[blockIdx.z]);
+}
+template <int NV4>
+__global__ void attention2_combine_spans_kernel(const __grid_constant__ att2_span_args S) {
+    pdl_enter();
+    const int nh = S.A.a.n_heads, wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (wid >= S.n_rows * nh) return;
+    const int i = S.prow_span[wid / nh];
+    attention2_combine_row<NV4>(span_call(S, i), wid - S.sp[i].prow0 * nh, lane);
+}
+
+// What a v2 / v3 / v4 launch runs over: one call (A), or the spans of a batch (S != NULL).
+struct att_launch { const att2_args *A; const att2_span_args *S; dim3 grid; };
+
 // The combine of a v2 / v3 / v4 launch (NV4: float4 slots per lane of a head vector).
 template <int NV4>
-static void attention2_combine_launch(cuda_impl *c, const att2_args &A) {
+static void attention2_combine_launch(cuda_impl *c, const att_launch &L) {
     if (ablated("combine")) return;
-    launch_k(c, "attention combine", attention2_combine_kernel<NV4>, dim3((unsigned)((A.a.n_q * A.a.n_heads + 3) / 4)), dim3(128), 0, A);
+    if (L.S) launch_k(c, "attention combine", attention2_combine_spans_kernel<NV4>, dim3((unsigned)((L.S->n_rows * L.S->A.a.n_heads + 3) / 4)), dim3(128), 0, *L.S);
+    else launch_k(c, "attention combine", attention2_combine_kernel<NV4>, dim3((unsigned)((L.A->a.n_q * L.A->a.n_heads + 3) / 4)), dim3(128), 0, *L.A);
 }
 
 // 0: v1 (BS_CUDA_ATT=old), 1: v2 (BS_CUDA_ATT=v2), 2: v3 where the head dim has it (default), 3: v4
@@ -838,107 +927,166 @@ static int att_variant(void) {
     return v;
 }
 
-// v2 / v3 launch arguments: blocks of qv_per_block query vectors (whole rows, or one row's group in
-// several passes), partials in the attention workspace, grid (kv heads, splits, row groups).
+// Rows of a v2 / v3 / v4 block: blocks of qv_per_block query vectors (whole rows, or one row's group in
+// several passes).
+static int rows_per_block(int G, int qv_per_block) { return G >= qv_per_block ? 1 : qv_per_block / G; }
+
+// v2 / v3 / v4 launch arguments of one call: partials in the attention workspace, grid (kv heads, splits, row groups).
 static att2_args att2_setup(cuda_impl *c, float *out, const att_args &a0, int qv_per_block, dim3 *grid) {
     att2_args A;
     A.a = a0;
     const int G = a0.n_heads / a0.n_kv;
-    A.rows_per_z = G >= qv_per_block ? 1 : qv_per_block / G;
+    A.rows_per_z = rows_per_block(G, qv_per_block);
     A.gsh = (G & (G - 1)) == 0 ? __builtin_ctz((unsigned)G) : -1;
     const size_t R = (size_t)a0.n_q * a0.n_heads;
     A.ml = c->att_ws;
     A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
     A.out = out;
+    A.R = (int)R; A.row_base = 0;
     *grid = dim3(a0.n_kv, ATT_SPLITS, (a0.n_q + A.rows_per_z - 1) / A.rows_per_z);
     return A;
 }
 
+// A span launch's arguments (S->A.a: the shapes, the batch's q; S->sp, n_rows: its spans, filled by the
+// caller) for blocks of qv_per_block query vectors: the row groups of every span, the partials.
+static void spans_setup(cuda_impl *c, att2_span_args *S, int n_spans, float *out, int qv_per_block, dim3 *grid) {
+    att2_args &A = S->A;
+    const int G = A.a.n_heads / A.a.n_kv;
+    A.rows_per_z = rows_per_block(G, qv_per_block);
+    A.gsh = (G & (G - 1)) == 0 ? __builtin_ctz((unsigned)G) : -1;
+    const size_t R = (size_t)S->n_rows * A.a.n_heads;
+    A.ml = c->att_ws;
+    A.acc = c->att_ws + ((ATT_SPLITS * R * 2 + 3) & ~(size_t)3);
+    A.out = out;
+    A.R = (int)R; A.row_base = 0;
+    int z = 0;
+    for (int i = 0; i < n_spans; i++) {
+        for (int r = 0; r < S->sp[i].n; r++) S->prow_span[S->sp[i].prow0 + r] = (unsigned char)i;
+        for (int g = 0; g * A.rows_per_z < S->sp[i].n; g++, z++) { S->z_span[z] = (unsigned char)i; S->z_in_span[z] = (unsigned char)g; }
+    }
+    *grid = dim3(A.a.n_kv, ATT_SPLITS, z);
+}
+
+// The launch of one call or a span batch for a kernel pair (single, spans) with smem bytes of shared memory.
+template <typename K1, typename K2>
+static void att_launch_kernels(cuda_impl *c, const att_launch &L, K1 one, K2 spans, dim3 block, size_t smem) {
+    if (L.S) launch_k(c, "attention", spans, L.grid, block, smem, *L.S);
+    else launch_k(c, "attention", one, L.grid, block, smem, *L.A);
+}
+
+// Each variant's launch over L (its grid set by att2_setup or spans_setup for the variant's block size).
 template <int HD>
-static void attention3_launch(cuda_impl *c, float *out, const att_args &a0) {
+static void attention3_launch(cuda_impl *c, const att_launch &L) {
     static size_t smem_set = 48 * 1024;
     size_t smem = sizeof(float) * (4 * ATT_CHUNK * (HD + 4) + (size_t)AT3_QV * (HD + 4));
-    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention3_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
-    dim3 grid;
-    att2_args A = att2_setup(c, out, a0, AT3_QV, &grid);
-    launch_k(c, "attention", attention3_kernel<HD>, grid, dim3(AT3_WARPS * 32), smem, A);
-    attention2_combine_launch<(HD + 127) / 128>(c, A);
+    if (smem > smem_set) {
+        CK(cudaFuncSetAttribute(attention3_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CK(cudaFuncSetAttribute(attention3_spans_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = smem;
+    }
+    att_launch_kernels(c, L, attention3_kernel<HD>, attention3_spans_kernel<HD>, dim3(AT3_WARPS * 32), smem);
+    attention2_combine_launch<(HD + 127) / 128>(c, L);
 }
 
 template <int HD, int NTQ, int NW>
-static void attention4_launch(cuda_impl *c, float *out, const att_args &a0) {
+static void attention4_launch(cuda_impl *c, const att_launch &L) {
     static size_t smem_set = 48 * 1024;
     const size_t smem = sizeof(float) * attention4_smem_floats<HD, NTQ>();
-    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention4_kernel<HD, NTQ, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
-    dim3 grid;
-    att2_args A = att2_setup(c, out, a0, NTQ * 8, &grid);
-    launch_k(c, "attention", attention4_kernel<HD, NTQ, NW>, grid, dim3(NW * 32), smem, A);
-    attention2_combine_launch<(HD + 127) / 128>(c, A);
-}
-// v4 for one head size: NTQ 1 for at most 8 query vectors, else NTQ 8 (BS_CUDA_AT4_NTQ=4: NTQ 4)
-template <int HD>
-static void attention4_pick(cuda_impl *c, float *out, const att_args &a0) {
-    static int ntq = -1;
-    if (ntq < 0) ntq = bs_tuning_get()->cuda_at4_ntq;
-    if ((size_t)a0.n_q * (a0.n_heads / a0.n_kv) <= 8) attention4_launch<HD, 1, 4>(c, out, a0);
-    else if (ntq == 4) attention4_launch<HD, 4, 4>(c, out, a0);
-    else attention4_launch<HD, 8, 8>(c, out, a0);
+    if (smem > smem_set) {
+        CK(cudaFuncSetAttribute(attention4_kernel<HD, NTQ, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CK(cudaFuncSetAttribute(attention4_spans_kernel<HD, NTQ, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = smem;
+    }
+    att_launch_kernels(c, L, attention4_kernel<HD, NTQ, NW>, attention4_spans_kernel<HD, NTQ, NW>, dim3(NW * 32), smem);
+    attention2_combine_launch<(HD + 127) / 128>(c, L);
 }
 
 template <int NV4, int HDC>
-static void attention2_launch(cuda_impl *c, float *out, const att_args &a0) {
+static void attention2_launch(cuda_impl *c, const att_launch &L) {
     static size_t smem_set = 48 * 1024;
-    const int hd = a0.hd;
+    const int hd = (L.S ? L.S->A : *L.A).a.hd;
     size_t smem = sizeof(float) * (4 * ATT_CHUNK * (hd + 4) + (size_t)AT2_QV * hd);
-    if (smem > smem_set) { CK(cudaFuncSetAttribute(attention2_kernel<NV4, HDC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
-    dim3 grid;
-    att2_args A = att2_setup(c, out, a0, AT2_QV, &grid);
-    launch_k(c, "attention", attention2_kernel<NV4, HDC>, grid, dim3(AT2_WARPS * 32), smem, A);
-    attention2_combine_launch<NV4>(c, A);
+    if (smem > smem_set) {
+        CK(cudaFuncSetAttribute(attention2_kernel<NV4, HDC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CK(cudaFuncSetAttribute(attention2_spans_kernel<NV4, HDC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = smem;
+    }
+    att_launch_kernels(c, L, attention2_kernel<NV4, HDC>, attention2_spans_kernel<NV4, HDC>, dim3(AT2_WARPS * 32), smem);
+    attention2_combine_launch<NV4>(c, L);
 }
 
-void cu_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int n_heads,
-                         int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
+// The v2 / v3 / v4 kernel for this head size and variant, over one call (S NULL: a0, its output out) or a
+// span batch (S: filled but for the setup, out: the batch's output). max_qv: the most query vectors of
+// one call (one span) of it, which picks v4's tile.
+static void attention_v2plus(cuda_impl *c, float *out, const att_args &a0, att2_span_args *S, int n_spans, int max_qv) {
+    const int hd = a0.hd, v = att_variant();
+    static int ntq = -1;
+    if (ntq < 0) ntq = bs_tuning_get()->cuda_at4_ntq;
+    int qv_block, kind;   // kind: 4 v4, 3 v3, 2 v2
+    if (v == 3 && (hd == 128 || hd == 64)) { kind = 4; qv_block = max_qv <= 8 ? 8 : ntq == 4 ? 32 : 64; }
+    else if (v >= 2 && (hd == 128 || hd == 64)) { kind = 3; qv_block = AT3_QV; }
+    else { kind = 2; qv_block = AT2_QV; }
+    att2_args A1;
+    att_launch L;
+    L.A = NULL; L.S = S;
+    if (S) spans_setup(c, S, n_spans, out, qv_block, &L.grid);
+    else { A1 = att2_setup(c, out, a0, qv_block, &L.grid); L.A = &A1; }
+    if (kind == 4) {
+        // NTQ 1 (4 warps) for at most 8 query vectors, else NTQ 8 (BS_CUDA_AT4_NTQ=4: NTQ 4); the bits do not depend on it
+        if (hd == 128) { if (qv_block == 8) attention4_launch<128, 1, 4>(c, L); else if (qv_block == 32) attention4_launch<128, 4, 4>(c, L); else attention4_launch<128, 8, 8>(c, L); }
+        else { if (qv_block == 8) attention4_launch<64, 1, 4>(c, L); else if (qv_block == 32) attention4_launch<64, 4, 4>(c, L); else attention4_launch<64, 8, 8>(c, L); }
+    } else if (kind == 3) {
+        if (hd == 128) attention3_launch<128>(c, L); else attention3_launch<64>(c, L);
+    } else if (hd == 128) attention2_launch<1, 128>(c, L);
+    else if (hd == 64) attention2_launch<1, 64>(c, L);
+    else if (hd == 256) attention2_launch<2, 256>(c, L);
+    else if (hd <= 128) attention2_launch<1, 0>(c, L);
+    else attention2_launch<2, 0>(c, L);
+}
+
+// Whether the kernels take this shape (else the op declines: the backend's fault, backend.h).
+static bool att_shape_ok(cuda_impl *c, int n_heads, int n_kv, int hd) {
+    if (hd <= ATT_MAX_HD && hd % 4 == 0 && n_heads % n_kv == 0) return true;
+    bs_backend_fail(c->be, "CUDA attention: head_dim %d / heads %d/%d unsupported (head_dim a multiple of 4, <= %d; heads a multiple of kv heads)", hd,
+                    n_heads, n_kv, ATT_MAX_HD);
+    return false;
+}
+
+// K/V rows below a causal call's q_pos0 may load before the kernel's PDL wait when they cannot still be in
+// flight: the attention is causal (the model's forward: rows below q_pos0 come from earlier forwards, rows
+// from q_pos0 on are this forward's) and the kernel before it waited for its own predecessor before
+// letting this one start (qk_norm_rope_store, c->kv_settled), so every kernel of earlier forwards has
+// completed. Pages do not change that: a sequence's rows below q_pos0 sit in pages only it holds.
+// BS_CUDA_ATT_EARLY=0 turns it off (A/B).
+static bool early_loads(cuda_impl *c) {
+    static int early_on = -1;
+    if (early_on < 0) early_on = bs_tuning_get()->cuda_att_early;
+    return c->kv_settled && early_on;
+}
+
+void cu_attention(bs_backend *be, float *out, const float *q, const bs_kv_view *kv, int n_q, int n_heads,
+                  int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
     cuda_impl *c = CI(be);
-    if (n_q <= 0 || ablated("att")) return;
-    if (hd > ATT_MAX_HD || hd % 4 || n_heads % n_kv)
-        CU_DECLINE(c, "attention: head_dim %d / heads %d/%d unsupported (head_dim a multiple of 4, <= %d; heads a multiple of kv heads)", hd,
-                   n_heads, n_kv, ATT_MAX_HD);
+    if (n_q <= 0 || ablated("att") || !att_shape_ok(c, n_heads, n_kv, hd)) return;
+    if (kv->pages && kv->page_rows % ATT_CHUNK) CU_DECLINE(c, "attention: K/V pages of %d rows (a multiple of %d needed)", kv->page_rows, ATT_CHUNK);
     size_t smem = sizeof(float) * (2 * ATT_CHUNK * (hd + 4) + 2 * ATT_QV * hd + 2 * ATT_QV);
     static size_t smem_set = 48 * 1024;
     if (smem > smem_set) { CK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); smem_set = smem; }
     const int RB = 64;   // query rows per launch
     if (ensure_ws(c, &c->att_ws, &c->att_ws_bytes, sizeof(float) * (ATT_SPLITS * (size_t)(n_q < RB ? n_q : RB) * n_heads * (hd + 2) + 4))) return;
-    // v3 and v4 may read K/V rows below q_pos0 before their PDL wait when they cannot still be in flight: the
-    // attention is causal (the model's forward: rows below q_pos0 come from earlier forwards, rows from
-    // q_pos0 on are this forward's) and the kernel before it waited for its own predecessor before letting
-    // this one start (qk_norm_rope_store, c->kv_settled), so every kernel of earlier forwards has completed.
-    // BS_CUDA_ATT_EARLY=0 turns it off (A/B).
-    static int early_on = -1;
-    if (early_on < 0) early_on = bs_tuning_get()->cuda_att_early;
     posarg old_keys = { 0, NULL };
-    if (causal && c->kv_settled && early_on) old_keys = P(c, q_pos0);
+    if (causal && early_loads(c)) old_keys = P(c, q_pos0);
+    const float *k = kv->k, *v = kv->v;
     const bool v2 = att_variant() && ((uintptr_t)q & 15) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0 && ((uintptr_t)out & 15) == 0;
     for (int r = 0; r < n_q; r += RB) {
         int nq = n_q - r < RB ? n_q - r : RB;
         att_args a;
         a.q = q + (size_t)r * n_heads * hd; a.k = k; a.v = v; a.part = c->att_ws;
+        a.pages = kv->pages; a.page_rows = kv->page_rows;
         a.n_q = nq; a.n_heads = n_heads; a.n_kv = n_kv; a.hd = hd; a.causal = causal; a.window = window;
         a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0 + r); a.scale = 1.0f / sqrtf((float)hd);
         a.old_keys = old_keys;
-        if (v2) {
-            float *o = out + (size_t)r * n_heads * hd;
-            if (att_variant() == 3 && hd == 128) attention4_pick<128>(c, o, a);
-            else if (att_variant() == 3 && hd == 64) attention4_pick<64>(c, o, a);
-            else if (att_variant() >= 2 && hd == 128) attention3_launch<128>(c, o, a);
-            else if (att_variant() >= 2 && hd == 64) attention3_launch<64>(c, o, a);
-            else if (hd == 128) attention2_launch<1, 128>(c, o, a);
-            else if (hd == 64) attention2_launch<1, 64>(c, o, a);
-            else if (hd == 256) attention2_launch<2, 256>(c, o, a);
-            else if (hd <= 128) attention2_launch<1, 0>(c, o, a);
-            else attention2_launch<2, 0>(c, o, a);
-            continue;
-        }
+        if (v2) { attention_v2plus(c, out + (size_t)r * n_heads * hd, a, NULL, 0, nq * (n_heads / n_kv)); continue; }
         launch_flags_clear(c);
         attention_kernel<<<dim3(n_kv, ATT_SPLITS), 128, smem, c->st>>>(a);
         LAUNCHED("attention");
@@ -948,3 +1096,43 @@ void cu_attention(bs_backend *be, float *out, const float *q, const float *k, co
     }
 }
 
+// The native span attention (backend.h attention_spans): the spans of a forward chunk in one launch (and one
+// combine), each block reading its span's page table; a row's result is the one cu_attention gives its span.
+// One span (a lone sequence's forward, which is recorded as a graph: its positions must be position
+// arguments), a recording, the v1 kernel (BS_CUDA_ATT=old), unaligned buffers and spans of more than
+// ATT_MAX_SPANS rows go through cu_attention per span instead.
+void cu_attention_spans(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads, int n_kv, int hd) {
+    cuda_impl *c = CI(be);
+    if (n_spans <= 0 || ablated("att") || !att_shape_ok(c, n_heads, n_kv, hd)) return;
+    const size_t qw = (size_t)n_heads * hd;
+    bool together = n_spans > 1 && !c->capturing && att_variant() && ((uintptr_t)q & 15) == 0 && ((uintptr_t)out & 15) == 0;
+    for (int i = 0; i < n_spans && together; i++) {
+        const bs_kv_view *kv = &spans[i].kv;
+        together = ((uintptr_t)kv->k & 15) == 0 && ((uintptr_t)kv->v & 15) == 0 && (!kv->pages || kv->page_rows % ATT_CHUNK == 0);
+    }
+    for (int i = 0; i < n_spans;) {
+        const bs_row_span *s0 = &spans[i];
+        if (!together || s0->n > ATT_MAX_SPANS) {
+            cu_attention(be, out + s0->row0 * qw, q + s0->row0 * qw, &s0->kv, s0->n, n_heads, n_kv, hd, s0->pos0 + s0->n, s0->pos0, 1, 0);
+            i++;
+            continue;
+        }
+        // the spans from i on that fit one launch's ATT_MAX_SPANS query rows
+        att2_span_args S;   // ~3 KB of kernel parameters (a launch copies them)
+        memset(&S, 0, sizeof S);
+        int n = 0, rows = 0, max_qv = 0;
+        for (; i < n_spans && spans[i].n <= ATT_MAX_SPANS - rows; i++, n++) {
+            const bs_row_span *sp = &spans[i];
+            S.sp[n] = att_span{ sp->kv.k, sp->kv.v, sp->kv.pages, sp->kv.page_rows, sp->row0, sp->n, sp->pos0, rows };
+            rows += sp->n;
+            if (sp->n * (n_heads / n_kv) > max_qv) max_qv = sp->n * (n_heads / n_kv);
+        }
+        if (ensure_ws(c, &c->att_ws, &c->att_ws_bytes, sizeof(float) * (ATT_SPLITS * (size_t)rows * n_heads * (hd + 2) + 4))) return;
+        S.n_rows = rows;
+        S.early = early_loads(c);
+        att_args &a = S.A.a;
+        a.q = q; a.part = c->att_ws;
+        a.n_heads = n_heads; a.n_kv = n_kv; a.hd = hd; a.causal = 1; a.window = 0; a.scale = 1.0f / sqrtf((float)hd);
+        attention_v2plus(c, out, a, &S, n, max_qv);
+    }
+}

@@ -49,6 +49,11 @@ static void cu_copy(bs_backend *be, void *dst, const void *src, size_t n) {
     if (n) CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->st));
 }
 static void cu_sync(bs_backend *be) { cuda_impl *c = CI(be); CK(cudaStreamSynchronize(c->st)); }
+static size_t cu_mem_free(bs_backend *be) {
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) { cudaGetLastError(); return 0; }
+    return fr;
+}
 
 // BS_CUDA_FUSE=0: the fused ops (qk_norm_rope_store, swiglu_matmul) are declined, the model runs the
 // separate ops instead (same results; for isolating a fused kernel).
@@ -123,12 +128,14 @@ static int weight_keep(cuda_impl *c, bs_mat *dst, const bs_mat *host, void *d, i
 
 static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
     cuda_impl *c = CI(be);
-    if (host->format == BS_WFMT_AFFINE) {   // MLX affine codes: uploaded as they are, multiplied by cuda_affine.cu
-        bs_mat dev;
+    if (host->format == BS_WFMT_AFFINE) {   // MLX affine codes: relaid out for cuda_affine.cu (affine_layout.h)
         void *d;
-        if (cu_affine_upload(c, &dev, host, &d, err)) return -1;
+        char as[40];
+        snprintf(as, sizeof as, " as affine %d-bit codes", host->bits);
+        if (weight_alloc(c, host, cu_affine_bytes(host), as, &d, err)) return -1;
+        if (cu_affine_upload(c, d, host, err)) { cudaFree(d); return -1; }
         weight_keep(c, dst, host, d, BS_CUDA_AFFINE);
-        dst->scales = dev.scales; dst->biases = dev.biases;
+        dst->scales = dst->biases = d;   // interleaved with the codes (affine_layout.h)
         return 0;
     }
     const bool tiled = mm_tiled_eligible(host);
@@ -304,10 +311,11 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     be->alloc = cu_alloc; be->free = cu_free; be->upload = cu_upload; be->download = cu_download; be->copy = cu_copy;
     be->sync = cu_sync; be->weight = cu_weight; be->weight_lossy = cu_weight_lossy;
     be->matmul = cu_matmul; be->rmsnorm = cu_rmsnorm; be->head_norm_rope = cu_head_norm_rope; be->head_norm_rope_multi = cu_head_norm_rope_multi; be->attention = cu_attention;
+    be->attention_spans = cu_attention_spans; be->mem_free = cu_mem_free;
     be->swiglu = cu_swiglu; be->add = cu_add; be->embed = cu_embed; be->copy_rows = cu_copy_rows; be->argmax = cu_argmax;
     be->argmax_to = cu_argmax_to; be->embed_from = cu_embed_from; be->scatter_cols = cu_scatter_cols; be->hadamard_rows = cu_hadamard_rows;
     be->sample_rows = cu_sample_rows; be->sample_rows_to = cu_sample_rows_to; be->accept_sampled = cu_accept_sampled; be->accept_sampled_to = cu_accept_sampled_to;
-    be->store_rows = cu_store_rows; be->matmul_multi = cu_matmul_multi; be->swiglu_matmul = cu_swiglu_matmul;
+    be->store_kv = cu_store_kv; be->matmul_multi = cu_matmul_multi; be->swiglu_matmul = cu_swiglu_matmul;
     if (fuse_enabled()) { be->qk_norm_rope_store = cu_qk_norm_rope_store; be->qkv_norm_rope_store = cu_qkv_norm_rope_store; }
     be->record_begin = cu_record_begin; be->record_end = cu_record_end; be->replay = cu_replay; be->record_free = cu_record_free;
     be->destroy = cu_destroy;

@@ -6,8 +6,7 @@
 __global__ void swiglu_kernel(float *h, const float *g, const float *u, size_t n) {
     pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float x = g[i];
-        h[i] = x / (1.0f + expf(-x)) * u[i];
+        h[i] = silu_mul(g[i], u[i]);
     }
 }
 __global__ void add_kernel(float *y, const float *x, size_t n) {
@@ -26,10 +25,12 @@ void cu_add(bs_backend *be, float *y, const float *x, size_t n) {
 
 struct ids_arg { int ids[MAX_STEP_IDS]; };
 // ids from (first non-NULL) dev_ids (device memory: embed_from), the replay's step state, or the launch arguments.
-// An affine table's scales and biases (bits 0: the table is dense).
-struct aff_arg { const void *scales, *biases; int bits, group; };
+// An affine table's layout (on: 0 for a dense table).
+struct aff_arg { af_shape S; int on; };
 static aff_arg aff_of(const bs_mat *t) {
-    aff_arg a = { t->scales, t->biases, t->layout == BS_CUDA_AFFINE ? t->bits : 0, t->group };
+    aff_arg a;
+    a.on = t->layout == BS_CUDA_AFFINE;
+    a.S = af_shape_of(t->rows, t->cols, a.on ? t->bits : 4, a.on ? t->group : 32, (int)bs_dtype_size(t->dtype));
     return a;
 }
 __global__ void embed_kernel(float *out, const void *table, int dt, int tiled, int cols, ids_arg ids, const step_state *st,
@@ -38,7 +39,7 @@ __global__ void embed_kernel(float *out, const void *table, int dt, int tiled, i
     int r = blockIdx.x;
     int id = dev_ids ? dev_ids[r] : st ? st->ids[r] : ids.ids[r];
     for (int i = threadIdx.x; i < cols; i += blockDim.x)
-        out[(size_t)r * cols + i] = aff.bits ? affine_elem((const uint32_t *)table, aff.scales, aff.biases, dt, aff.bits, aff.group, cols, id, i)
+        out[(size_t)r * cols + i] = aff.on ? affine_elem(table, aff.S, dt, id, i)
                                   : tiled ? __bfloat162float(((const __nv_bfloat16 *)table)[tt_index(id, i, cols)])
                                           : ld_elem(table, dt, (size_t)id * cols + i);
 }
@@ -100,15 +101,21 @@ void cu_scatter_cols(bs_backend *be, float *out, int out_w, const float *in, int
              in, in_w, cols, fill);
 }
 
-__global__ void store_rows_kernel(float *dst, posarg row0, const float *src, int n, int width) {
+// K and V rows i < n into the cache's rows pos0 + i, through its page table.
+__global__ void store_kv_kernel(kv_dev kv, posarg pos0, const float *k, const float *v, int n, int width) {
     pdl_enter();
-    size_t total = (size_t)n * width, base = (size_t)pv(row0) * width;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) dst[base + i] = src[i];
+    const int p0 = pv(pos0);
+    size_t total = (size_t)n * width;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const int r = (int)(i / width);
+        const size_t at = kv_dev_row(kv, p0 + r) * width + (i - (size_t)r * width);
+        kv.k[at] = k[i]; kv.v[at] = v[i];
+    }
 }
-void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width) {
+void cu_store_kv(bs_backend *be, const bs_kv_view *kv, int pos0, const float *k, const float *v, int n, int width) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
-    launch_k(c, "store_rows", store_rows_kernel, dim3(ew_blocks((size_t)n * width)), dim3(256), 0, dst, P(c, row0), src, n, width);
+    launch_k(c, "store_kv", store_kv_kernel, dim3(ew_blocks((size_t)n * width)), dim3(256), 0, kv_dev_of(kv), P(c, pos0), k, v, n, width);
 }
 
 // Argmax of each row: AM_PARTS blocks per row scan slices with 4 independent loads in flight per

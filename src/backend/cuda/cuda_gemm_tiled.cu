@@ -144,7 +144,7 @@ int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err) {
 
 // The attention inputs' step fused into the q/k/v GEMM's fixup (cu_qkv_norm_rope_store): jobs 0, 1, 2 are
 // q, k, v; a 128-row tile is one head; every tile is cut, so the fixup sums every (head, activation row).
-struct tt_qk { const void *qw, *kw; int qdt, kdt, nkv; float eps; const float *inv_freq; posarg pos0; float *kc, *vc; };
+struct tt_qk { const void *qw, *kw; int qdt, kdt, nkv; float eps; const float *inv_freq; posarg pos0; kv_dev kv; };
 
 struct tt_job { float *y; const __nv_bfloat16 *W; const float *scale; int M, acc, tile0; };   // scale: 8-bit tiles only
 struct tt_args {
@@ -248,7 +248,7 @@ __device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int f
             const int ji = tt_job_of(Tu, A), h = Tu - J.tile0, p = pv(A.qk.pos0) + col;
             float *hw = hs + warp * TT_M, *head = J.y + (size_t)col * M + rbase;
             if (ji == 2) {
-                float *vr = A.qk.vc + ((size_t)p * A.qk.nkv + h) * TT_M + 4 * lane;
+                float *vr = A.qk.kv.v + (kv_dev_row(A.qk.kv, p) * A.qk.nkv + h) * TT_M + 4 * lane;
 #pragma unroll
                 for (int e = 0; e < 4; e++) { yc[e] = vv[e]; vr[e] = vv[e]; }
                 continue;
@@ -259,7 +259,7 @@ __device__ void tt_sum_cut_tile(const tt_args &A, const tt_job &J, int Tu, int f
             if (ji == 0) {
                 head_norm_rope_warp(hw, head, TT_M, A.qk.qw, A.qk.qdt, A.qk.eps, p, A.qk.inv_freq, lane);
             } else {
-                head_norm_rope_warp(hw, A.qk.kc + ((size_t)p * A.qk.nkv + h) * TT_M, TT_M, A.qk.kw, A.qk.kdt, A.qk.eps, p, A.qk.inv_freq, lane);
+                head_norm_rope_warp(hw, A.qk.kv.k + (kv_dev_row(A.qk.kv, p) * A.qk.nkv + h) * TT_M, TT_M, A.qk.kw, A.qk.kdt, A.qk.eps, p, A.qk.inv_freq, lane);
                 __syncwarp();
 #pragma unroll
                 for (int e = 0; e < 4; e++) yc[e] = hw[4 * lane + e];
@@ -652,7 +652,7 @@ static bool tt_every_tile_cut(cuda_impl *c, int count, const bs_mat *const *W) {
 // always (A/B runs).
 int cu_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *const *W, float *q, float *k, float *v, int n_heads,
                            int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
-                           float *kcache, float *vcache) {
+                           const bs_kv_view *kv) {
     cuda_impl *c = CI(be);
     static int on = -1;
     if (on < 0) on = bs_tuning_get()->cuda_qkv_fuse;
@@ -667,7 +667,7 @@ int cu_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *
     memset(&qk, 0, sizeof qk);
     qk.qw = q_norm ? q_norm->data : NULL; qk.qdt = q_norm ? (int)q_norm->dtype : 0;
     qk.kw = k_norm ? k_norm->data : NULL; qk.kdt = k_norm ? (int)k_norm->dtype : 0;
-    qk.nkv = n_kv; qk.eps = eps; qk.inv_freq = inv_freq; qk.kc = kcache; qk.vc = vcache;
+    qk.nkv = n_kv; qk.eps = eps; qk.inv_freq = inv_freq; qk.kv = kv_dev_of(kv);
     float *y[3] = { q, k, v };
     const int acc[3] = { 0, 0, 0 };
     tt_run(c, 3, y, W, acc, x, n, NULL, &qk, pos0);

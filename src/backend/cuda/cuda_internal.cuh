@@ -74,6 +74,13 @@ static inline void ids_sane(cuda_impl *c, int32_t *host, int n) {
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) cu_fault(c, #call, e_); } while (0)
 #define LAUNCHED(what) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) cu_fault(c, what, e_); } while (0)
 
+// A K/V view on the device (backend.h, bs_kv_view): key j's row through the page table, or j itself.
+struct kv_dev { float *k, *v; const int32_t *pages; int page_rows; };
+static inline kv_dev kv_dev_of(const bs_kv_view *kv) { kv_dev d = { kv->k, kv->v, kv->pages, kv->page_rows }; return d; }
+__device__ __forceinline__ size_t kv_dev_row(const kv_dev &kv, int j) {
+    return kv.pages ? (size_t)kv.pages[j / kv.page_rows] * kv.page_rows + (size_t)(j % kv.page_rows) : (size_t)j;
+}
+
 static inline posarg P(cuda_impl *c, int v) {
     posarg p;
     if (c->capturing) { p.rel = v - c->cap_base; p.base = &c->d_state->pos; }
@@ -131,22 +138,31 @@ size_t mm_tiled_bytes(const bs_mat *host);
 int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
 // 8-bit tiles with row scales (tiled_layout.h), layout = BS_CUDA_FP8: lossy weights (weight_lossy).
 #define BS_CUDA_FP8 2
-// MLX affine codes + scales + biases in one allocation (cuda_affine.cu), layout = BS_CUDA_AFFINE.
+// MLX affine weights relaid out for the tensor-core kernels (affine_layout.h, cuda_affine.cu), layout =
+// BS_CUDA_AFFINE: codes and (scale, bias) pairs interleaved in `data` (scales and biases point at it too).
 #define BS_CUDA_AFFINE 3
-// Uploads an affine weight: *dst its device view, *d the allocation to free with the backend.
-int cu_affine_upload(cuda_impl *c, bs_mat *dst, const bs_mat *host, void **d, bs_err *err);
-// y (+)= x . W^T for an affine W (any row count; batch-invariant).
-void mm_affine(cuda_impl *c, float *y, const float *x, int n, const bs_mat *W, int acc);
-// Element (id, i) of an affine table, dequantised with the format's formula (fmaf(scale, q, bias) in fp32).
-__device__ __forceinline__ float affine_elem(const uint32_t *codes, const void *scales, const void *biases, int dt, int bits, int group,
-                                             int cols, int id, int i) {
-    const int P = 32 / bits;
-    const uint32_t v = codes[(size_t)id * (cols / P) + i / P];
-    const size_t g = (size_t)id * (cols / group) + i / group;
-    return fmaf(dt == BS_F32 ? ((const float *)scales)[g] : dt == BS_BF16 ? __bfloat162float(((const __nv_bfloat16 *)scales)[g]) : __half2float(((const __half *)scales)[g]),
-                (float)((v >> ((i % P) * bits)) & ((1u << bits) - 1u)),
-                dt == BS_F32 ? ((const float *)biases)[g] : dt == BS_BF16 ? __bfloat162float(((const __nv_bfloat16 *)biases)[g]) : __half2float(((const __half *)biases)[g]));
+#include "backend/cuda/affine_layout.h"
+size_t cu_affine_bytes(const bs_mat *host);
+// Uploads an affine host weight into d (cu_affine_bytes of device memory).
+int cu_affine_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
+// y[i] (+)= x . W[i]^T for `count` affine weights of the same K, bits, group and dtype, any row count
+// (batch-invariant); with up != NULL (one weight) the input is silu(x) * up.
+void mm_affine(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
+               const float *up = NULL);
+// Element (id, i) of an affine table on the device, dequantised with the format's formula (fmaf(scale, q, bias) in fp32).
+__device__ __forceinline__ float affine_elem(const void *table, const af_shape &S, int dt, int64_t id, int64_t i) {
+    int shift;
+    const uint32_t w = *(const uint32_t *)((const char *)table + af_code_at(&S, id, i, &shift));
+    const char *pr = (const char *)table + af_pair_at(&S, id, i / S.group);
+    float s, b;
+    if (dt == BS_F32) { s = ((const float *)pr)[0]; b = ((const float *)pr)[1]; }
+    else if (dt == BS_BF16) { s = __bfloat162float(((const __nv_bfloat16 *)pr)[0]); b = __bfloat162float(((const __nv_bfloat16 *)pr)[1]); }
+    else { s = __half2float(((const __half *)pr)[0]); b = __half2float(((const __half *)pr)[1]); }
+    return fmaf(s, (float)((w >> shift) & ((1u << S.bits) - 1u)), b);
 }
+// silu(g) * u in fp32, the one expression of the swiglu kernel and of the GEMMs that stage it (fused and
+// unfused results must be the same bits).
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 bool mm_fp8_eligible(const bs_mat *host);
 size_t mm_fp8_bytes(const bs_mat *host);
 int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
@@ -156,7 +172,7 @@ void mm_tiled_launch(cuda_impl *c, int count, float *const *y, const bs_mat *con
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int accumulate);
 int cu_qkv_norm_rope_store(bs_backend *be, const float *x, int n, const bs_mat *const *W, float *q, float *k, float *v, int n_heads,
                            int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
-                           float *kcache, float *vcache);
+                           const bs_kv_view *kv);
 // The flags qk_norm_rope_store's launch leaves for the attention after it (cuda_norm_rope.cu); the fused
 // q/k/v fixup sets the same.
 void qknrs_launched(cuda_impl *c, int n);
@@ -212,14 +228,15 @@ void cu_rmsnorm(bs_backend *be, float *y, const float *x, int n, int dim, const 
 void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, const float *inv_freq);
 void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                            const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
-                           float *kcache, float *vcache);
-void cu_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int n_heads,
+                           const bs_kv_view *kv);
+void cu_attention(bs_backend *be, float *out, const float *q, const bs_kv_view *kv, int n_q, int n_heads,
                   int n_kv, int hd, int n_keys, int q_pos0, int causal, int window);
+void cu_attention_spans(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads, int n_kv, int hd);
 void cu_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n);
 void cu_add(bs_backend *be, float *y, const float *x, size_t n);
 void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n);
 void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width);
-void cu_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width);
+void cu_store_kv(bs_backend *be, const bs_kv_view *kv, int pos0, const float *k, const float *v, int n, int width);
 void cu_scatter_cols(bs_backend *be, float *out, int out_w, const float *in, int in_w, int n, const int32_t *cols, float fill);
 void cu_hadamard_rows(bs_backend *be, float *y, const float *x, int n, int dim, const float *pre, const float *post, int transpose);
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);

@@ -120,10 +120,11 @@ void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, 
 }
 
 // The attention-input step of a layer in one launch: warps [0, n*nq) norm+rope the q heads in place,
-// [n*nq, n*(nq+nkv)) the k heads (in place and into kcache row pos0 + r), the rest copy v rows into vcache.
+// [n*nq, n*(nq+nkv)) the k heads (in place and into the cache's row pos0 + r, through its page table), the
+// rest copy v rows into the cache.
 __global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, int n, int nq, int nkv, int hd,
                                           const void *qw, int qdt, const void *kw, int kdt, float eps, posarg pos0,
-                                          const float *inv_freq, float *kc, float *vc) {
+                                          const float *inv_freq, kv_dev kv) {
     // waits before it lets the attention start: when the attention's blocks begin, every kernel before
     // this one has completed, so it may read the K/V rows of earlier forwards before its own wait
     pdl_wait(); pdl_trigger();
@@ -134,25 +135,26 @@ __global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, in
         head_norm_rope_warp(q + (size_t)wid * hd, NULL, hd, qw, qdt, eps, p0 + wid / nq, inv_freq, lane);
     } else if (wid < nqw + nkw) {
         int w = wid - nqw, r = w / nkv;
-        head_norm_rope_warp(k + (size_t)w * hd, kc + (size_t)p0 * nkv * hd + (size_t)w * hd, hd, kw, kdt, eps, p0 + r, inv_freq, lane);
+        float *dst = kv.k + (kv_dev_row(kv, p0 + r) * nkv + w % nkv) * hd;
+        head_norm_rope_warp(k + (size_t)w * hd, dst, hd, kw, kdt, eps, p0 + r, inv_freq, lane);
     } else if (wid < nqw + 2 * nkw) {
-        int w = wid - nqw - nkw;
+        int w = wid - nqw - nkw, r = w / nkv;
         const float *src = v + (size_t)w * hd;
-        float *dst = vc + (size_t)p0 * nkv * hd + (size_t)w * hd;
+        float *dst = kv.v + (kv_dev_row(kv, p0 + r) * nkv + w % nkv) * hd;
         for (int i = lane; i < hd; i += 32) dst[i] = src[i];
     }
 }
 
 void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                                   const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
-                                  float *kcache, float *vcache) {
+                                  const bs_kv_view *kv) {
     cuda_impl *c = CI(be);
     if (n <= 0 || ablated("qknrs")) return;
     REQUIRE_ROW_MAJOR(c, q_norm, "qk_norm_rope_store"); REQUIRE_ROW_MAJOR(c, k_norm, "qk_norm_rope_store");
     REQUIRE_HEAD_DIM(c, hd);
     int warps = n * (n_heads + 2 * n_kv);
     launch_k(c, "qk_norm_rope_store", qk_norm_rope_store_kernel, dim3((warps + 7) / 8), dim3(256), 0, q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
-        q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), inv_freq, kcache, vcache);
+        q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), inv_freq, kv_dev_of(kv));
     qknrs_launched(c, n);
 }
 

@@ -55,18 +55,21 @@ static void pf_hnr_multi(bs_backend *be, int count, float *const *x, int n, int 
 static void pf_hnr(bs_backend *be, float *x, int n, int nh, int hd, const bs_mat *w, float eps, int pos0, const float *inv_freq) {
     PROF("head_norm_rope", n, g_prof->inner.head_norm_rope(be, x, n, nh, hd, w, eps, pos0, inv_freq));
 }
-static void pf_attention(bs_backend *be, float *out, const float *q, const float *k, const float *v, int n_q, int nh, int nkv, int hd,
+static void pf_attention(bs_backend *be, float *out, const float *q, const bs_kv_view *kv, int n_q, int nh, int nkv, int hd,
                          int n_keys, int q_pos0, int causal, int window) {
-    PROF(causal ? "attention causal" : "attention bidir", n_q, g_prof->inner.attention(be, out, q, k, v, n_q, nh, nkv, hd, n_keys, q_pos0, causal, window));
+    PROF(causal ? "attention causal" : "attention bidir", n_q, g_prof->inner.attention(be, out, q, kv, n_q, nh, nkv, hd, n_keys, q_pos0, causal, window));
+}
+static void pf_attention_spans(bs_backend *be, float *out, const float *q, const bs_row_span *sp, int n_spans, int nh, int nkv, int hd) {
+    PROF("attention spans", n_spans, g_prof->inner.attention_spans(be, out, q, sp, n_spans, nh, nkv, hd));
 }
 static void pf_qkrs(bs_backend *be, float *q, float *k, const float *v, int n, int nh, int nkv, int hd, const bs_mat *qw,
-                    const bs_mat *kw, float eps, int pos0, const float *inv_freq, float *kc, float *vc) {
-    PROF("qk_norm_rope_store", n, g_prof->inner.qk_norm_rope_store(be, q, k, v, n, nh, nkv, hd, qw, kw, eps, pos0, inv_freq, kc, vc));
+                    const bs_mat *kw, float eps, int pos0, const float *inv_freq, const bs_kv_view *kv) {
+    PROF("qk_norm_rope_store", n, g_prof->inner.qk_norm_rope_store(be, q, k, v, n, nh, nkv, hd, qw, kw, eps, pos0, inv_freq, kv));
 }
 static int pf_qkv(bs_backend *be, const float *x, int n, const bs_mat *const *W, float *q, float *k, float *v, int nh, int nkv, int hd,
-                  const bs_mat *qw, const bs_mat *kw, float eps, int pos0, const float *inv_freq, float *kc, float *vc) {
+                  const bs_mat *qw, const bs_mat *kw, float eps, int pos0, const float *inv_freq, const bs_kv_view *kv) {
     int r;
-    PROF("matmul q/k/v + qk_norm_rope_store", n, r = g_prof->inner.qkv_norm_rope_store(be, x, n, W, q, k, v, nh, nkv, hd, qw, kw, eps, pos0, inv_freq, kc, vc));
+    PROF("matmul q/k/v + qk_norm_rope_store", n, r = g_prof->inner.qkv_norm_rope_store(be, x, n, W, q, k, v, nh, nkv, hd, qw, kw, eps, pos0, inv_freq, kv));
     return r;
 }
 static int pf_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int acc) {
@@ -81,7 +84,9 @@ static void pf_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t 
 static void pf_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width) {
     PROF("copy_rows", n, g_prof->inner.copy_rows(be, dst, ds, src, ss, n, width));
 }
-static void pf_store_rows(bs_backend *be, float *dst, int row0, const float *src, int n, int width) { PROF("store_rows", n, g_prof->inner.store_rows(be, dst, row0, src, n, width)); }
+static void pf_store_kv(bs_backend *be, const bs_kv_view *kv, int pos0, const float *k, const float *v, int n, int width) {
+    PROF("store_kv", n, g_prof->inner.store_kv(be, kv, pos0, k, v, n, width));
+}
 static void pf_argmax(bs_backend *be, int32_t *out, const float *l, int n, int vocab) { PROF("argmax (+sync)", n, g_prof->inner.argmax(be, out, l, n, vocab)); }
 static void pf_argmax_to(bs_backend *be, int32_t *out, const float *l, int n, int vocab, const int32_t *map) { PROF("argmax", n, g_prof->inner.argmax_to(be, out, l, n, vocab, map)); }
 static void pf_scatter_cols(bs_backend *be, float *o, int ow, const float *in, int iw, int n, const int32_t *cols, float fill) { PROF("scatter_cols", n, g_prof->inner.scatter_cols(be, o, ow, in, iw, n, cols, fill)); }
@@ -97,8 +102,9 @@ void prof_install(bs_backend *be) {
     g_prof = p;
     be->matmul = pf_matmul; be->matmul_multi = pf_matmul_multi; be->rmsnorm = pf_rmsnorm; be->head_norm_rope = pf_hnr;
     be->attention = pf_attention; be->swiglu = pf_swiglu; be->add = pf_add; be->embed = pf_embed; be->copy_rows = pf_copy_rows;
-    be->store_rows = pf_store_rows; be->argmax = pf_argmax; be->argmax_to = pf_argmax_to; be->embed_from = pf_embed_from; be->scatter_cols = pf_scatter_cols; be->hadamard_rows = pf_hadamard_rows;
+    be->store_kv = pf_store_kv; be->argmax = pf_argmax; be->argmax_to = pf_argmax_to; be->embed_from = pf_embed_from; be->scatter_cols = pf_scatter_cols; be->hadamard_rows = pf_hadamard_rows;
     if (be->qk_norm_rope_store) be->qk_norm_rope_store = pf_qkrs;
+    if (be->attention_spans) be->attention_spans = pf_attention_spans;
     if (be->head_norm_rope_multi) be->head_norm_rope_multi = pf_hnr_multi;
     if (be->swiglu_matmul) be->swiglu_matmul = pf_swiglu_matmul;
     if (be->qkv_norm_rope_store) be->qkv_norm_rope_store = pf_qkv;
