@@ -16,6 +16,8 @@
 #include "runtime/seq.h"
 #include "runtime/schedule.h"
 
+#define BS_PROBE_FIRST 8          // alg1 / async: after this many plain steps in a row one drafts anyway (a probe),
+#define BS_PROBE_MAX 128          // the gap doubling after each probe up to this, back to the first after a drafting decision
 #define BS_PREFILL_CHUNK 256     // prompt rows per prefill forward: each chunk's taps become drafter context at once
 
 typedef struct bs_runtime {
@@ -32,10 +34,14 @@ typedef struct bs_runtime {
     float *feat;                 // [cap_feat][n_taps * H] drafter context features, a row per batch row
     int cap_logits, cap_feat;
     double t_fwd_step;           // this step's target forward seconds
-    double t_other;              // the rest of a speculative step (drafter, acceptance, bookkeeping), smoothed
-                                 // over earlier steps: the cost model's fixed part (schedule.h, t_fixed)
+    double t_other;              // the rest of a drafting step beyond the tables' times (the target forward's, the
+                                 // drafter pass's where there is a drafter table; acceptance, bookkeeping),
+                                 // smoothed over earlier steps: the cost model's fixed part (schedule.h, t_fixed)
+    double t_other_plain;        // the same for steps that skipped the drafter (alg1 / async); have_plain: seen one
+    int have_plain;
     int last_rows;               // target rows in the latest step's forward(s) (for servers' metrics)
     int last_prompt_rows;        // of them, prompt rows of the batched forward (what bs_runtime_prompt_rows planned)
+    int last_seqs;               // sequences in the latest step's forward (the cost model's per-sequence term)
     int32_t *dev_scratch;        // [2 * BS_MAX_DRAFT + 2]: a lone sequence's verify (one download per round)
     float *residual;             // host [V]: the host acceptance's residual row
     bs_seq_rows *rows;           // host [cap_seqs]: the batch descriptor of step 3
@@ -51,7 +57,17 @@ typedef struct bs_runtime {
     // planned by the previous step (-1: none yet) and the step's scheduler arrays (host [cap_seqs], and
     // [cap_cand] candidates).
     bs_sched_mode sched;
-    double *sps; int n_sps;
+    double *sps; int n_sps;      // the verify table (convexified), rows in sequences of `block` rows
+    int block;
+    double *sps1; int n_sps1;    // one-row sequences (convexified), or NULL
+    double *dps; int n_dps;      // drafter passes per second by sequences, or NULL
+    // Whether a step drafts at all (alg1 / async; step.c, decide_drafting): predictions from earlier rounds.
+    int skip_drafts;             // this step decodes plainly: no drafter pass, every sequence verifies its anchor
+    int plain_run, probe_every;  // consecutive plain steps; the probe_every-th drafts anyway (its rounds refresh
+                                 // the predictions a plain step cannot)
+    int n_drafting;              // sequences the drafter ran for in this step
+    float surv[BS_MAX_DRAFT];    // every sequence's prefix survivals, smoothed: a new sequence's prediction
+    int n_surv;
     int async_budget, async_R;
     bs_sched_in *sched_in;
     int *sched_l;
@@ -77,6 +93,8 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err);
 // second with 1..n_sps rows; copied). Refused while sequences are active (a sequence that started under
 // "none" has no drafter context to draft from).
 int bs_runtime_set_schedule(bs_runtime *rt, bs_sched_mode mode, const double *sps, int n_sps, bs_err *err);
+// The same with the whole cost model (tables copied; c NULL: none).
+int bs_runtime_set_schedule_costs(bs_runtime *rt, bs_sched_mode mode, const bs_cost_tables *c, bs_err *err);
 
 // The prompt rows the next step's batched forward will take (prefill_rows shared by the prefilling
 // sequences in join order): the scheduler prices the step with it before the forward runs.
