@@ -591,6 +591,20 @@ TEST(sched_cli_profile_and_trace) {
         }
         replay_trace_free(&t);
     }
+    // A request alone (its drafts could stay in backend memory under fixed) still reports its confidences
+    // to the trace.
+    snprintf(cmd, sizeof cmd, "%s generate --prompts %s -n 16 --ignore-eos --max-concurrency 1 --schedule fixed --trace %s/alone.jsonl",
+             bs_cli_path(), path, dir);
+    CHECK(bs_test_run(cmd, 0, out, sizeof out) == 0, "%s", out);
+    {
+        char tpath[4096];
+        snprintf(tpath, sizeof tpath, "%s/alone.jsonl", dir);
+        replay_trace t;
+        CHECK(replay_trace_load(&t, tpath, err, sizeof err) == 0, "%s", err);
+        for (int r = 0; r < t.n_req; r++)
+            for (int k = 0; k < t.n_rounds[r]; k++) CHECK(t.rounds[r][k].has_conf, "request %d round %d: no confidences in the trace", r, k);
+        replay_trace_free(&t);
+    }
     // Same ids for every request: strip the stats (timings differ) by comparing the "ids" arrays.
     for (int r = 0; r < 3; r++) {
         char key[64];

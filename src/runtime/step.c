@@ -266,16 +266,19 @@ static int cut_drafts(bs_runtime *rt, bs_seq **seqs, int R, int extra_rows, int 
 }
 
 // A lone sequence's drafts. Where the round verifies every draft whatever the confidences say (fixed, no
-// threshold, or alg1 when its plan keeps the whole block), they stay in backend memory for the verify and
-// nothing is cut; else they come to the host with their confidences (one transfer) for the cut.
+// threshold, or alg1 when its plan keeps the whole block), nothing is cut and they stay in backend memory
+// for the verify; else they come to the host with their confidences (one transfer) for the cut.
 static int draft_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     int max_n = plan_drafts(rt, s, err);
     if (max_n <= 0) return max_n;   // an error, or nothing to draft (a plain sequence or step, no room)
     bs_drafter *d = s->drafter;
     int whole = !needs_conf(rt, s) || lone_verifies_all(rt, s, max_n);
+    // The round observer reports confidences: with one, they are read (a trace recorded under fixed on a
+    // device would otherwise lack them for the rounds a request ran alone).
+    int on_device = whole && !rt->on_round && d->propose_on_device;
     double t0 = bs_now();
-    int rc = whole && d->propose_on_device ? d->propose_on_device(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err)
-                                           : d->propose(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err);
+    int rc = on_device ? d->propose_on_device(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err)
+                       : d->propose(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err);
     if (rc) return -1;
     s->n_drafted = s->draft.n < max_n ? s->draft.n : max_n;
     s->st.t_draft += bs_now() - t0;
