@@ -28,6 +28,8 @@ typedef struct bs_runtime {
     int n_seqs, cap_seqs;
     int prefill_rows;            // prompt rows per step over all prefilling sequences (BS_PREFILL_CHUNK; tests
                                  // set it small to cut prompts into many chunks)
+    int add_context_now;         // 1: a plain step's drafter context rows are added at once, not deferred
+                                 // (step.c, defer_context; tests compare the two)
     // Batch buffers (backend memory), grown to the largest step seen.
     float *logits;               // [cap_logits][V]
     int32_t *row_argmax;         // [cap_logits], host: a batch step's greedy targets, one argmax for all rows
@@ -63,8 +65,10 @@ typedef struct bs_runtime {
     double *dps; int n_dps;      // drafter passes per second by sequences, or NULL
     // Whether a step drafts at all (alg1 / async; step.c, decide_drafting): predictions from earlier rounds.
     int skip_drafts;             // this step decodes plainly: no drafter pass, every sequence verifies its anchor
-    int plain_run, probe_every;  // consecutive plain steps; the probe_every-th drafts anyway (its rounds refresh
+    struct bs_seq *probe;        // ... except this one, which drafts (a probe; NULL: none)
+    int plain_run, probe_every;  // consecutive plain steps; the probe_every-th has a probe (its round refreshes
                                  // the predictions a plain step cannot)
+    unsigned probe_next;         // probes go round the drafting sequences
     int n_drafting;              // sequences the drafter ran for in this step
     float surv[BS_MAX_DRAFT];    // every sequence's prefix survivals, smoothed: a new sequence's prediction
     int n_surv;

@@ -66,6 +66,7 @@ int bs_seq_init_on(bs_seq *s, const bs_engine *e, bs_drafter *d, const int32_t *
 }
 
 void bs_seq_free(bs_seq *s) {
+    if (s->pending) s->eng->be->free(s->eng->be, s->pending);
     bs_drafter_ctx_free(s->drafter, &s->dctx);
     if (s->kv == &s->kv_own) bs_kv_free(&s->kv_own);
     free(s->out_own);

@@ -47,6 +47,10 @@ typedef struct bs_seq {
     // its drafter reports confidences, and a step's predicted confidences.
     float surv[BS_MAX_DRAFT], pred[BS_MAX_DRAFT];
     int n_surv, conf_head;
+    // Drafter context rows of plain steps not yet added (step.c, defer_context): backend [BS_PENDING_ROWS]
+    // rows of the drafter's features, allocated on first use.
+    float *pending;
+    int n_pending;
     int n_prefilled, n_chunk;                  // prompt rows already in the KV cache; those in this step's batch
     int32_t ids[BS_MAX_DRAFT + 1];             // [anchor, d_1..d_n]
     // Owned storage (unused where borrowed).
@@ -56,6 +60,8 @@ typedef struct bs_seq {
     const bs_engine *eng;
     bs_drafter *drafter;                       // NULL: plain
 } bs_seq;
+
+#define BS_PENDING_ROWS 64
 
 // A sequence with its own KV cache, RNG and output buffer. The request is checked here (prompt and
 // output must fit the context: bs_request_tokens' rule and message). d: the runtime's drafter or NULL.

@@ -79,7 +79,7 @@ static int plan_drafts(const bs_runtime *rt, bs_seq *s, bs_err *err) {
     memset(&s->draft, 0, sizeof s->draft);
     s->n_draft = s->n_drafted = s->ran_drafter = 0;
     s->ids[0] = s->anchor;
-    if (!drafter_of(rt, s) || rt->skip_drafts) return 0;
+    if (!drafter_of(rt, s) || (rt->skip_drafts && s != rt->probe)) return 0;
     int max_n = bs_seq_round_drafts(s);
     // bs_request_tokens guarantees the anchor's row while tokens are still owed; running out here would be
     // a bug, and is an error rather than a silently shorter output.
@@ -194,13 +194,17 @@ static void learn_survivals(bs_runtime *rt, bs_seq *s, int a) {
 // earlier rounds only: the plan over each drafting sequence's predicted confidences, the drafter pass
 // priced by the drafter table, against plain decoding of the same sequences (a forward of one row each,
 // priced by the one-row-sequence table, and the rest of a plain step as measured). A step that does not
-// draft is a round of plain decoding for every sequence (its taps still extend the drafter contexts): exact
-// as always, and it decides nothing about any draft. With nothing to predict from, the step drafts; after
-// plain steps in a row one drafts anyway (a probe), since plain steps teach the predictions nothing.
+// draft is a round of plain decoding for every sequence (exact as always; it decides nothing about any
+// draft), but for at most one, the probe, which drafts: plain steps teach the predictions nothing, so after
+// plain steps in a row one sequence's round refreshes them (round the sequences in turn); and when some
+// sequence has nothing to predict from yet (nor the runtime, from any sequence), one of them drafts
+// alone rather than all at once. A lone sequence with nothing to go on drafts.
 static void decide_drafting(bs_runtime *rt) {
     rt->skip_drafts = 0;
+    rt->probe = NULL;
     if (!bs_sched_needs_sps(rt->sched) || !rt->n_sps) return;
     int R = 0, D = 0, m = 0, extra_seqs;
+    bs_seq *unknown = NULL;
     for (int i = 0; i < rt->n_seqs; i++) {
         bs_seq *s = rt->seqs[i];
         if (s->phase != BS_SEQ_DECODE) continue;
@@ -208,12 +212,15 @@ static void decide_drafting(bs_runtime *rt) {
         *in = (bs_sched_in){ 0 };
         int n = drafter_of(rt, s) ? bs_seq_round_drafts(s) : 0;
         if (n <= 0) continue;
+        rt->draft_seqs[D++] = s;   // scratch until the drafter call: the sequences that could draft
         int k = predict(rt, s, n);
-        if (k == 0) return;
+        if (k == 0 && !unknown) unknown = s;
         *in = (bs_sched_in){ k, s->pred, 0, !s->conf_head };
-        D++; m += k;
+        m += k;
     }
     bs_err oom;
+    if (D <= 1 && unknown) return;
+    if (unknown) { rt->skip_drafts = 1; rt->probe = unknown; return; }
     if (!D || reserve_cand(rt, m, &oom)) return;
     int extra_rows = prompt_rows(rt, &extra_seqs);
     bs_sched_args a = sched_args(rt, extra_rows, extra_seqs, D);
@@ -222,12 +229,12 @@ static void decide_drafting(bs_runtime *rt) {
         rt->probe_every = BS_PROBE_FIRST;
         return;
     }
+    rt->skip_drafts = 1;
     if (++rt->plain_run >= rt->probe_every) {
         rt->plain_run = 0;
         rt->probe_every = rt->probe_every * 2 < BS_PROBE_MAX ? rt->probe_every * 2 : BS_PROBE_MAX;
-        return;
+        rt->probe = rt->draft_seqs[rt->probe_next++ % D];
     }
-    rt->skip_drafts = 1;
 }
 
 // alg1, a lone sequence: whether the plan over its predicted confidences verifies every draft it will
@@ -261,7 +268,35 @@ static int cut_drafts(bs_runtime *rt, bs_seq **seqs, int R, int extra_rows, int 
     if (rt->sched == BS_SCHED_ASYNC && rt->async_budget >= 0) a.budget = (int)((double)rt->async_budget * R / rt->async_R + 0.5);
     bs_schedule(&a, rt->sched_in, R, rt->sched_l, rt->sched_cand);
     for (int i = 0; i < R; i++) take_drafts(seqs[i], rt->sched_l[i], alone);
-    if (rt->sched == BS_SCHED_ASYNC) { rt->async_budget = bs_sched_plan_budget(&a, rt->sched_in, R, rt->sched_cand); rt->async_R = R; }
+    // (A probe's step plans no budget: one sequence's drafts say little about a step where all draft.)
+    if (rt->sched == BS_SCHED_ASYNC && !rt->probe) { rt->async_budget = bs_sched_plan_budget(&a, rt->sched_in, R, rt->sched_cand); rt->async_R = R; }
+    return 0;
+}
+
+// ---- the drafter context of plain steps ----
+// A plain step's row of a sequence with a drafter still has to reach its drafter context before it drafts
+// again. Added one row per step, it would cost the drafter's context projections a pass over their weights
+// per sequence and step (on the built-in model's CPU step, more than a third of a plain step's forward);
+// so the rows wait (up to BS_PENDING_ROWS) and go in together before the sequence next drafts, and not at
+// all when it finishes first. The drafter computes the same context either way (row-invariant kernels).
+
+static int flush_context(bs_seq *s, bs_err *err) {
+    if (!s->n_pending) return 0;
+    double t0 = bs_now();
+    int rc = s->drafter->add_context(s->drafter, &s->dctx, s->pending, s->n_pending, err);
+    s->st.t_draft += bs_now() - t0;
+    s->n_pending = 0;
+    return rc;
+}
+
+static int defer_context(bs_seq *s, const float *feat, int n, bs_err *err) {
+    bs_backend *be = s->eng->be;
+    size_t F = (size_t)s->drafter->n_taps * s->eng->cfg.hidden_size;
+    if (s->n_pending + n > BS_PENDING_ROWS && flush_context(s, err)) return -1;
+    if (n > BS_PENDING_ROWS) return s->drafter->add_context(s->drafter, &s->dctx, feat, n, err);
+    if (!s->pending && !(s->pending = be->alloc(be, sizeof(float) * F * BS_PENDING_ROWS, err))) return -1;
+    be->copy(be, s->pending + (size_t)s->n_pending * F, feat, sizeof(float) * F * n);
+    s->n_pending += n;
     return 0;
 }
 
@@ -272,6 +307,7 @@ static int draft_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     int max_n = plan_drafts(rt, s, err);
     if (max_n <= 0) return max_n;   // an error, or nothing to draft (a plain sequence or step, no room)
     bs_drafter *d = s->drafter;
+    if (flush_context(s, err)) return -1;
     int whole = !needs_conf(rt, s) || lone_verifies_all(rt, s, max_n);
     // The round observer reports confidences: with one, they are read (a trace recorded under fixed on a
     // device would otherwise lack them for the rounds a request ran alone).
@@ -295,13 +331,13 @@ static int draft_batch(bs_runtime *rt, bs_err *err) {
         bs_seq *s = rt->seqs[i];
         if (s->phase != BS_SEQ_DECODE) continue;
         int max_n = plan_drafts(rt, s, err);
-        if (max_n < 0) return -1;
+        if (max_n < 0 || (max_n > 0 && flush_context(s, err))) return -1;
         if (max_n == 0) continue;
         rt->draft_seqs[n] = s; rt->draft_ctx[n] = &s->dctx; rt->draft_anchor[n] = s->anchor; rt->draft_max[n] = max_n;
         rt->draft_smp[n] = &s->sampling; rt->draft_rng[n] = s->rng;
         n++;
     }
-    if (rt->skip_drafts) return 0;   // a plain step: every sequence verifies its anchor alone
+    if (rt->skip_drafts && !rt->probe) return 0;   // a plain step: every sequence verifies its anchor alone
     double t0 = bs_now();
     bs_drafter *d = rt->drafter;
     rt->n_drafting = n;
@@ -338,7 +374,8 @@ static int finish_round(bs_runtime *rt, bs_seq *s, int a, int32_t next, const fl
     if (bs_kv_rollback(s->kv, s0 + a + 1, err)) return -1;
     if (d) {
         double t0 = bs_now();
-        if (d->add_context(d, &s->dctx, feat, a + 1, err)) return -1;
+        int now = s->ran_drafter || !rt->skip_drafts || rt->add_context_now;
+        if (now ? d->add_context(d, &s->dctx, feat, a + 1, err) : defer_context(s, feat, a + 1, err)) return -1;
         s->st.t_draft += bs_now() - t0;
         if (s->ran_drafter) {   // a speculative round (in a plain step the drafter only took the anchor's row)
             record_round(&s->st, s->n_drafted, n, a);
