@@ -24,14 +24,14 @@ typedef struct batch_figures { double total_tps, per_request_tps, tau, rounds, p
 
 // max(np, c) requests (prompt i % np), at most c at a time: a finished one makes room for the next
 // (continuous batching), so every level decodes the same prompts and the figures compare.
-static int run_level(blockspec *bs, int32_t **ids, size_t *n_ids, int np, int c, const blockspec_params *p, batch_figures *f, char *err, size_t len) {
+static int run_level(blockspec *bs, int32_t **ids, size_t *n_ids, int np, int c, const blockspec_params *pp, batch_figures *f, char *err, size_t len) {
     int n = c > np ? c : np, next = 0, running = 0, rc = -1;
     blockspec_request **r = calloc(n, sizeof *r);
     if (!r) { snprintf(err, len, "out of memory"); return -1; }
     double t0 = bs_now();
     for (;;) {
         for (; running < c && next < n; next++, running++)
-            if (blockspec_submit(bs, ids[next % np], n_ids[next % np], p, NULL, NULL, &r[next], err, len)) goto out;
+            if (blockspec_submit(bs, ids[next % np], n_ids[next % np], pp, NULL, NULL, &r[next], err, len)) goto out;
         if (running == 0) break;
         if ((running = blockspec_step(bs, err, len)) < 0) goto out;
     }
@@ -46,7 +46,7 @@ static int run_level(blockspec *bs, int32_t **ids, size_t *n_ids, int np, int c,
         // Steps without a drafter pass (alg1 / async chose plain decoding): the tokens no round emitted
         // (the first one comes from the prompt; a last round cut by the budget makes this an estimate).
         double p = st.n_generated - 1 - st.rounds * st.tau;
-        if (st.rounds > 0 && p > 0) plain += p;
+        if (pp->use_drafter && p > 0) plain += p;
     }
     f->plain_steps = plain / n;
     f->rounds = rounds / n;

@@ -846,3 +846,41 @@ TEST(sched_deferred_context_same_drafts) {
     d->free(d);
     bs_engine_close(e);
 }
+
+// The step-time model fitted to whole steps (y = t_fixed + t_scale x, later steps weighing 1, earlier 0.95).
+// Same x twice (10 ms; 12 then 14 ms): nothing to tell the parts apart, t_scale 1 and t_fixed the weighted
+// mean residual (0.95 x 2 + 4) / 1.95 = 3.026 ms. x 10 then 40 ms taking 30 then 90 ms (the line 10 ms + 2x):
+// weighted means x 25.385, y 60.769 ms; sxx 2.2483e-4, sxy 4.4968e-4; the pull towards 1 (1% of x^2 =
+// 6.444e-6) gives t_scale (4.4968e-4 + 6.444e-6) / (2.2483e-4 + 6.444e-6) = 1.97214, t_fixed 10.707 ms.
+// 15 then 40 ms for x 10 and 20 (every part slowed, more than the line through 0 allows): t_fixed would be
+// negative, so it is 0 and t_scale the ratio of the means, 30.256 / 16.154 = 1.83898.
+TEST(sched_step_fit_hand) {
+    double a, b;
+    bs_step_fit f = { 0 };
+    bs_step_fit_get(&f, &a, &b);
+    CHECK(a == 0 && b == 1);
+    bs_step_fit_add(&f, 0.010, 0.012); bs_step_fit_add(&f, 0.010, 0.014);
+    bs_step_fit_get(&f, &a, &b);
+    CHECK_NEAR(b, 1, 1e-9); CHECK_NEAR(a * 1e3, 3.025641, 1e-5);
+    f = (bs_step_fit){ 0 };
+    bs_step_fit_add(&f, 0.010, 0.030); bs_step_fit_add(&f, 0.040, 0.090);
+    bs_step_fit_get(&f, &a, &b);
+    CHECK_NEAR(b, 1.972140, 1e-5); CHECK_NEAR(a * 1e3, 10.707203, 1e-5);
+    f = (bs_step_fit){ 0 };
+    bs_step_fit_add(&f, 0.010, 0.015); bs_step_fit_add(&f, 0.020, 0.040);
+    bs_step_fit_get(&f, &a, &b);
+    CHECK(a == 0); CHECK_NEAR(b, 1.838983, 1e-5);
+    // In the decision (the tables of sched_worth_drafting_hand, a 10 ms drafter pass): plain 1 token from a
+    // 10 ms forward, drafting at best 2.2 tokens from a 14 ms one. The rest additive (t_fixed 20 ms, t_scale
+    // 1): plain 1 / 0.030 = 33.3 against 2.2 / (0.020 + 0.010 + 0.014) = 50: draft. The same 20 ms of slowdown
+    // as every part taking 3x (t_fixed 0, t_scale 3): plain 1 / 0.030 = 33.3 against 2.2 / (3 x 0.024) = 30.6:
+    // plain. A shared CPU slows the drafter pass and the extra rows too.
+    double sps[] = { 100, 1000.0 / 12, 1000.0 / 14 };
+    float c[] = { 0.8f, 0.5f };
+    bs_sched_in in[1] = { { 2, c, 0 } };
+    bs_sched_cand cand[4];
+    bs_sched_args s = { BS_SCHED_ALG1, sps, 3, 0, -1, 0.020 + 0.010 };
+    CHECK(bs_sched_worth_drafting(&s, in, 1, 0.020, cand) == 1);
+    s.t_fixed = 3 * 0.010; s.t_scale = 3;
+    CHECK(bs_sched_worth_drafting(&s, in, 1, 0, cand) == 0);
+}

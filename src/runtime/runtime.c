@@ -10,6 +10,7 @@ int bs_runtime_init(bs_runtime *rt, const bs_engine *e, bs_drafter *d, bs_err *e
     rt->prefill_rows = BS_PREFILL_CHUNK;
     rt->async_budget = -1;
     rt->block = 5;
+    rt->t_scale = 1;
     rt->probe_every = BS_PROBE_FIRST;
     bs_backend *be = e->be;
     if (bs_qwen3_ws_init(&rt->ws, &e->cfg, be, err)) return -1;
@@ -136,8 +137,9 @@ int bs_runtime_set_schedule_costs(bs_runtime *rt, bs_sched_mode mode, const bs_c
     rt->sched = mode;
     rt->async_budget = -1;
     // What earlier steps taught the scheduler belongs to the old model.
-    rt->t_other = rt->t_other_plain = 0;
-    rt->have_plain = rt->skip_drafts = rt->plain_run = rt->n_surv = 0;
+    rt->fit = (bs_step_fit){ 0 };
+    rt->t_fixed = 0; rt->t_scale = 1;
+    rt->skip_drafts = rt->plain_run = rt->n_surv = 0;
     rt->probe_every = BS_PROBE_FIRST;
     return 0;
 }

@@ -36,11 +36,8 @@ typedef struct bs_runtime {
     float *feat;                 // [cap_feat][n_taps * H] drafter context features, a row per batch row
     int cap_logits, cap_feat;
     double t_fwd_step;           // this step's target forward seconds
-    double t_other;              // the rest of a drafting step beyond the tables' times (the target forward's, the
-                                 // drafter pass's where there is a drafter table; acceptance, bookkeeping),
-                                 // smoothed over earlier steps: the cost model's fixed part (schedule.h, t_fixed)
-    double t_other_plain;        // the same for steps that skipped the drafter (alg1 / async); have_plain: seen one
-    int have_plain;
+    bs_step_fit fit;             // earlier steps' times against the tables' (alg1 / async; schedule.h): a step
+    double t_fixed, t_scale;     // takes t_fixed + t_scale x the tables' time (its forward, its drafter pass)
     int last_rows;               // target rows in the latest step's forward(s) (for servers' metrics)
     int last_prompt_rows;        // of them, prompt rows of the batched forward (what bs_runtime_prompt_rows planned)
     int last_seqs;               // sequences in the latest step's forward (the cost model's per-sequence term)

@@ -95,8 +95,10 @@ double bs_sched_forward_time(const bs_sched_args *a, int rows, int seqs) {
 
 // Tokens per second of a step that yields tau expected tokens from a forward of `rows` rows over `seqs`
 // sequences.
+static double scale_of(const bs_sched_args *a) { return a->t_scale > 0 ? a->t_scale : 1; }
+
 static double throughput(const bs_sched_args *a, double tau, int rows, int seqs) {
-    return tau / (a->t_fixed + bs_sched_forward_time(a, rows, seqs));
+    return tau / (a->t_fixed + scale_of(a) * bs_sched_forward_time(a, rows, seqs));
 }
 
 // Algorithm 1 along the ranked candidates: admitting one adds a row and a_{r,j} expected tokens; Theta =
@@ -162,6 +164,27 @@ int bs_sched_plan_budget(const bs_sched_args *a, const bs_sched_in *in, int R, b
 
 int bs_sched_worth_drafting(const bs_sched_args *a, const bs_sched_in *pred, int R, double t_plain_fixed, bs_sched_cand *cand) {
     double spec = bs_sched_plan(a, pred, R, cand, NULL);
-    double plain = R / (t_plain_fixed + bs_sched_forward_time(a, R + a->extra_rows, R + a->extra_seqs));
+    double plain = R / (t_plain_fixed + scale_of(a) * bs_sched_forward_time(a, R + a->extra_rows, R + a->extra_seqs));
     return spec > plain;
+}
+
+void bs_step_fit_add(bs_step_fit *f, double x, double y) {
+    const double keep = 0.95;
+    f->w = keep * f->w + 1;
+    f->x = keep * f->x + x; f->y = keep * f->y + y;
+    f->xx = keep * f->xx + x * x; f->xy = keep * f->xy + x * y;
+}
+
+void bs_step_fit_get(const bs_step_fit *f, double *t_fixed, double *t_scale) {
+    *t_fixed = 0; *t_scale = 1;
+    if (!(f->w > 0) || !(f->x > 0)) return;
+    double mx = f->x / f->w, my = f->y / f->w;
+    double sxx = f->xx / f->w - mx * mx, sxy = f->xy / f->w - mx * my;
+    // The pull towards 1 weighs as much as steps spread 10% around their mean x.
+    double prior = 0.01 * mx * mx, b = (sxy + prior) / ((sxx > 0 ? sxx : 0) + prior);
+    if (b < 0.25) b = 0.25;
+    if (b > 16) b = 16;
+    double a = my - b * mx;
+    if (a < 0) { a = 0; b = my / mx; }   // steps faster than the tables say: all of it scales
+    *t_fixed = a; *t_scale = b;
 }

@@ -60,7 +60,20 @@ typedef struct bs_sched_args {
     const double *sps1; int n_sps1;
     int block;               // rows per sequence of the sps table (the profile's --block)
     int extra_seqs;          // sequences in the forward besides the step's R (those prefilling a chunk)
+    double t_scale;          // the forward's table time counts t_scale times (0: once): a step takes
+                             // t_fixed + t_scale x the tables' time (bs_step_fit)
 } bs_sched_args;
+
+// The step-time model fitted to whole steps: a step whose tables' time (its forward's, its drafter pass's)
+// is x took y = t_fixed + t_scale x seconds. Two regimes in one line: on a GPU a step pays fixed host work
+// beside its kernels (t_fixed), on a CPU shared with other jobs every part of it slows alike (t_scale > 1),
+// which an additive rest alone would count as a fixed cost, making rows look cheap. Least squares over
+// the steps seen, older ones weighing less (x 0.95 per step), t_scale drawn towards 1 where the steps
+// hardly differ in x (then t_fixed is the mean residual, the additive model), t_fixed never below 0.
+typedef struct bs_step_fit { double w, x, y, xx, xy; } bs_step_fit;
+void bs_step_fit_add(bs_step_fit *f, double x, double y);
+// The model's t_fixed and t_scale (0 and 1 before any step).
+void bs_step_fit_get(const bs_step_fit *f, double *t_fixed, double *t_scale);
 
 // Seconds of one target forward of `rows` rows over `seqs` sequences under a's cost model: the verify
 // table's time for the rows, plus, with a one-row-sequence table, the part of the per-sequence cost the
@@ -102,5 +115,5 @@ int bs_sched_plan_budget(const bs_sched_args *a, const bs_sched_in *in, int R, b
 // the best point of the path over *predicted* confidences (pred: each sequence's survivals from earlier
 // rounds), with a->t_fixed holding the drafter pass and the rest of a drafting step, against plain
 // decoding of the same R sequences: R tokens from a forward of R + extra_rows rows over R + extra_seqs
-// sequences, t_plain_fixed beside it. 1: draft (the plan yields more tokens per second), 0: plain.
+// sequences (times t_scale), t_plain_fixed beside it. 1: draft (the plan yields more tokens per second), 0: plain.
 int bs_sched_worth_drafting(const bs_sched_args *a, const bs_sched_in *pred, int R, double t_plain_fixed, bs_sched_cand *cand);

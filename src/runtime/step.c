@@ -130,8 +130,8 @@ static double draft_time(const bs_runtime *rt, int n) { return rt->dps && n > 0 
 // The scheduler's arguments for a step: the tables, the prompt rows and sequences beside the R decoding
 // ones, and the fixed part of a step whose drafter runs for `drafting` sequences.
 static bs_sched_args sched_args(const bs_runtime *rt, int extra_rows, int extra_seqs, int drafting) {
-    bs_sched_args a = { rt->sched, rt->sps, rt->n_sps, extra_rows, -1, rt->t_other + draft_time(rt, drafting) };
-    a.sps1 = rt->sps1; a.n_sps1 = rt->n_sps1; a.block = rt->block; a.extra_seqs = extra_seqs;
+    bs_sched_args a = { rt->sched, rt->sps, rt->n_sps, extra_rows, -1, rt->t_fixed + rt->t_scale * draft_time(rt, drafting) };
+    a.sps1 = rt->sps1; a.n_sps1 = rt->n_sps1; a.block = rt->block; a.extra_seqs = extra_seqs; a.t_scale = rt->t_scale;
     return a;
 }
 
@@ -193,7 +193,7 @@ static void learn_survivals(bs_runtime *rt, bs_seq *s, int a) {
 // alg1 / async: does this step run the drafter? Decided before anything of the step is drawn, from
 // earlier rounds only: the plan over each drafting sequence's predicted confidences, the drafter pass
 // priced by the drafter table, against plain decoding of the same sequences (a forward of one row each,
-// priced by the one-row-sequence table, and the rest of a plain step as measured). A step that does not
+// priced by the one-row-sequence table), both through the step-time model fitted to earlier steps. A step that does not
 // draft is a round of plain decoding for every sequence (exact as always; it decides nothing about any
 // draft), but for at most one, the probe, which drafts: plain steps teach the predictions nothing, so after
 // plain steps in a row one sequence's round refreshes them (round the sequences in turn); and when some
@@ -224,7 +224,7 @@ static void decide_drafting(bs_runtime *rt) {
     if (!D || reserve_cand(rt, m, &oom)) return;
     int extra_rows = prompt_rows(rt, &extra_seqs);
     bs_sched_args a = sched_args(rt, extra_rows, extra_seqs, D);
-    if (bs_sched_worth_drafting(&a, rt->sched_in, R, rt->have_plain ? rt->t_other_plain : rt->t_other, rt->sched_cand)) {
+    if (bs_sched_worth_drafting(&a, rt->sched_in, R, rt->t_fixed, rt->sched_cand)) {
         rt->plain_run = 0;
         rt->probe_every = BS_PROBE_FIRST;
         return;
@@ -504,26 +504,15 @@ static void drop_finished(bs_runtime *rt) {
     rt->n_seqs = j;
 }
 
-// The fixed parts of the cost model: what a step of decoding sequences took beyond the tables' time for it
-// (the target forward's rows over its sequences, and the drafter pass where there is a drafter table),
-// smoothed; for steps that ran the drafter (t_other) and for plain steps of alg1 / async (t_other_plain)
-// apart. Steps that also prefill are left out: their prompt rows are no fixed cost. t_other holds
-// acceptance, bookkeeping and whatever the tables miss for this batch. Without a table: the time outside
-// the target forward. Only past steps feed them, so a step's cut never depends on its own draws.
-static double smoothed(double avg, double x, int first) { return first ? x : 0.8 * avg + 0.2 * x; }
-
-static void observe_step_cost(bs_runtime *rt, double t_step, int speculative, int prefilled) {
-    if (!speculative || prefilled || rt->t_fwd_step <= 0) return;
+// The step-time model (schedule.h, bs_step_fit): every step of decoding sequences (drafting, probing or
+// plain) against the tables' time for it, its forward's rows over its sequences and its drafter pass.
+// Steps that also prefill are left out: their prompt rows are no part of a decoding step's cost. Only past
+// steps feed it, so a step's cut never depends on its own draws.
+static void observe_step_cost(bs_runtime *rt, double t_step, int decoding, int prefilled) {
+    if (!decoding || prefilled || rt->t_fwd_step <= 0 || !rt->n_sps) return;
     bs_sched_args a = sched_args(rt, 0, 0, 0);
-    double fwd = rt->n_sps ? bs_sched_forward_time(&a, rt->last_rows, rt->last_seqs) : rt->t_fwd_step;
-    if (rt->n_drafting > 0) {
-        double other = t_step - fwd - draft_time(rt, rt->n_drafting);
-        rt->t_other = smoothed(rt->t_other, other > 0 ? other : 0, rt->t_other <= 0);
-    } else if (rt->skip_drafts) {
-        double other = t_step - fwd;
-        rt->t_other_plain = smoothed(rt->t_other_plain, other > 0 ? other : 0, !rt->have_plain);
-        rt->have_plain = 1;
-    }
+    bs_step_fit_add(&rt->fit, bs_sched_forward_time(&a, rt->last_rows, rt->last_seqs) + draft_time(rt, rt->n_drafting), t_step);
+    bs_step_fit_get(&rt->fit, &rt->t_fixed, &rt->t_scale);
 }
 
 int bs_runtime_step(bs_runtime *rt, bs_err *err) {
@@ -534,9 +523,9 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     rt->n_drafting = 0;
     double t0 = bs_now();
     decide_drafting(rt);
-    int speculative = 0, prefilled = 0;
+    int with_drafter = 0, prefilled = 0;   // some sequence decodes with a drafter; some prefills
     for (int i = 0; i < rt->n_seqs; i++) {
-        speculative |= rt->seqs[i]->phase == BS_SEQ_DECODE && drafter_of(rt, rt->seqs[i]) != NULL;
+        with_drafter |= rt->seqs[i]->phase == BS_SEQ_DECODE && drafter_of(rt, rt->seqs[i]) != NULL;
         prefilled |= rt->seqs[i]->phase == BS_SEQ_PREFILL;
     }
     if (rt->n_seqs == 1) {   // alone: the single-request path
@@ -550,7 +539,7 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     }
     // The ops after the forwards (acceptance, sampling) report their failures here (backend.h).
     if (bs_backend_check(rt->eng->be, err)) return -1;
-    observe_step_cost(rt, bs_now() - t0, speculative, prefilled);
+    observe_step_cost(rt, bs_now() - t0, with_drafter, prefilled);
     drop_finished(rt);
     return rt->n_seqs;
 }
