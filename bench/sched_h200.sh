@@ -24,7 +24,7 @@ echo "target made at $(( $(date +%s) - T0 )) s" | tee -a "$OUT/run.log"
 ./build-cuda/blockspec profile -m $M -d none --device cuda --max-rows 320 --block 5 --out "$OUT/profile-h200-qwen3-8b.json" > "$OUT/profile.txt" 2>&1 \
   || { cat "$OUT/profile.txt"; exit 1; }
 echo "profiled at $(( $(date +%s) - T0 )) s" | tee -a "$OUT/run.log"
-timeout ${BENCH_SECONDS:-240} ./build-cuda/blockspec bench --device cuda --model $M --trace bench/sched_trace.jsonl \
+timeout ${BENCH_SECONDS:-200} ./build-cuda/blockspec bench --device cuda --model $M --trace bench/sched_trace.jsonl \
     --concurrency ${LEVELS:-1,4,16,32,64} --schedule ${SCHEDS:-none,fixed,threshold,alg1,async} -n 128 --reps ${REPS:-2} \
     --cost-model "$OUT/profile-h200-qwen3-8b.json" 2>&1 | tee "$OUT/table.md"
 echo "done at $(( $(date +%s) - T0 )) s (bench rc ${PIPESTATUS[0]})" | tee -a "$OUT/run.log"

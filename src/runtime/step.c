@@ -190,13 +190,25 @@ static void learn_survivals(bs_runtime *rt, bs_seq *s, int a) {
     smooth(rt->surv, &rt->n_surv, x, n, 0.05f);
 }
 
+// The probe among the first D of rt->draft_seqs: the one with the fewest context rows waiting (they go to
+// its drafter before it drafts: a sequence that joined since the last drafting step has none), the
+// sequences in turn among equals.
+static bs_seq *cheapest_probe(bs_runtime *rt, int D) {
+    int start = (int)(rt->probe_next++ % (unsigned)D), best = start;
+    for (int k = 1; k < D; k++) {
+        int i = (start + k) % D;
+        if (rt->draft_seqs[i]->n_pending < rt->draft_seqs[best]->n_pending) best = i;
+    }
+    return rt->draft_seqs[best];
+}
+
 // alg1 / async: does this step run the drafter? Decided before anything of the step is drawn, from
 // earlier rounds only: the plan over each drafting sequence's predicted confidences, the drafter pass
 // priced by the drafter table, against plain decoding of the same sequences (a forward of one row each,
 // priced by the one-row-sequence table), both through the step-time model fitted to earlier steps. A step that does not
 // draft is a round of plain decoding for every sequence (exact as always; it decides nothing about any
 // draft), but for at most one, the probe, which drafts: plain steps teach the predictions nothing, so after
-// plain steps in a row one sequence's round refreshes them (round the sequences in turn); and when some
+// plain steps in a row one sequence's round refreshes them (cheapest_probe); and when some
 // sequence has nothing to predict from yet (nor the runtime, from any sequence), one of them drafts
 // alone rather than all at once. A lone sequence with nothing to go on drafts.
 static void decide_drafting(bs_runtime *rt) {
@@ -233,7 +245,7 @@ static void decide_drafting(bs_runtime *rt) {
     if (++rt->plain_run >= rt->probe_every) {
         rt->plain_run = 0;
         rt->probe_every = rt->probe_every * 2 < BS_PROBE_MAX ? rt->probe_every * 2 : BS_PROBE_MAX;
-        rt->probe = rt->draft_seqs[rt->probe_next++ % D];
+        rt->probe = cheapest_probe(rt, D);
     }
 }
 
