@@ -597,6 +597,10 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
 
     bs_drafter *d = &m->iface;
     d->name = c->dflash2 ? "dflash2" : c->arch == BS_DRAFTER_ZLAB ? "dflash" : m->r > 0 ? "dspark" : "deepspec-dflash";
+    // The pass's cost: its layers' shape, the block, the LM head's rows (a draft vocabulary's), the weights'
+    // dtype and whether the large matrices are lossy.
+    snprintf(d->shape, sizeof d->shape, "%s-L%d-H%d-I%d-A%dx%dx%d-B%d-V%d-%s%s", d->name, b->n_layers, m->H, m->I, b->n_heads, b->n_kv_heads,
+             b->head_dim, m->B, m->vd ? m->vd : m->V, bs_dtype_name(m->layers[0].wq.dtype), m->lossy ? "-lossy" : "");
     d->max_drafts = m->gamma;
     d->n_taps = c->n_taps;
     d->taps = m->taps;
