@@ -66,8 +66,6 @@ bench-tools: $(BUILD)/cpu_mm_quant $(BUILD)/train_step $(BUILD)/backend_bench $(
 $(BUILD)/train_target_cuda: $(BUILD)/bench/train_target_cuda.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # Drafter training throughput on the GPU against a random ~30M target (bench/train_drafter_cuda.c): built by `make cuda`.
 $(BUILD)/train_drafter_cuda: $(BUILD)/bench/train_drafter_cuda.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
-# The affine (4/8-bit) and BF16 GEMMs of a Qwen3-8B-shaped layer at 1-512 rows (bench/cuda_affine_bench.c): built by `make cuda`.
-$(BUILD)/cuda_affine_bench: $(BUILD)/bench/cuda_affine_bench.o $(LIB) ; $(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # What a dependent link between GPU kernels costs, handed over by PDL, a counter or flags (bench/cuda_link_latency.cu).
 build-cuda/cuda_link_latency: bench/cuda_link_latency.cu ; @mkdir -p build-cuda && $(NVCC) $(NVFLAGS) -o $@ $<
 # AdamW's update loop vectorises only when sqrtf need not set errno (its argument is never negative).
@@ -84,7 +82,7 @@ test: $(BUILD)/run_tests $(BUILD)/blockspec
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all" test
 
-cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench build-cuda/cuda_affine_bench build-cuda/cuda_link_latency build-cuda/train_target_cuda build-cuda/train_drafter_cuda
+cuda: ; $(MAKE) CUDA=1 BUILD=build-cuda all build-cuda/run_tests build-cuda/backend_bench build-cuda/cuda_link_latency build-cuda/train_target_cuda build-cuda/train_drafter_cuda
 
 # Everything a fresh Debian 12 machine needs (run as root): compilers, the Debian libraries blockspec
 # links, and the npm packages the tokenizer tests compare against.

@@ -11,12 +11,11 @@
 #include "runtime/runtime.h"
 #include "spec/spec_loop.h"
 #include "util/timer.h"
-#include "backend/affine.h"
 
 static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
 static double median(double *v, int n) { qsort(v, n, sizeof *v, cmp_d); return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); }
 
-static double mat_bytes(const bs_mat *m) { return (double)bs_mat_bytes(m); }   // codes + scales + biases for affine weights
+static double mat_bytes(const bs_mat *m) { return (double)m->rows * m->cols * bs_dtype_size(m->dtype); }
 
 int main(int argc, char **argv) {
     const char *model = NULL, *device = "cuda";

@@ -128,14 +128,12 @@ static int weight_keep(cuda_impl *c, bs_mat *dst, const bs_mat *host, void *d, i
 
 static int cu_weight(bs_backend *be, bs_mat *dst, const bs_mat *host, bs_err *err) {
     cuda_impl *c = CI(be);
-    if (host->format == BS_WFMT_AFFINE) {   // MLX affine codes: relaid out for cuda_affine.cu (affine_layout.h)
+    if (host->format == BS_WFMT_AFFINE) {   // MLX affine codes: uploaded as they are, multiplied by cuda_affine.cu
+        bs_mat dev;
         void *d;
-        char as[40];
-        snprintf(as, sizeof as, " as affine %d-bit codes", host->bits);
-        if (weight_alloc(c, host, cu_affine_bytes(host), as, &d, err)) return -1;
-        if (cu_affine_upload(c, d, host, err)) { cudaFree(d); return -1; }
+        if (cu_affine_upload(c, &dev, host, &d, err)) return -1;
         weight_keep(c, dst, host, d, BS_CUDA_AFFINE);
-        dst->scales = dst->biases = d;   // interleaved with the codes (affine_layout.h)
+        dst->scales = dev.scales; dst->biases = dev.biases;
         return 0;
     }
     const bool tiled = mm_tiled_eligible(host);

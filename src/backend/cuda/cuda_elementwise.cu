@@ -6,7 +6,8 @@
 __global__ void swiglu_kernel(float *h, const float *g, const float *u, size_t n) {
     pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        h[i] = silu_mul(g[i], u[i]);
+        float x = g[i];
+        h[i] = x / (1.0f + expf(-x)) * u[i];
     }
 }
 __global__ void add_kernel(float *y, const float *x, size_t n) {
@@ -25,12 +26,10 @@ void cu_add(bs_backend *be, float *y, const float *x, size_t n) {
 
 struct ids_arg { int ids[MAX_STEP_IDS]; };
 // ids from (first non-NULL) dev_ids (device memory: embed_from), the replay's step state, or the launch arguments.
-// An affine table's layout (on: 0 for a dense table).
-struct aff_arg { af_shape S; int on; };
+// An affine table's scales and biases (bits 0: the table is dense).
+struct aff_arg { const void *scales, *biases; int bits, group; };
 static aff_arg aff_of(const bs_mat *t) {
-    aff_arg a;
-    a.on = t->layout == BS_CUDA_AFFINE;
-    a.S = af_shape_of(t->rows, t->cols, a.on ? t->bits : 4, a.on ? t->group : 32, (int)bs_dtype_size(t->dtype));
+    aff_arg a = { t->scales, t->biases, t->layout == BS_CUDA_AFFINE ? t->bits : 0, t->group };
     return a;
 }
 __global__ void embed_kernel(float *out, const void *table, int dt, int tiled, int cols, ids_arg ids, const step_state *st,
@@ -39,7 +38,7 @@ __global__ void embed_kernel(float *out, const void *table, int dt, int tiled, i
     int r = blockIdx.x;
     int id = dev_ids ? dev_ids[r] : st ? st->ids[r] : ids.ids[r];
     for (int i = threadIdx.x; i < cols; i += blockDim.x)
-        out[(size_t)r * cols + i] = aff.on ? affine_elem(table, aff.S, dt, id, i)
+        out[(size_t)r * cols + i] = aff.bits ? affine_elem((const uint32_t *)table, aff.scales, aff.biases, dt, aff.bits, aff.group, cols, id, i)
                                   : tiled ? __bfloat162float(((const __nv_bfloat16 *)table)[tt_index(id, i, cols)])
                                           : ld_elem(table, dt, (size_t)id * cols + i);
 }

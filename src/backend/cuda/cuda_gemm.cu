@@ -247,7 +247,7 @@ static void mm_launch(cuda_impl *c, int count, float *const *y, const bs_mat *co
 void cu_matmul(bs_backend *be, float *y, const float *x, int n, const bs_mat *W, int acc) {
     cuda_impl *c = CI(be);
     if (n <= 0 || W->rows <= 0) return;
-    if (W->layout == BS_CUDA_AFFINE) { mm_affine(c, 1, &y, &W, &acc, x, n); return; }
+    if (W->layout == BS_CUDA_AFFINE) { mm_affine(c, y, x, n, W, acc); return; }
     if (W->layout == BS_CUDA_TILED || W->layout == BS_CUDA_FP8) {
         if ((uintptr_t)x & 15) {   // the tiled kernel copies x with 16-byte cp.async: realign it first
             if (ensure_ws(c, &c->xal, &c->xal_bytes, sizeof(float) * (size_t)n * W->cols)) return;
@@ -273,17 +273,14 @@ void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x,
             cu_matmul_multi(be, count - i < MM_MAX_JOBS ? count - i : MM_MAX_JOBS, y + i, x, n, W + i, accumulate);
         return;
     }
-    int ok = 1, tiled = ((uintptr_t)x & 15) == 0, aff = 1, acc[MM_MAX_JOBS];
+    int ok = 1, tiled = ((uintptr_t)x & 15) == 0, acc[MM_MAX_JOBS];
     for (int i = 0; i < count; i++) {
         acc[i] = accumulate;
-        aff = aff && W[i]->layout == BS_CUDA_AFFINE && W[i]->cols == W[0]->cols && W[i]->bits == W[0]->bits && W[i]->group == W[0]->group &&
-              W[i]->dtype == W[0]->dtype && W[i]->rows > 0;
         ok = ok && mm_fast(x, W[i]) && W[i]->cols == W[0]->cols && W[i]->rows > 0;
         tiled = tiled && (W[i]->layout == BS_CUDA_TILED || W[i]->layout == BS_CUDA_FP8) && W[i]->layout == W[0]->layout &&
                 W[i]->cols == W[0]->cols && W[i]->rows > 0;
     }
     if (tiled) { mm_tiled_launch(c, count, y, W, acc, x, n); return; }
-    if (aff) { mm_affine(c, count, y, W, acc, x, n); return; }   // q/k/v, gate/up of a quantised model: one launch
     if (ok) { mm_launch(c, count, y, W, acc, x, n); return; }
     for (int i = 0; i < count; i++) cu_matmul(be, y[i], x, n, W[i], accumulate);
 }
@@ -299,15 +296,6 @@ void cu_matmul_multi(bs_backend *be, int count, float *const *y, const float *x,
 // results are bit-identical (tested).
 int cu_swiglu_matmul(bs_backend *be, float *y, const float *g, const float *u, int n, const bs_mat *W, int acc) {
     if (n <= 0) return 0;
-    // Affine weights: the activation is computed where x is staged (once per element by each block that
-    // stages it: ~16 blocks per element on the Qwen3-8B down projection), up to 32 rows (one launch: decode and
-    // verify blocks, where it saves a kernel and a link); more rows run the swiglu kernel first (once per
-    // element). Same bits either way.
-    if (W->layout == BS_CUDA_AFFINE) {
-        if (n > 32 || !fuse_enabled()) return -1;
-        mm_affine(CI(be), 1, &y, &W, &acc, g, n, u);
-        return 0;
-    }
     static int max_rows = -1;
     if (max_rows < 0) max_rows = bs_tuning_get()->cuda_swiglu_rows;
     if (n > max_rows || (W->layout != BS_CUDA_TILED && W->layout != BS_CUDA_FP8) || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || !fuse_enabled()) return -1;

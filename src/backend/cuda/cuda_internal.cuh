@@ -138,31 +138,22 @@ size_t mm_tiled_bytes(const bs_mat *host);
 int mm_tiled_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
 // 8-bit tiles with row scales (tiled_layout.h), layout = BS_CUDA_FP8: lossy weights (weight_lossy).
 #define BS_CUDA_FP8 2
-// MLX affine weights relaid out for the tensor-core kernels (affine_layout.h, cuda_affine.cu), layout =
-// BS_CUDA_AFFINE: codes and (scale, bias) pairs interleaved in `data` (scales and biases point at it too).
+// MLX affine codes + scales + biases in one allocation (cuda_affine.cu), layout = BS_CUDA_AFFINE.
 #define BS_CUDA_AFFINE 3
-#include "backend/cuda/affine_layout.h"
-size_t cu_affine_bytes(const bs_mat *host);
-// Uploads an affine host weight into d (cu_affine_bytes of device memory).
-int cu_affine_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
-// y[i] (+)= x . W[i]^T for `count` affine weights of the same K, bits, group and dtype, any row count
-// (batch-invariant); with up != NULL (one weight) the input is silu(x) * up.
-void mm_affine(cuda_impl *c, int count, float *const *y, const bs_mat *const *W, const int *acc, const float *x, int n,
-               const float *up = NULL);
-// Element (id, i) of an affine table on the device, dequantised with the format's formula (fmaf(scale, q, bias) in fp32).
-__device__ __forceinline__ float affine_elem(const void *table, const af_shape &S, int dt, int64_t id, int64_t i) {
-    int shift;
-    const uint32_t w = *(const uint32_t *)((const char *)table + af_code_at(&S, id, i, &shift));
-    const char *pr = (const char *)table + af_pair_at(&S, id, i / S.group);
-    float s, b;
-    if (dt == BS_F32) { s = ((const float *)pr)[0]; b = ((const float *)pr)[1]; }
-    else if (dt == BS_BF16) { s = __bfloat162float(((const __nv_bfloat16 *)pr)[0]); b = __bfloat162float(((const __nv_bfloat16 *)pr)[1]); }
-    else { s = __half2float(((const __half *)pr)[0]); b = __half2float(((const __half *)pr)[1]); }
-    return fmaf(s, (float)((w >> shift) & ((1u << S.bits) - 1u)), b);
+// Uploads an affine weight: *dst its device view, *d the allocation to free with the backend.
+int cu_affine_upload(cuda_impl *c, bs_mat *dst, const bs_mat *host, void **d, bs_err *err);
+// y (+)= x . W^T for an affine W (any row count; batch-invariant).
+void mm_affine(cuda_impl *c, float *y, const float *x, int n, const bs_mat *W, int acc);
+// Element (id, i) of an affine table, dequantised with the format's formula (fmaf(scale, q, bias) in fp32).
+__device__ __forceinline__ float affine_elem(const uint32_t *codes, const void *scales, const void *biases, int dt, int bits, int group,
+                                             int cols, int id, int i) {
+    const int P = 32 / bits;
+    const uint32_t v = codes[(size_t)id * (cols / P) + i / P];
+    const size_t g = (size_t)id * (cols / group) + i / group;
+    return fmaf(dt == BS_F32 ? ((const float *)scales)[g] : dt == BS_BF16 ? __bfloat162float(((const __nv_bfloat16 *)scales)[g]) : __half2float(((const __half *)scales)[g]),
+                (float)((v >> ((i % P) * bits)) & ((1u << bits) - 1u)),
+                dt == BS_F32 ? ((const float *)biases)[g] : dt == BS_BF16 ? __bfloat162float(((const __nv_bfloat16 *)biases)[g]) : __half2float(((const __half *)biases)[g]));
 }
-// silu(g) * u in fp32, the one expression of the swiglu kernel and of the GEMMs that stage it (fused and
-// unfused results must be the same bits).
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 bool mm_fp8_eligible(const bs_mat *host);
 size_t mm_fp8_bytes(const bs_mat *host);
 int mm_fp8_upload(cuda_impl *c, void *d, const bs_mat *host, bs_err *err);
