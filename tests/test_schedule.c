@@ -693,8 +693,10 @@ TEST(sched_forward_time_per_sequence) {
 
 // Whether a step drafts at all. One sequence, predicted c = (0.8, 0.5): a = 0.8, 0.4; forwards of 1, 2, 3
 // rows take 10, 12, 14 ms. Plain decoding: 1 / 0.010 = 100 tokens/s. A drafter pass of 5 ms: 1 / 0.015 =
-// 66.7, 1.8 / 0.017 = 105.9, 2.2 / 0.019 = 115.8 > 100: draft. A pass of 10 ms: 50, 81.8, 2.2 / 0.024 =
-// 91.7 < 100: plain (and no drafter pass). A plain step's own fixed time of 3 ms: 1 / 0.013 = 76.9 < 91.7: draft.
+// 66.7, 1.8 / 0.017 = 105.9, 2.2 / 0.019 = 115.8 > 100: draft. A pass of 15 ms: 40, 66.7, 2.2 / 0.029 =
+// 75.9, and 75.9 x 1.1 (BS_SKIP_MARGIN) = 83.4 < 100: plain (and no drafter pass). A pass of 10 ms: best
+// 2.2 / 0.024 = 91.7, below plain but within the margin (100.8 >= 100): draft. With 15 ms and a plain step's
+// own fixed time of 3 ms: 1 / 0.013 = 76.9 < 83.4: draft.
 TEST(sched_worth_drafting_hand) {
     double sps[] = { 100, 1000.0 / 12, 1000.0 / 14 };
     float c[] = { 0.8f, 0.5f };
@@ -702,23 +704,28 @@ TEST(sched_worth_drafting_hand) {
     bs_sched_cand cand[4];
     bs_sched_args a = { BS_SCHED_ALG1, sps, 3, 0, -1, 0.005 };
     CHECK(bs_sched_worth_drafting(&a, in, 1, 0, cand) == 1);
-    a.t_fixed = 0.010;
+    a.t_fixed = 0.015;
     CHECK(bs_sched_worth_drafting(&a, in, 1, 0, cand) == 0);
     CHECK(bs_sched_worth_drafting(&a, in, 1, 0.003, cand) == 1);
+    a.t_fixed = 0.010;
+    CHECK(bs_sched_worth_drafting(&a, in, 1, 0, cand) == 1);
     // Where drafting wins, the step's own cut is Algorithm 1's as before: t_fixed 5 ms admits both drafts.
     int l[1];
     a.t_fixed = 0.005;
     CHECK(bs_schedule(&a, in, 1, l, cand) == 2 && l[0] == 2, "l = %d", l[0]);
     // Two sequences, the second plain (no drafts): it is a row and a token on both sides. Forwards of 2, 3, 4
     // rows: 12, 14, 16 ms (the table past 3 rows grows at its last slope). Plain: 2 / 0.012 = 166.7; drafting
-    // with a 5 ms pass: 2 / 0.017 = 117.6, 2.8 / 0.019 = 147.4, 3.2 / 0.021 = 152.4: plain.
+    // with a 10 ms pass: 2 / 0.022 = 90.9, 2.8 / 0.024 = 116.7, 3.2 / 0.026 = 123.1 (x 1.1: 135.4): plain.
     bs_sched_in two[2] = { { 2, c, 0 }, { 0, NULL, 0 } };
+    a.t_fixed = 0.010;
     CHECK(bs_sched_worth_drafting(&a, two, 2, 0, cand) == 0);
     // A sequence that verifies its whole block (a drafter without confidences, predicted from its acceptance):
-    // its rows count and its survivals add up: 1 + 0.8 + 0.4 tokens from 3 rows, 2.2 / 0.019 = 115.8 > 100.
+    // its rows count and its survivals add up: 1 + 0.8 + 0.4 tokens from 3 rows; a 5 ms pass: 2.2 / 0.019 =
+    // 115.8 > 100; a 15 ms pass: 2.2 / 0.029 = 75.9 (x 1.1: 83.4) < 100.
     bs_sched_in whole[1] = { { 2, c, 0, 1 } };
+    a.t_fixed = 0.005;
     CHECK(bs_sched_worth_drafting(&a, whole, 1, 0, cand) == 1);
-    a.t_fixed = 0.010;
+    a.t_fixed = 0.015;
     CHECK(bs_sched_worth_drafting(&a, whole, 1, 0, cand) == 0);
 }
 
@@ -872,17 +879,17 @@ TEST(sched_step_fit_hand) {
     bs_step_fit_add(&f, 0.010, 0.015); bs_step_fit_add(&f, 0.020, 0.040);
     bs_step_fit_get(&f, &a, &b);
     CHECK(a == 0); CHECK_NEAR(b, 1.838983, 1e-5);
-    // In the decision (the tables of sched_worth_drafting_hand, a 10 ms drafter pass): plain 1 token from a
+    // In the decision (the tables of sched_worth_drafting_hand, a 12 ms drafter pass): plain 1 token from a
     // 10 ms forward, drafting at best 2.2 tokens from a 14 ms one. The rest additive (t_fixed 20 ms, t_scale
-    // 1): plain 1 / 0.030 = 33.3 against 2.2 / (0.020 + 0.010 + 0.014) = 50: draft. The same 20 ms of slowdown
-    // as every part taking 3x (t_fixed 0, t_scale 3): plain 1 / 0.030 = 33.3 against 2.2 / (3 x 0.024) = 30.6:
-    // plain. A shared CPU slows the drafter pass and the extra rows too.
+    // 1): plain 1 / 0.030 = 33.3 against 2.2 / (0.020 + 0.012 + 0.014) = 47.8: draft. The same 20 ms of
+    // slowdown as every part taking 3x (t_fixed 0, t_scale 3): plain 1 / 0.030 = 33.3 against 2.2 / (3 x
+    // 0.026) = 28.2, x 1.1 = 31.0: plain. A shared CPU slows the drafter pass and the extra rows too.
     double sps[] = { 100, 1000.0 / 12, 1000.0 / 14 };
     float c[] = { 0.8f, 0.5f };
     bs_sched_in in[1] = { { 2, c, 0 } };
     bs_sched_cand cand[4];
-    bs_sched_args s = { BS_SCHED_ALG1, sps, 3, 0, -1, 0.020 + 0.010 };
+    bs_sched_args s = { BS_SCHED_ALG1, sps, 3, 0, -1, 0.020 + 0.012 };
     CHECK(bs_sched_worth_drafting(&s, in, 1, 0.020, cand) == 1);
-    s.t_fixed = 3 * 0.010; s.t_scale = 3;
+    s.t_fixed = 3 * 0.012; s.t_scale = 3;
     CHECK(bs_sched_worth_drafting(&s, in, 1, 0, cand) == 0);
 }

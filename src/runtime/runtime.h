@@ -19,8 +19,8 @@
 #include "runtime/seq.h"
 #include "runtime/schedule.h"
 
-#define BS_PROBE_FIRST 8          // alg1 / async: after this many plain steps in a row one drafts anyway (a probe),
-#define BS_PROBE_MAX 128          // the gap doubling after each probe up to this, back to the first after a drafting decision
+#define BS_PROBE_FIRST 16         // alg1 / async: after this many plain steps in a row one drafts anyway (a probe),
+#define BS_PROBE_MAX 256          // the gap doubling after each probe up to this, back to the first after a drafting decision
 #define BS_PREFILL_CHUNK 256     // prompt rows per prefill forward: each chunk's taps become drafter context at once
 
 typedef struct bs_runtime {

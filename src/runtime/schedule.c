@@ -165,7 +165,7 @@ int bs_sched_plan_budget(const bs_sched_args *a, const bs_sched_in *in, int R, b
 int bs_sched_worth_drafting(const bs_sched_args *a, const bs_sched_in *pred, int R, double t_plain_fixed, bs_sched_cand *cand) {
     double spec = bs_sched_plan(a, pred, R, cand, NULL);
     double plain = R / (t_plain_fixed + scale_of(a) * bs_sched_forward_time(a, R + a->extra_rows, R + a->extra_seqs));
-    return spec > plain;
+    return spec * BS_SKIP_MARGIN >= plain;
 }
 
 void bs_step_fit_add(bs_step_fit *f, double x, double y) {

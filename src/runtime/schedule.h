@@ -111,9 +111,15 @@ double bs_sched_plan(const bs_sched_args *a, const bs_sched_in *in, int R, bs_sc
 // Algorithm 1 path (no early break: this step's draws are the past by the time the budget is used).
 int bs_sched_plan_budget(const bs_sched_args *a, const bs_sched_in *in, int R, bs_sched_cand *cand);
 
+// Plain decoding must beat the drafting plan by this factor for a step to skip the drafter: the plan rests on
+// predicted survivals (a few rounds of one request), and a request that stops drafting learns nothing new
+// until a probe; near break-even (the 2-core CPU at one request) skipping on a noisy prediction cost ~7%.
+#define BS_SKIP_MARGIN 1.1
+
 // Whether a step should run the drafter at all (alg1, async), decided before anything of it is drawn:
 // the best point of the path over *predicted* confidences (pred: each sequence's survivals from earlier
 // rounds), with a->t_fixed holding the drafter pass and the rest of a drafting step, against plain
 // decoding of the same R sequences: R tokens from a forward of R + extra_rows rows over R + extra_seqs
-// sequences (times t_scale), t_plain_fixed beside it. 1: draft (the plan yields more tokens per second), 0: plain.
+// sequences (times t_scale), t_plain_fixed beside it. 1: draft (the plan yields at least 1 / BS_SKIP_MARGIN of
+// plain decoding's tokens per second), 0: plain.
 int bs_sched_worth_drafting(const bs_sched_args *a, const bs_sched_in *pred, int R, double t_plain_fixed, bs_sched_cand *cand);
