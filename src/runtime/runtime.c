@@ -163,7 +163,7 @@ int bs_runtime_set_schedule_costs(bs_runtime *rt, bs_sched_mode mode, const bs_c
     rt->async_budget = -1;
     // What earlier steps taught the scheduler belongs to the old model.
     rt->fit = (bs_step_fit){ 0 };
-    rt->t_fixed = 0; rt->t_scale = 1;
+    rt->t_fixed = 0; rt->t_scale = 1; rt->t_ctx_row = 0;
     rt->skip_drafts = rt->plain_run = rt->n_surv = 0;
     rt->probe_every = BS_PROBE_FIRST;
     return 0;

@@ -70,6 +70,8 @@ typedef struct bs_runtime {
                                  // the predictions a plain step cannot)
     unsigned probe_next;         // probes go round the drafting sequences
     int n_drafting;              // sequences the drafter ran for in this step
+    double t_ctx_row;            // seconds per drafter context row added in a flush of waiting rows (smoothed)
+    double t_flush_step;         // this step's seconds of such flushes
     float surv[BS_MAX_DRAFT];    // every sequence's prefix survivals, smoothed: a new sequence's prediction
     int n_surv;
     int async_budget, async_R;

@@ -215,7 +215,7 @@ static void decide_drafting(bs_runtime *rt) {
     rt->skip_drafts = 0;
     rt->probe = NULL;
     if (!bs_sched_needs_sps(rt->sched) || !rt->n_sps) return;
-    int R = 0, D = 0, m = 0, extra_seqs;
+    int R = 0, D = 0, m = 0, extra_seqs, pending = 0;
     bs_seq *unknown = NULL;
     for (int i = 0; i < rt->n_seqs; i++) {
         bs_seq *s = rt->seqs[i];
@@ -225,6 +225,7 @@ static void decide_drafting(bs_runtime *rt) {
         int n = drafter_of(rt, s) ? bs_seq_round_drafts(s) : 0;
         if (n <= 0) continue;
         rt->draft_seqs[D++] = s;   // scratch until the drafter call: the sequences that could draft
+        pending += s->n_pending;
         int k = predict(rt, s, n);
         if (k == 0 && !unknown) unknown = s;
         *in = (bs_sched_in){ k, s->pred, 0, !s->conf_head };
@@ -236,6 +237,7 @@ static void decide_drafting(bs_runtime *rt) {
     if (!D || reserve_cand(rt, m, &oom)) return;
     int extra_rows = prompt_rows(rt, &extra_seqs);
     bs_sched_args a = sched_args(rt, extra_rows, extra_seqs, D);
+    a.t_fixed += rt->t_ctx_row * pending;   // drafting now first adds their plain steps' context rows
     if (bs_sched_worth_drafting(&a, rt->sched_in, R, rt->t_fixed, rt->sched_cand)) {
         rt->plain_run = 0;
         rt->probe_every = BS_PROBE_FIRST;
@@ -292,19 +294,24 @@ static int cut_drafts(bs_runtime *rt, bs_seq **seqs, int R, int extra_rows, int 
 // so the rows wait (up to BS_PENDING_ROWS) and go in together before the sequence next drafts, and not at
 // all when it finishes first. The drafter computes the same context either way (row-invariant kernels).
 
-static int flush_context(bs_seq *s, bs_err *err) {
+// The waiting rows go in; their time per row (flushes of 4 rows or more) prices the flushes a decision to
+// draft would cause (decide_drafting), and stays out of the step-time model's observations.
+static int flush_context(bs_runtime *rt, bs_seq *s, bs_err *err) {
     if (!s->n_pending) return 0;
     double t0 = bs_now();
     int rc = s->drafter->add_context(s->drafter, &s->dctx, s->pending, s->n_pending, err);
-    s->st.t_draft += bs_now() - t0;
+    double t = bs_now() - t0;
+    s->st.t_draft += t;
+    rt->t_flush_step += t;
+    if (s->n_pending >= 4) rt->t_ctx_row = rt->t_ctx_row > 0 ? 0.8 * rt->t_ctx_row + 0.2 * t / s->n_pending : t / s->n_pending;
     s->n_pending = 0;
     return rc;
 }
 
-static int defer_context(bs_seq *s, const float *feat, int n, bs_err *err) {
+static int defer_context(bs_runtime *rt, bs_seq *s, const float *feat, int n, bs_err *err) {
     bs_backend *be = s->eng->be;
     size_t F = (size_t)s->drafter->n_taps * s->eng->cfg.hidden_size;
-    if (s->n_pending + n > BS_PENDING_ROWS && flush_context(s, err)) return -1;
+    if (s->n_pending + n > BS_PENDING_ROWS && flush_context(rt, s, err)) return -1;
     if (n > BS_PENDING_ROWS) return s->drafter->add_context(s->drafter, &s->dctx, feat, n, err);
     if (!s->pending && !(s->pending = be->alloc(be, sizeof(float) * F * BS_PENDING_ROWS, err))) return -1;
     be->copy(be, s->pending + (size_t)s->n_pending * F, feat, sizeof(float) * F * n);
@@ -319,7 +326,7 @@ static int draft_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     int max_n = plan_drafts(rt, s, err);
     if (max_n <= 0) return max_n;   // an error, or nothing to draft (a plain sequence or step, no room)
     bs_drafter *d = s->drafter;
-    if (flush_context(s, err)) return -1;
+    if (flush_context(rt, s, err)) return -1;
     int whole = !needs_conf(rt, s) || lone_verifies_all(rt, s, max_n);
     // The round observer reports confidences: with one, they are read (a trace recorded under fixed on a
     // device would otherwise lack them for the rounds a request ran alone).
@@ -343,7 +350,7 @@ static int draft_batch(bs_runtime *rt, bs_err *err) {
         bs_seq *s = rt->seqs[i];
         if (s->phase != BS_SEQ_DECODE) continue;
         int max_n = plan_drafts(rt, s, err);
-        if (max_n < 0 || (max_n > 0 && flush_context(s, err))) return -1;
+        if (max_n < 0 || (max_n > 0 && flush_context(rt, s, err))) return -1;
         if (max_n == 0) continue;
         rt->draft_seqs[n] = s; rt->draft_ctx[n] = &s->dctx; rt->draft_anchor[n] = s->anchor; rt->draft_max[n] = max_n;
         rt->draft_smp[n] = &s->sampling; rt->draft_rng[n] = s->rng;
@@ -387,7 +394,7 @@ static int finish_round(bs_runtime *rt, bs_seq *s, int a, int32_t next, const fl
     if (d) {
         double t0 = bs_now();
         int now = s->ran_drafter || !rt->skip_drafts || rt->add_context_now;
-        if (now ? d->add_context(d, &s->dctx, feat, a + 1, err) : defer_context(s, feat, a + 1, err)) return -1;
+        if (now ? d->add_context(d, &s->dctx, feat, a + 1, err) : defer_context(rt, s, feat, a + 1, err)) return -1;
         s->st.t_draft += bs_now() - t0;
         if (s->ran_drafter) {   // a speculative round (in a plain step the drafter only took the anchor's row)
             record_round(&s->st, s->n_drafted, n, a);
@@ -527,7 +534,7 @@ static void drop_finished(bs_runtime *rt) {
 static void observe_step_cost(bs_runtime *rt, double t_step, int decoding, int prefilled) {
     if (!decoding || prefilled || rt->t_fwd_step <= 0 || !rt->n_sps) return;
     bs_sched_args a = sched_args(rt, 0, 0, 0);
-    bs_step_fit_add(&rt->fit, bs_sched_forward_time(&a, rt->last_rows, rt->last_seqs) + draft_time(rt, rt->n_drafting), t_step);
+    bs_step_fit_add(&rt->fit, bs_sched_forward_time(&a, rt->last_rows, rt->last_seqs) + draft_time(rt, rt->n_drafting), t_step - rt->t_flush_step);
     bs_step_fit_get(&rt->fit, &rt->t_fixed, &rt->t_scale);
 }
 
@@ -538,6 +545,7 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     rt->last_prompt_rows = 0;
     rt->t_fwd_step = 0;
     rt->n_drafting = 0;
+    rt->t_flush_step = 0;
     double t0 = bs_now();
     decide_drafting(rt);
     int with_drafter = 0, prefilled = 0, n_started = 0;   // some sequence decodes with a drafter; some prefills
