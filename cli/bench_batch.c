@@ -20,22 +20,22 @@ static const char *const bench_prompts[8] = {
     "#include <stdio.h>\n", "Once upon a time", "struct list_head {", "In this paper we",
 };
 
-typedef struct batch_figures { double total_tps, per_request_tps, tau; long tokens; } batch_figures;
+typedef struct batch_figures { double total_tps, per_request_tps, tau, rounds, plain_steps; long tokens; } batch_figures;
 
 // max(np, c) requests (prompt i % np), at most c at a time: a finished one makes room for the next
 // (continuous batching), so every level decodes the same prompts and the figures compare.
-static int run_level(blockspec *bs, int32_t **ids, size_t *n_ids, int np, int c, const blockspec_params *p, batch_figures *f, char *err, size_t len) {
+static int run_level(blockspec *bs, int32_t **ids, size_t *n_ids, int np, int c, const blockspec_params *pp, batch_figures *f, char *err, size_t len) {
     int n = c > np ? c : np, next = 0, running = 0, rc = -1;
     blockspec_request **r = calloc(n, sizeof *r);
     if (!r) { snprintf(err, len, "out of memory"); return -1; }
     double t0 = bs_now();
     for (;;) {
         for (; running < c && next < n; next++, running++)
-            if (blockspec_submit(bs, ids[next % np], n_ids[next % np], p, NULL, NULL, &r[next], err, len)) goto out;
+            if (blockspec_submit(bs, ids[next % np], n_ids[next % np], pp, NULL, NULL, &r[next], err, len)) goto out;
         if (running == 0) break;
         if ((running = blockspec_step(bs, err, len)) < 0) goto out;
     }
-    double wall = bs_now() - t0, rate = 0, rounds = 0, emitted = 0;
+    double wall = bs_now() - t0, rate = 0, rounds = 0, emitted = 0, plain = 0;
     f->tokens = 0;
     for (int i = 0; i < n; i++) {
         blockspec_stats st;
@@ -43,7 +43,13 @@ static int run_level(blockspec *bs, int32_t **ids, size_t *n_ids, int np, int c,
         f->tokens += st.n_generated;
         rate += st.n_generated > 1 && st.t_generate > 0 ? (st.n_generated - 1) / st.t_generate : 0;
         rounds += st.rounds; emitted += st.rounds * st.tau;
+        // Steps without a drafter pass (alg1 / async chose plain decoding): the tokens no round emitted
+        // (the first one comes from the prompt; a last round cut by the budget makes this an estimate).
+        double p = st.n_generated - 1 - st.rounds * st.tau;
+        if (pp->use_drafter && p > 0) plain += p;
     }
+    f->plain_steps = plain / n;
+    f->rounds = rounds / n;
     f->tau = rounds ? emitted / rounds : 1;
     f->total_tps = f->tokens / wall;
     f->per_request_tps = rate / n;
@@ -103,8 +109,8 @@ int bench_batch(const bench_batch_opts *o) {
     blockspec *bs = NULL;
     int32_t **ids = NULL; size_t *n_ids = NULL;
     int np = 0, rc = 1, max_c = 1;
-    double *sps = NULL;
-    int n_sps = 0;
+    cli_costs costs = { 0 };
+    int have_costs = 0;
     batch_figures *fig = NULL;
     blockspec_schedule defaults[2] = { BLOCKSPEC_SCHEDULE_NONE, BLOCKSPEC_SCHEDULE_FIXED };
     const blockspec_schedule *sch = o->n_scheds ? o->scheds : defaults;
@@ -118,31 +124,35 @@ int bench_batch(const bench_batch_opts *o) {
     }
     for (int si = 0; si < n_sch; si++) {
         if (!o->drafter && sch[si] != BLOCKSPEC_SCHEDULE_NONE) { snprintf(err, sizeof err, "--schedule %s needs a drafter", blockspec_schedule_name(sch[si])); goto out; }
-        if ((sch[si] == BLOCKSPEC_SCHEDULE_ALG1 || sch[si] == BLOCKSPEC_SCHEDULE_ASYNC) && !sps) {
-            char dev[512], shape[256];
+        if ((sch[si] == BLOCKSPEC_SCHEDULE_ALG1 || sch[si] == BLOCKSPEC_SCHEDULE_ASYNC) && !have_costs) {
+            char dev[512], shape[256], dshape[256];
             int block = 1 + (o->draft_max ? o->draft_max : 16);
-            cli_cost_opts co = { .file = o->cost_model, .max_rows = max_c * block, .ctx = 256, .block = block, .reps = 3 };
-            cli_cost_keys(bs, &co, dev, sizeof dev, shape, sizeof shape);
-            if (cli_cost_model(&co, &sps, &n_sps, err, sizeof err)) goto out;
+            cli_cost_opts co = { .file = o->cost_model, .max_rows = max_c * block, .max_seqs = max_c, .ctx = 256, .block = block, .reps = 3,
+                                 .drafts = o->draft_max };
+            cli_cost_keys(bs, &co, dev, sizeof dev, shape, sizeof shape, dshape, sizeof dshape);
+            if (cli_costs_get(&co, &costs, err, sizeof err)) goto out;
+            have_costs = 1;
         }
     }
     if (!(fig = calloc((size_t)n_sch * o->reps, sizeof *fig))) { snprintf(err, sizeof err, "out of memory"); goto out; }
-    printf("| concurrent | schedule | total tok/s | per-request tok/s | tau | tokens |\n|---:|---|---:|---:|---:|---:|\n");
+    printf("| concurrent | schedule | total tok/s | per-request tok/s | tau | tokens | rounds / plain steps per request |\n"
+           "|---:|---|---:|---:|---:|---:|---|\n");
     for (int li = 0; li < o->n_levels; li++) {
         for (int rep = 0; rep < o->reps; rep++)
             for (int si = 0; si < n_sch; si++) {
                 blockspec_params p = blockspec_default_params();
                 p.n_new = o->n_new; p.stop_at_eos = 0; p.use_drafter = sch[si] != BLOCKSPEC_SCHEDULE_NONE; p.draft_max = o->draft_max;
                 p.confidence_threshold = sch[si] == BLOCKSPEC_SCHEDULE_THRESHOLD ? o->threshold : 0;
-                if (blockspec_set_schedule(bs, sch[si], sps, (size_t)n_sps, err, sizeof err)) goto out;
+                blockspec_cost_model cm = cli_costs_public(&costs);
+                if (blockspec_set_schedule_costs(bs, sch[si], &cm, err, sizeof err)) goto out;
                 if (run_level(bs, ids, n_ids, np, o->levels[li], &p, &fig[si * o->reps + rep], err, sizeof err)) goto out;
             }
         for (int si = 0; si < n_sch; si++) {
             double v[100], u[100];
             const batch_figures *f = &fig[si * o->reps];
             for (int r = 0; r < o->reps; r++) { v[r] = f[r].total_tps; u[r] = f[r].per_request_tps; }
-            printf("| %d | %s | %.1f | %.1f | %.2f | %ld |\n", o->levels[li], blockspec_schedule_name(sch[si]), median(v, o->reps), median(u, o->reps),
-                   f[0].tau, f[0].tokens);
+            printf("| %d | %s | %.1f | %.1f | %.2f | %ld | %.1f / %.1f |\n", o->levels[li], blockspec_schedule_name(sch[si]), median(v, o->reps),
+                   median(u, o->reps), f[0].tau, f[0].tokens, f[0].rounds, f[0].plain_steps);
         }
         fflush(stdout);
     }
@@ -150,7 +160,8 @@ int bench_batch(const bench_batch_opts *o) {
 out:
     if (rc) fprintf(stderr, "bench: %s\n", err);
     for (int i = 0; i < np; i++) free(ids[i]);
-    free(ids); free(n_ids); free(sps); free(fig);
+    free(ids); free(n_ids); free(fig);
+    cli_costs_free(&costs);
     blockspec_close(bs);
     return rc;
 }

@@ -17,10 +17,10 @@
 #include "runtime/runtime.h"
 #include "util/timer.h"
 
-typedef struct figures { double total_tps, user_tps, tau, verified, proposed; long tokens; } figures;
+typedef struct figures { double total_tps, user_tps, tau, verified, proposed, plain; long tokens; } figures;
 
 // Requests 0..n-1 (prompt i, reference i), at most c at a time; d NULL: plain, out[i] (cap) the tokens.
-static int run_level(const bs_engine *e, bs_drafter *d, bs_sched_mode mode, const double *sps, int n_sps, int32_t **prompts, int n_prompt,
+static int run_level(const bs_engine *e, bs_drafter *d, bs_sched_mode mode, const cli_costs *costs, int32_t **prompts, int n_prompt,
                      int32_t **refs, int n_ref, int n, int c, int n_new, int draft_max, float thr, const replay_trace *t, figures *f,
                      bs_err *err) {
     bs_runtime rt;
@@ -28,7 +28,8 @@ static int run_level(const bs_engine *e, bs_drafter *d, bs_sched_mode mode, cons
     int rc = -1, next = 0;
     if (!seqs) return bs_fail(err, "out of memory");
     if (bs_runtime_init(&rt, e, d, err)) { free(seqs); return -1; }
-    if (bs_runtime_set_schedule(&rt, mode, sps, n_sps, err)) goto out;
+    bs_cost_tables ct = { costs->sps, costs->n_sps, costs->block, costs->sps1, costs->n_sps1, costs->dps, costs->n_dps };
+    if (bs_runtime_set_schedule_costs(&rt, mode, &ct, err)) goto out;
     double t0 = bs_now();
     for (;;) {
         while (rt.n_seqs < c && next < n) {
@@ -50,6 +51,11 @@ static int run_level(const bs_engine *e, bs_drafter *d, bs_sched_mode mode, cons
         f->tokens += seqs[i].n_out;
         rate += seqs[i].n_out > 1 && tg > 0 ? (seqs[i].n_out - 1) / tg : 0;
         rounds += st->rounds; acc += st->accepted; ver += st->drafted; prop += st->proposed;
+        // Steps without a drafter pass (alg1 / async chose plain decoding): tokens no round emitted (the
+        // first comes from the prompt; a last round cut by the budget makes this an estimate).
+        long emitted = 0;
+        for (int k = 0; k < st->n_lengths; k++) emitted += st->acceptance_lengths[k];
+        if (d && seqs[i].n_out - 1 > emitted) f->plain += seqs[i].n_out - 1 - emitted;
         if (!d && refs[i]) memcpy(refs[i], seqs[i].out, sizeof(int32_t) * seqs[i].n_out);
     }
     f->total_tps = f->tokens / wall;
@@ -57,6 +63,7 @@ static int run_level(const bs_engine *e, bs_drafter *d, bs_sched_mode mode, cons
     f->tau = rounds ? (double)(acc + rounds) / rounds : 1;
     f->verified = rounds ? (double)ver / rounds : 0;
     f->proposed = rounds ? (double)prop / rounds : 0;
+    f->plain /= n;
     rc = 0;
 out:
     for (int i = 0; i < n; i++) if (seqs[i].eng) bs_seq_free(&seqs[i]);
@@ -75,9 +82,9 @@ int bench_trace(const bench_trace_opts *o) {
     bs_drafter *d = NULL;
     replay_trace t = {0};
     int32_t **prompts = NULL, **refs = NULL;
-    double *sps = NULL;
+    cli_costs costs = { 0 };
     figures *fig = NULL;
-    int n_sps = 0, rc = 1, max_c = 8, N = 0, any_sps = 0;
+    int rc = 1, max_c = 8, N = 0, any_sps = 0;
     for (int i = 0; i < o->n_levels; i++) if (o->levels[i] > max_c) max_c = o->levels[i];
     for (int i = 0; i < o->n_scheds; i++) any_sps |= bs_sched_needs_sps(o->scheds[i]);
     N = max_c;
@@ -99,26 +106,30 @@ int bench_trace(const bench_trace_opts *o) {
     // The references: every request's greedy continuation, decoded plainly (all at once).
     double t0 = bs_now();
     figures ff;
-    if (run_level(e, NULL, BS_SCHED_FIXED, NULL, 0, prompts, o->prompt_len, refs, n_ref, N, N, n_ref, K, 0, &t, &ff, &err)) goto out;
+    if (run_level(e, NULL, BS_SCHED_FIXED, &costs, prompts, o->prompt_len, refs, n_ref, N, N, n_ref, K, 0, &t, &ff, &err)) goto out;
     printf("references: %d greedy continuations of %d tokens in %.1f s\n", N, n_ref, bs_now() - t0);
     if (any_sps) {
         char dev[512], shape[256];
-        cli_cost_opts co = { .file = o->profile, .max_rows = max_c * (K + 1), .ctx = 256, .block = K + 1, .reps = 3, .measure = cli_measure_engine,
-                             .measure_ctx = e };
+        // The target's tables only: the replay drafter costs nothing (a drafter table in a given file is dropped).
+        cli_cost_opts co = { .file = o->profile, .max_rows = max_c * (K + 1), .max_seqs = max_c, .ctx = 256, .block = K + 1, .reps = 3,
+                             .measure = cli_measure_engine, .measure_ctx = e };
         cli_cost_device_key(e->be->name, dev, sizeof dev);
         if (bs_model_shape(e, shape, sizeof shape)) snprintf(shape, sizeof shape, "unknown");
         co.device = dev; co.shape = shape;
-        if (cli_cost_model(&co, &sps, &n_sps, cerr, sizeof cerr)) { bs_fail(&err, "%s", cerr); goto out; }
-        printf("cost model: %d rows, %.1f forwards/s at 1 row, %.1f at %d\n", n_sps, sps[0], sps[n_sps - 1], n_sps);
+        if (cli_costs_get(&co, &costs, cerr, sizeof cerr)) { bs_fail(&err, "%s", cerr); goto out; }
+        free(costs.dps); costs.dps = NULL; costs.n_dps = 0;
+        printf("cost model: %d rows, %.1f forwards/s at 1 row, %.1f at %d", costs.n_sps, costs.sps[0], costs.sps[costs.n_sps - 1], costs.n_sps);
+        if (costs.sps1) printf("; plain: %.1f forwards/s with %d one-row sequences", costs.sps1[costs.n_sps1 - 1], costs.n_sps1);
+        printf("\n");
     }
     if (!(fig = calloc((size_t)o->n_scheds * o->reps, sizeof *fig))) { bs_fail(&err, "out of memory"); goto out; }
-    printf("| concurrent | schedule | total tok/s | per-user tok/s | tau | verified/round | drafted/round | x fixed (total) | x none (per-user) |\n"
-           "|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| concurrent | schedule | total tok/s | per-user tok/s | tau | verified/round | drafted/round | plain steps/request | x fixed (total) | x none (per-user) |\n"
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int li = 0; li < o->n_levels; li++) {
         int c = o->levels[li], n = c > 8 ? c : 8;
         for (int rep = 0; rep < o->reps; rep++)
             for (int si = 0; si < o->n_scheds; si++)
-                if (run_level(e, d, o->scheds[si], sps, n_sps, prompts, o->prompt_len, refs, n_ref, n, c, o->n_new, K, o->threshold, &t,
+                if (run_level(e, d, o->scheds[si], &costs, prompts, o->prompt_len, refs, n_ref, n, c, o->n_new, K, o->threshold, &t,
                               &fig[si * o->reps + rep], &err)) goto out;
         double tot[64], usr[64], fixed_tot = 0, none_usr = 0, v[64];
         figures med[64];
@@ -128,14 +139,14 @@ int bench_trace(const bench_trace_opts *o) {
             med[si].total_tps = median(v, o->reps);
             for (int r = 0; r < o->reps; r++) v[r] = fs[r].user_tps;
             med[si].user_tps = median(v, o->reps);
-            med[si].tau = fs[0].tau; med[si].verified = fs[0].verified; med[si].proposed = fs[0].proposed;
+            med[si].tau = fs[0].tau; med[si].verified = fs[0].verified; med[si].proposed = fs[0].proposed; med[si].plain = fs[0].plain;
             tot[si] = med[si].total_tps; usr[si] = med[si].user_tps;
             if (o->scheds[si] == BS_SCHED_FIXED) fixed_tot = tot[si];
             if (o->scheds[si] == BS_SCHED_NONE) none_usr = usr[si];
         }
         for (int si = 0; si < o->n_scheds && si < 64; si++) {
-            printf("| %d | %s | %.1f | %.2f | %.2f | %.2f | %.2f | ", c, bs_sched_name(o->scheds[si]), tot[si], usr[si], med[si].tau, med[si].verified,
-                   med[si].proposed);
+            printf("| %d | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.1f | ", c, bs_sched_name(o->scheds[si]), tot[si], usr[si], med[si].tau,
+                   med[si].verified, med[si].proposed, med[si].plain);
             if (fixed_tot > 0) printf("%.2fx | ", tot[si] / fixed_tot); else printf("- | ");
             if (none_usr > 0) printf("%.2fx |\n", usr[si] / none_usr); else printf("- |\n");
         }
@@ -146,7 +157,8 @@ int bench_trace(const bench_trace_opts *o) {
 out:
     if (rc) fprintf(stderr, "bench: %s\n", err.msg);
     for (int i = 0; prompts && i < N; i++) { free(prompts[i]); free(refs[i]); }
-    free(prompts); free(refs); free(sps); free(fig);
+    free(prompts); free(refs); free(fig);
+    cli_costs_free(&costs);
     if (d) d->free(d);
     replay_trace_free(&t);
     bs_engine_close(e);

@@ -1,7 +1,8 @@
 // blockspec dump -m DIR [-d DRAFTER] --prompt-ids 1,2,3 [-n N] [--block-ids 4,5] --out FILE.safetensors
 // Writes what the engine computed, under the names and shapes of the reference vectors
 // (shared/fixtures/{target,dflash,dspark}.expect.safetensors), so any reference set can be compared with it.
-// With -d: the drafter's tensors for the block after the prompt (anchor = the greedy token after the prompt).
+// With -d: the drafter's tensors for the block after the prompt (anchor = the greedy token after the prompt); a
+// DFlash 2 drafter adds its selector's (tests/ref/make_dflash2_fixture.py lists the names).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,9 +31,13 @@ typedef struct drafter_dump {
     float *feat, *hidden, *logits, *step, conf[BS_MAX_DRAFT];
     int32_t *spec_out;
     bs_spec_stats st;
+    // DFlash 2: the selector's inputs and both walks (tests/ref/make_dflash2_fixture.py names them)
+    int32_t *cand, sampled[BS_MAX_DRAFT];
+    float *unary, *z, *scores, *q, *q_sampled, uniforms[BS_MAX_DRAFT];
 } drafter_dump;
 
 static void drafter_dump_free(drafter_dump *dd) {
+    free(dd->cand); free(dd->unary); free(dd->z); free(dd->scores); free(dd->q); free(dd->q_sampled);
     free(dd->feat); free(dd->hidden); free(dd->logits); free(dd->step); free(dd->spec_out);
     bs_spec_stats_free(&dd->st);
 }
@@ -57,6 +62,38 @@ static int dump_spec_run(bs_engine *e, bs_drafter *d, const int32_t *prompt, int
 out:
     bs_session_free(&s);
     return rc;
+}
+
+// DFlash 2's selector tensors for the block just drafted (the greedy pass again, inspected), then the walk at
+// temperature 1 at the fixed uniforms (p + 0.5) / n, the ones tests/ref/make_dflash2_fixture.py uses.
+static int dump_dflash2(bs_drafter *d, bs_drafter_ctx *dcx, int32_t anchor, int n, bs_st_writer *w, drafter_dump *dd, bs_err *err) {
+    const bs_drafter_config *c = bs_dflash_config(d);
+    int K = c->sel_top_k, R = c->sel_rank;
+    dd->cand = malloc(sizeof(int32_t) * n * K);
+    dd->unary = malloc(sizeof(float) * n * K); dd->z = malloc(sizeof(float) * n * R);
+    dd->scores = malloc(sizeof(float) * n * K); dd->q = malloc(sizeof(float) * n * K); dd->q_sampled = malloc(sizeof(float) * n * K);
+    if (!dd->cand || !dd->unary || !dd->z || !dd->scores || !dd->q || !dd->q_sampled) return bs_fail(err, "out of memory");
+    bs_dflash_inspect ins = { .cand_ids = dd->cand, .cand_unary = dd->unary, .sel_hidden = dd->z, .cand_scores = dd->scores, .walk_q = dd->q };
+    bs_draft dr;
+    if (bs_dflash_forward_block(d, dcx, anchor, n, NULL, NULL, &dr, &ins, err)) return -1;
+    double u[BS_MAX_DRAFT];
+    for (int p = 0; p < n; p++) { u[p] = (p + 0.5) / n; dd->uniforms[p] = (float)u[p]; }
+    bs_dflash_inspect si = { .walk_q = dd->q_sampled, .uniforms = u };
+    bs_sampling t1 = { .temperature = 1.0f, .top_k = 0, .top_p = 1.0f };
+    bs_rng rng;
+    bs_rng_seed(&rng, 0);   // (not drawn from: the uniforms are given)
+    if (bs_dflash_forward_block(d, dcx, anchor, n, &t1, &rng, &dr, &si, err)) return -1;
+    memcpy(dd->sampled, dr.tokens, sizeof(int32_t) * n);
+    int64_t shp[2] = { n, R };
+    bs_st_writer_add(w, "selector_hidden", "F32", 2, shp, dd->z, err);
+    shp[1] = K;
+    bs_st_writer_add(w, "candidate_ids", "I32", 2, shp, dd->cand, err);
+    bs_st_writer_add(w, "candidate_unary", "F32", 2, shp, dd->unary, err);
+    bs_st_writer_add(w, "walk_scores", "F32", 2, shp, dd->scores, err);
+    bs_st_writer_add(w, "sampled_q", "F32", 2, shp, dd->q_sampled, err);
+    bs_st_writer_add(w, "walk_uniforms", "F32", 1, shp, dd->uniforms, err);
+    bs_st_writer_add(w, "sampled_tokens", "I32", 1, shp, dd->sampled, err);
+    return 0;
 }
 
 // Context features of the prompt (from the prefill's hidden states), then one drafting forward.
@@ -92,13 +129,15 @@ static int dump_drafter(bs_engine *e, bs_drafter *d, const int32_t *prompt, int 
     shp[0] = B; bs_st_writer_add(w, "block_input_ids", "I32", 1, shp, dd->block, err);
     shp[1] = H; bs_st_writer_add(w, "block_hidden", "F32", 2, shp, dd->hidden, err);
     shp[0] = dr.n; shp[1] = V;
-    if (zl) bs_st_writer_add(w, "draft_logits", "F32", 2, shp, dd->logits, err);
+    if (c->dflash2) bs_st_writer_add(w, "unary_logits", "F32", 2, shp, dd->logits, err);   // (times output_multiplier, softcapped)
+    else if (zl) bs_st_writer_add(w, "draft_logits", "F32", 2, shp, dd->logits, err);
     else {
         bs_st_writer_add(w, "base_logits", "F32", 2, shp, dd->logits, err);
         bs_st_writer_add(w, "step_logits", "F32", 2, shp, dd->step, err);
     }
     bs_st_writer_add(w, "draft_tokens", "I32", 1, shp, dd->tokens, err);
     if (dr.has_conf) bs_st_writer_add(w, "confidence_logits", "F32", 1, shp, dd->conf, err);
+    if (c->dflash2 && dump_dflash2(d, &dcx, anchor, n, w, dd, err)) goto out;
     rc = 0;
 out:
     if (dev) be->free(be, dev);

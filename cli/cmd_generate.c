@@ -265,8 +265,8 @@ int cmd_generate(int argc, char **argv) {
     bs_drafter *d = NULL;
     bs_spec_stats st = {0};
     int32_t *out = NULL;
-    int n_out = 0, n_sps = 0;
-    double *sps = NULL;   // the cost model (alg1 / async)
+    int n_out = 0;
+    cli_costs costs = { 0 };   // the cost model (alg1 / async)
     rc = 1;
     bs_engine_opts eo = { .threads = (int)a.threads, .no_graphs = a.no_graphs, .kv_rows = a.kv_rows };
     if (bs_engine_open_opts(&e, a.model, a.device, &eo, &err) || tokenize_prompt(&a, e, &err)) goto out;
@@ -294,14 +294,17 @@ int cmd_generate(int argc, char **argv) {
     if (d && bs_sched_needs_sps((bs_sched_mode)a.sched)) {
         char dev[512], shape[256], cerr[1024];
         int block = 1 + (a.draft_max ? (int)a.draft_max : d->max_drafts);
-        cli_cost_opts co = { .file = a.cost_model, .max_rows = block, .ctx = 256, .block = block, .reps = 3, .measure = cli_measure_engine, .measure_ctx = e };
+        cli_engine_drafter ed = { e, d };
+        cli_cost_opts co = { .file = a.cost_model, .max_rows = block, .max_seqs = 1, .ctx = 256, .block = block, .reps = 3, .drafts = block - 1,
+                             .drafter = d->shape[0] ? d->shape : d->name, .measure = cli_measure_engine, .measure_ctx = e,
+                             .measure_draft = cli_measure_engine_draft, .measure_draft_ctx = &ed };
         cli_cost_device_key(e->be->name, dev, sizeof dev);
         if (bs_model_shape(e, shape, sizeof shape)) snprintf(shape, sizeof shape, "unknown");
         co.device = dev; co.shape = shape;
-        if (cli_cost_model(&co, &sps, &n_sps, cerr, sizeof cerr)) { bs_fail(&err, "%s", cerr); goto out; }
+        if (cli_costs_get(&co, &costs, cerr, sizeof cerr)) { bs_fail(&err, "%s", cerr); goto out; }
     }
     if (d) {
-        bs_spec_sched sch = { (int)a.sched, sps, n_sps };
+        bs_spec_sched sch = { (int)a.sched, costs.sps, costs.n_sps, costs.block, costs.sps1, costs.n_sps1, costs.dps, costs.n_dps };
         bs_spec_opts o = { .draft_max = (int)a.draft_max, .confidence_threshold = (float)a.conf_thr, .stop_at_eos = !a.ignore_eos, .sched = &sch };
         if (bs_generate_spec(&s, d, a.prompt, a.n_prompt, (int)a.n_new, &o, out, &n_out, on_token, &pr, &st, &err)) goto out;
     } else if (bs_generate_plain(&s, a.prompt, a.n_prompt, (int)a.n_new, !a.ignore_eos, out, &n_out, on_token, &pr, &err)) goto out;
@@ -326,7 +329,7 @@ int cmd_generate(int argc, char **argv) {
 out:
     if (rc) fprintf(stderr, "blockspec generate: %s\n", err.msg);
     if (d) d->free(d);
-    free(sps);
+    cli_costs_free(&costs);
     bs_spec_stats_free(&st);
     if (s.eng) bs_session_free(&s);
     bs_engine_close(e);

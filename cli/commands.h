@@ -5,6 +5,7 @@ int cmd_dump(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_make_random(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);          // MLX affine weights (cli/cmd_quantize.c)
+int cmd_rotate(int argc, char **argv);            // the R1 fold (cli/cmd_rotate.c)
 int cmd_tokenize(int argc, char **argv);
 int cmd_tokenizer_train(int argc, char **argv);
 int cmd_draft_vocab(int argc, char **argv);

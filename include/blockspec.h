@@ -197,6 +197,25 @@ int blockspec_set_schedule(blockspec *bs, blockspec_schedule mode, const double 
 // rows[i] rows spread over sequences of `block` rows (anchor + drafts), each after a ctx-row context; the
 // best of reps forwards. Takes seconds; the caller caches it (per blockspec_device_name + blockspec_model_shape).
 int blockspec_profile(blockspec *bs, const int *rows, size_t n, int ctx, int block, int reps, double *sps, char *err, size_t err_len);
+// The whole cost model (docs/scheduling.md): with it, alg1 and async also decide before each step whether
+// the drafter runs at all (plain decoding when the drafts are not expected to pay for the drafter pass and
+// their verify rows). verify[i]: blockspec_profile's table (i + 1 rows in sequences of `block` rows; block
+// 0: 5); plain[i]: the same measurement with block 1 (i + 1 sequences of one row: a plain decoding step);
+// draft[i]: blockspec_profile_drafter's (drafter passes per second over i + 1 sequences). plain and draft
+// may be NULL (the step times measured while running then stand in for what they would say).
+typedef struct blockspec_cost_model {
+    const double *verify; size_t n_verify; int block;
+    const double *plain; size_t n_plain;
+    const double *draft; size_t n_draft;
+} blockspec_cost_model;
+// blockspec_set_schedule with the whole cost model (copied; cm NULL: none).
+int blockspec_set_schedule_costs(blockspec *bs, blockspec_schedule mode, const blockspec_cost_model *cm, char *err, size_t err_len);
+// Measures the drafter's pass: pps[i] = passes per second with seqs[i] sequences drafting (`drafts` tokens
+// each, 0: the drafter's block) after a ctx-row context, the best of reps. Fails without a drafter.
+int blockspec_profile_drafter(blockspec *bs, const int *seqs, size_t n, int ctx, int drafts, int reps, double *pps, char *err, size_t err_len);
+// The drafter's shape ("dspark-L3-H512-I1536-A8x4x64-B4-V8192-bf16"): with the device and the target's, the
+// key of a cached drafter table. 0, or -1 without a drafter (or when buf is too small).
+int blockspec_drafter_shape(const blockspec *bs, char *buf, size_t len);
 // The device the handle runs on ("cpu", "cuda:0 (NVIDIA H200)", ...) and the target's shape
 // ("L36-H4096-I12288-A32x8x128-V151936-bf16"): together they key a cached cost model.
 const char *blockspec_device_name(const blockspec *bs);

@@ -137,6 +137,18 @@ static const bad_case CASES[] = {
       "c.bsc: token 0 has id 1000000", "outside the vocabulary [0, 266)" },
     { "training corpus is a FIFO (blocked forever)", "mkfifo c.bsc", NULL, TRAIN, 1, "c.bsc: not a regular file (a FIFO)", "" },
     { "tokenizer-train corpus missing", "true", NULL, "%B tokenizer-train --vocab 300 --out t.json nonexistent.txt", 1, "nonexistent.txt", "" },
+    // --- the R1 fold (docs/rotation.md): rotate's inputs and a folded target's record ---
+    { "rotate: hidden_size with no Hadamard length (36 = 9 x 4)", GOOD_CK "sed -i 's/\"hidden_size\": 64/\"hidden_size\": 36/' m/config.json", NULL,
+      "%B rotate -m m --out o", 1, "m/config.json: hidden_size 36 is not m x 2^k", "" },
+    { "rotate: signs file of the wrong length", "mkdir m", "{\"signs\":{\"dtype\":\"F32\",\"shape\":[16],\"data_offsets\":[0,64]}}",
+      "%B rotate -m %F/target --out o --signs m/model.safetensors", 1, "m/model.safetensors: tensor 'signs' has 16 elements", "hidden_size is 64" },
+    { "rotate: a quantised input", "%B quantize -m %F/target --bits 8 --group 32 --out q >/dev/null 2>&1", NULL, "%B rotate -m q --out o", 1,
+      "q/config.json", "rotate first, then quantize" },
+    { "rotate: an input already folded", "%B rotate -m %F/target --out r >/dev/null 2>&1", NULL, "%B rotate -m r --out o", 1, "r/config.json", "already R1-folded" },
+    { "folded target whose record names another width", "%B rotate -m %F/target --out r >/dev/null 2>&1 && sed -i 's/\"n\":[[:space:]]*64/\"n\": 32/' r/config.json",
+      NULL, "%B generate -m r --prompt-ids 1,2,3 -n 2", 1, "r/config.json", "\"blockspec_r1\".\"n\" is 32 but hidden_size is 64" },
+    { "folded target whose sidecar is missing", "%B rotate -m %F/target --out r >/dev/null 2>&1 && rm r/blockspec_r1.safetensors", NULL,
+      "%B generate -m r --prompt-ids 1,2,3 -n 2", 1, "r/blockspec_r1.safetensors", "names the R1 sidecar" },
 };
 
 // Replaces %B and %F by absolute paths (the cases run in their own folders).

@@ -174,6 +174,22 @@ TEST(runtime_batch_invariance_cuda) {
         check_batch_invariance(failed_, "cuda", "models/blockspec-30m", "models/blockspec-30m-dflash", 32, 4, 16);
 }
 
+// DFlash 2 drafters (tests/ref/dflash2: a sliding layer whose window is shorter than most prompts; block
+// attention non-causal, then causal): several sequences' blocks through one batched pass (propose_batch) draft
+// exactly what each drafts alone, greedy and sampled.
+static void dflash2_batch_invariance(int *failed_, const char *device) {
+    struct stat st;
+    if (stat("tests/ref/dflash2/dflash2_causal/config.json", &st)) SKIP("no DFlash 2 reference drafters in tests/ref/dflash2");
+    check_batch_invariance(failed_, device, "tests/ref/dflash2/target", "tests/ref/dflash2/dflash2", 12, 6, 5);
+    if (*failed_) return;
+    check_batch_invariance(failed_, device, "tests/ref/dflash2/target", "tests/ref/dflash2/dflash2_causal", 9, 7, 0);
+}
+TEST(runtime_batch_invariance_dflash2) { dflash2_batch_invariance(failed_, "cpu"); }
+TEST(runtime_batch_invariance_dflash2_cuda) {
+    NEED_CUDA_DEVICE();
+    dflash2_batch_invariance(failed_, "cuda");
+}
+
 // The built-in DSpark drafter (the default) likewise, its prompts prefilled 16 rows per step.
 TEST(runtime_batch_invariance_builtin_dspark) {
     struct stat st;

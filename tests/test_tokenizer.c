@@ -221,3 +221,67 @@ TEST(tokenizer_chat_qwen3_oracle) {
     printf("  %d chat renders compared, %d differ\n", count, bad);
     CHECK(bad == 0 && count > 0);
 }
+
+// bs_regex_search returns, for the built-in patterns (GPT-2's and Qwen2/3's), up to BS_REGEX_RUN matches from
+// one Oniguruma search through a chained form of the pattern. They must be exactly the matches that one
+// search per match (what the pre-tokeniser and the trainer did before) finds, in the same order: checked on
+// texts built from the characters where the patterns' alternatives meet (contractions in both cases, the
+// long s that (?i) folds to s, letters, digits, marks, symbols, every kind of space and line break, runs of
+// each, empty and one-character texts).
+#include "io/tokenizer_internal.h"
+static size_t single_search_matches(regex_t *re, const char *s, size_t n, bs_span *out) {
+    OnigRegion *rg = onig_region_new();
+    size_t k = 0, at = 0;
+    while (at <= n) {
+        int r = onig_search(re, (const UChar *)s, (const UChar *)s + n, (const UChar *)s + at, (const UChar *)s + n, rg, ONIG_OPTION_NONE);
+        if (r < 0) break;
+        out[k++] = (bs_span){ (size_t)rg->beg[0], (size_t)(rg->end[0] - rg->beg[0]) };
+        if (rg->end[0] == rg->beg[0]) break;   // (neither pattern matches empty; stop rather than loop)
+        at = (size_t)rg->end[0];
+    }
+    onig_region_free(rg, 1);
+    return k;
+}
+TEST(tokenizer_regex_run_same_as_single_searches) {
+    static const char *parts[] = { "a", "Z", "hello", "'s", "'S", "'t", "'re", "'RE", "'ve", "'m", "'ll", "'LL", "'d", "'\xc5\xbf",
+        "'x", "'", "\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87", "\xcc\x81", "1", "42", "\xd9\xa3", "\xe2\x85\xa2", "!", "?!", "...", "$",
+        "\xf0\x9f\x98\x80", " ", "  ", "\t", "\n", "\r\n", "\n\n", " \n ", "\xc2\xa0", "\xe2\x80\xa8", "\xe3\x80\x80", "\x0b", "_", "-" };
+    const size_t n_parts = sizeof parts / sizeof *parts;
+    const char *pats[2] = { bs_gpt2_regex(), bs_qwen2_regex() };
+    bs_rng r; bs_rng_seed(&r, 29);
+    char text[512];
+    bs_span want[600], got[600];
+    long texts = 0, matches = 0;
+    for (int p = 0; p < 2; p++) {
+        regex_t *re; bs_err err;
+        CHECK(bs_regex_compile(&re, pats[p], strlen(pats[p]), &err) == 0, "%s", err.msg);
+        CHECK(bs_regex_run_form(re), "pattern %d has no run form", p);
+        bs_regex_ws rx = { 0 };
+        for (int it = 0; it < 6000; it++) {
+            size_t n = 0, parts_in = bs_rng_u64(&r) % 40;
+            for (size_t i = 0; i < parts_in; i++) {
+                const char *q = parts[bs_rng_u64(&r) % n_parts];
+                size_t reps = bs_rng_u64(&r) % 8 == 0 ? 1 + bs_rng_u64(&r) % 6 : 1;   // runs of one part now and then
+                for (size_t k = 0; k < reps && n + strlen(q) < sizeof text; k++) { memcpy(text + n, q, strlen(q)); n += strlen(q); }
+            }
+            size_t nw = single_search_matches(re, text, n, want), ng = 0, at = 0;
+            for (;;) {
+                bs_span m[BS_REGEX_RUN];
+                int k = bs_regex_search(re, bs_regex_run_form(re), &rx, text, n, at, m, &err);
+                CHECK(k >= 0, "%s", err.msg);
+                if (k == 0) break;
+                for (int i = 0; i < k; i++) got[ng++] = m[i];
+                at = m[k - 1].off + m[k - 1].len;
+                if (!m[k - 1].len) break;
+            }
+            CHECK(ng == nw, "pattern %d, text %d (%zu bytes): %zu matches, %zu by one search each", p, it, n, ng, nw);
+            for (size_t i = 0; i < nw; i++)
+                CHECK(got[i].off == want[i].off && got[i].len == want[i].len, "pattern %d, text %d, match %zu: [%zu, +%zu) against [%zu, +%zu)",
+                      p, it, i, got[i].off, got[i].len, want[i].off, want[i].len);
+            texts++; matches += (long)nw;
+        }
+        bs_regex_ws_free(&rx);
+        bs_regex_free(re);
+    }
+    printf("  %ld texts, %ld matches, identical\n", texts, matches);
+}

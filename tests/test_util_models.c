@@ -193,3 +193,59 @@ bs_drafter *tu_drafter_with_context(bs_engine *e, const char *drafter, const bs_
     if (rc) { tu_drafter_free(d, dc); return NULL; }
     return d;
 }
+
+// (See tests/test_util_models.h.)
+double tu_spec_sampling_pvalue(bs_engine *e, bs_drafter *d, const bs_sampling *smp, long runs, double *accept_rate, long *impossible) {
+    int V = e->cfg.vocab_size;
+    int32_t prompt[3] = { 1, 5, 2 }, out[3];
+    double *joint = malloc(sizeof(double) * V * V * V);
+    long *counts = calloc((size_t)V * V * V, sizeof(long));
+    bs_err err; bs_kv_cache kv; bs_kv_init(&kv, e->kv_pool, 64, &err);
+    float *lg_be = e->be->alloc(e->be, sizeof(float) * V, &err);
+    float *lg = malloc(sizeof(float) * V);
+    double *p[3];
+    for (int i = 0; i < 3; i++) p[i] = malloc(sizeof(double) * V);
+    bs_fwd_out fo = { .logits = lg_be };
+#define ROW_PROBS(dst) (e->be->download(e->be, lg, lg_be, sizeof(float) * V), tu_ref_probs(smp, lg, V, dst, NULL))
+    bs_qwen3_forward(&e->target, &kv, prompt, 3, &fo, &err);
+    ROW_PROBS(p[0]);
+    for (int a = 0; a < V; a++) {
+        bs_kv_rollback(&kv, 3, &err); bs_qwen3_forward(&e->target, &kv, &a, 1, &fo, &err);
+        ROW_PROBS(p[1]);
+        for (int b = 0; b < V; b++) {
+            bs_kv_rollback(&kv, 4, &err); bs_qwen3_forward(&e->target, &kv, &b, 1, &fo, &err);
+            ROW_PROBS(p[2]);
+            for (int c = 0; c < V; c++) joint[(a * V + b) * V + c] = p[0][a] * p[1][b] * p[2][c];
+        }
+    }
+#undef ROW_PROBS
+    bs_session s;
+    bs_sampling sm = *smp;
+    bs_session_init(&s, e, 64, &sm, &err);
+    long acc = 0, drafted = 0;
+    for (long r = 0; r < runs; r++) {
+        bs_rng_seed(&s.rng, 7919ull * r + 3);
+        bs_kv_rollback(&s.kv, 0, &err);
+        int n;
+        if (d) {
+            bs_spec_opts o = { 0 };
+            bs_spec_stats st;
+            if (bs_generate_spec(&s, d, prompt, 3, 3, &o, out, &n, NULL, NULL, &st, &err) || n != 3) { fprintf(stderr, "  %s\n", err.msg); return -1; }
+            acc += st.accepted; drafted += st.drafted;
+            bs_spec_stats_free(&st);
+        } else if (bs_generate_plain(&s, prompt, 3, 3, 0, out, &n, NULL, NULL, &err) || n != 3) {
+            fprintf(stderr, "  %s\n", err.msg); return -1;
+        }
+        counts[(out[0] * V + out[1]) * V + out[2]]++;
+    }
+    *accept_rate = drafted ? (double)acc / drafted : 0;
+    int df;
+    *impossible = tu_impossible_draws(counts, joint, V * V * V);
+    double pv = tu_chi2_gof(counts, joint, V * V * V, runs, &df);
+    bs_session_free(&s); bs_kv_free(&kv);
+    for (int i = 0; i < 3; i++) free(p[i]);
+    e->be->free(e->be, lg_be);
+    free(lg); free(joint); free(counts);
+    return pv;
+}
+

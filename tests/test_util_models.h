@@ -54,3 +54,10 @@ struct bs_drafter *tu_drafter_with_context(bs_engine *e, const char *drafter, co
 
 // A drafter's test context freed, then the drafter.
 static inline void tu_drafter_free(bs_drafter *d, bs_drafter_ctx *dc) { bs_drafter_ctx_free(d, dc); d->free(d); }
+
+// The p-value of the first three tokens' counts against their exact joint under the target (prompt 1, 5, 2),
+// over `runs` seeded generations: speculative with drafter d (opened by the caller), or plain (d NULL). The
+// joint is computed from the engine's own logits by the brute-force reference (tu_ref_probs), not the sampler
+// under test, whatever backend samples the runs. Returns -1 when a run fails (never evidence either way) and 0
+// when any draw landed on an impossible outcome (*impossible counts them); *accept_rate = accepted / drafted.
+double tu_spec_sampling_pvalue(bs_engine *e, bs_drafter *d, const bs_sampling *smp, long runs, double *accept_rate, long *impossible);

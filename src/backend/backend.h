@@ -160,6 +160,26 @@ struct bs_backend {
     // [0, out_w), int32, in backend memory. (A draft vocabulary's logits into the whole vocabulary.)
     void (*scatter_cols)(bs_backend *be, float *out, int out_w, const float *in, int in_w, int n, const int32_t *cols,
                          float fill);
+    // Rows through MLX's fast orthonormal Hadamard transform (backend/hadamard.h; the R1 fold, docs/rotation.md):
+    // y[i] = post * T(pre * x[i]) elementwise for i < n, T(v) = v . M (transpose 0) or v . M^T (transpose 1), M the
+    // transform of length dim (scale 1/sqrt(dim)); pre and post: dim floats in backend memory, or NULL (ones). y may
+    // alias x. dim must be m * 2^k, m in {1, 12, 20, 28} (the caller checks it with bs_hadamard_init).
+    void (*hadamard_rows)(bs_backend *be, float *y, const float *x, int n, int dim, const float *pre, const float *post,
+                          int transpose);
+
+    // DFlash 2's grouped dynamic depthwise convolution (docs/dflash2.md, "The convolution"). Rows come in blocks of
+    // `block` consecutive rows (row t is row t % block of its block); for t < n, c < dim:
+    //   y[t][c] (+)= sum over tau < taps with tau <= t % block of (base[tau][c] + dyn[t][tau][c / group]) * x[t - tau][c]
+    // so a tap never reaches across a block boundary (the row before a block's first row counts as zero).
+    // base: [taps][dim] floats; dyn: row t's coefficients [taps][dim / group] at dyn + t * dyn_stride; both
+    // backend memory. y must not alias x. accumulate: y += instead of =. Products and the sum in fp32, tap 0 first.
+    void (*dyn_conv)(bs_backend *be, float *y, const float *x, int n, int dim, int block, int taps, const float *base,
+                     const float *dyn, int dyn_stride, int group, int accumulate);
+    // The k largest entries of each logits row [n][vocab], best first: by value descending, exact ties by column
+    // ascending (a NaN counts as -infinity). out_ids[i][j] (int32) = their columns, or map[column] where map is
+    // not NULL (a draft vocabulary's column -> token id, as argmax_to); out_vals[i][j] = their values; both backend
+    // memory. 1 <= k <= min(vocab, 1024).
+    void (*topk)(bs_backend *be, int32_t *out_ids, float *out_vals, const float *logits, int n, int vocab, int k, const int32_t *map);
 
     // Optional (NULL: the four calls below): one layer's attention inputs in one call, equal to
     //   head_norm_rope(q, n, n_heads, hd, q_norm, eps, pos0, inv_freq); head_norm_rope(k, n, n_kv, hd, k_norm, eps, pos0, inv_freq);

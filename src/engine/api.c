@@ -26,7 +26,7 @@ struct blockspec {
     int in_step;
     struct blockspec_request **join_later, **free_later;
     int n_join, cap_join, n_free, cap_free;
-    bs_sched_mode sched; double *sps; int n_sps;
+    bs_sched_mode sched; double *sps, *sps1, *dps; int n_sps, n_sps1, n_dps, block;
     blockspec_round_fn on_round; void *on_round_ctx;
 };
 struct blockspec_request { bs_seq seq; blockspec *bs; };
@@ -96,7 +96,7 @@ void blockspec_close(blockspec *bs) {
     if (bs->drafter) bs->drafter->free(bs->drafter);
     bs_engine_close(bs->eng);
     pthread_mutex_destroy(&bs->mu);
-    free(bs->sps);
+    free(bs->sps); free(bs->sps1); free(bs->dps);
     free(bs);
 }
 
@@ -119,7 +119,8 @@ static int submit_locked(blockspec *bs, const int32_t *prompt, size_t n_prompt, 
     if (!bs->has_rt) {
         if (bs_runtime_init(&bs->rt, bs->eng, bs->drafter, &e)) return fail(err, err_len, e.msg);
         bs->has_rt = 1;
-        if (bs_runtime_set_schedule(&bs->rt, bs->sched, bs->sps, bs->n_sps, &e)) return fail(err, err_len, e.msg);
+        if (bs_runtime_set_schedule_costs(&bs->rt, bs->sched, &(bs_cost_tables){ bs->sps, bs->n_sps, bs->block, bs->sps1, bs->n_sps1, bs->dps, bs->n_dps }, &e))
+            return fail(err, err_len, e.msg);
         runtime_observe(bs);
     }
     blockspec_request *r = calloc(1, sizeof *r);
@@ -221,7 +222,7 @@ static int generate_locked(blockspec *bs, const int32_t *prompt, size_t n_prompt
     }
     if (d) {
         bs_spec_stats st = {0};
-        bs_spec_sched sch = { bs->sched, bs->sps, bs->n_sps };
+        bs_spec_sched sch = { bs->sched, bs->sps, bs->n_sps, bs->block, bs->sps1, bs->n_sps1, bs->dps, bs->n_dps };
         bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos, &sch };
         if (bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
         if (stats) *stats = (blockspec_stats){ st.n_prompt, st.n_generated, st.rounds, bs_spec_tau(&st), st.t_prefill, st.t_total - st.t_prefill,
@@ -392,28 +393,49 @@ int blockspec_schedule_parse(const char *name, blockspec_schedule *out) {
 
 const char *blockspec_schedule_name(blockspec_schedule s) { return bs_sched_name((bs_sched_mode)s); }
 
-static int set_schedule_locked(blockspec *bs, blockspec_schedule mode, const double *sps, size_t n_sps, char *err, size_t err_len) {
+// A copy of a public table (NULL for none).
+static int copy_doubles(const double *v, size_t n, double **out) {
+    *out = NULL;
+    if (!v || !n) return 0;
+    if (!(*out = malloc(sizeof(double) * n))) return -1;
+    memcpy(*out, v, sizeof(double) * n);
+    return 0;
+}
+
+static int set_schedule_locked(blockspec *bs, blockspec_schedule mode, const blockspec_cost_model *cm, char *err, size_t err_len) {
+    static const blockspec_cost_model none = { 0 };
     bs_err e = {0};
-    if (n_sps > 4096) return fail(err, err_len, "cost model: more than 4096 rows");
-    // The handle's runtime checks and copies the table (and refuses while requests run); a scratch runtime
+    if (!cm) cm = &none;
+    if (cm->n_verify > 4096 || cm->n_plain > 4096 || cm->n_draft > 4096) return fail(err, err_len, "cost model: more than 4096 entries in a table");
+    bs_cost_tables c = { cm->verify, (int)cm->n_verify, cm->block, cm->plain, (int)cm->n_plain, cm->draft, (int)cm->n_draft };
+    // The handle's runtime checks and copies the tables (and refuses while requests run); a scratch runtime
     // does the same checks when there is none yet.
     bs_runtime tmp, *rt = bs->has_rt ? &bs->rt : &tmp;
     memset(&tmp, 0, sizeof tmp);
-    if (bs_runtime_set_schedule(rt, (bs_sched_mode)mode, sps, (int)n_sps, &e)) return fail(err, err_len, e.msg);
-    if (rt == &tmp) free(tmp.sps);
-    double *copy = NULL;
-    if (sps && n_sps) {
-        if (!(copy = malloc(sizeof(double) * n_sps))) return fail(err, err_len, "out of memory");
-        memcpy(copy, sps, sizeof(double) * n_sps);
+    if (bs_runtime_set_schedule_costs(rt, (bs_sched_mode)mode, &c, &e)) return fail(err, err_len, e.msg);
+    if (rt == &tmp) { free(tmp.sps); free(tmp.sps1); free(tmp.dps); }
+    double *sps, *sps1 = NULL, *dps = NULL;
+    if (copy_doubles(cm->verify, cm->n_verify, &sps) || copy_doubles(cm->plain, cm->n_plain, &sps1) || copy_doubles(cm->draft, cm->n_draft, &dps)) {
+        free(sps); free(sps1);
+        return fail(err, err_len, "out of memory");
     }
-    free(bs->sps);
-    bs->sps = copy; bs->n_sps = copy ? (int)n_sps : 0; bs->sched = (bs_sched_mode)mode;
+    free(bs->sps); free(bs->sps1); free(bs->dps);
+    bs->sps = sps; bs->n_sps = sps ? (int)cm->n_verify : 0;
+    bs->sps1 = sps1; bs->n_sps1 = sps1 ? (int)cm->n_plain : 0;
+    bs->dps = dps; bs->n_dps = dps ? (int)cm->n_draft : 0;
+    bs->block = cm->block;
+    bs->sched = (bs_sched_mode)mode;
     return 0;
 }
 
 int blockspec_set_schedule(blockspec *bs, blockspec_schedule mode, const double *sps, size_t n_sps, char *err, size_t err_len) {
+    blockspec_cost_model cm = { .verify = sps, .n_verify = n_sps };
+    return blockspec_set_schedule_costs(bs, mode, &cm, err, err_len);
+}
+
+int blockspec_set_schedule_costs(blockspec *bs, blockspec_schedule mode, const blockspec_cost_model *cm, char *err, size_t err_len) {
     pthread_mutex_lock(&bs->mu);
-    int rc = set_schedule_locked(bs, mode, sps, n_sps, err, err_len);
+    int rc = set_schedule_locked(bs, mode, cm, err, err_len);
     pthread_mutex_unlock(&bs->mu);
     return rc;
 }
@@ -425,6 +447,22 @@ int blockspec_profile(blockspec *bs, const int *rows, size_t n, int ctx, int blo
     int rc = bs_profile_forwards(bs->eng, rows, (int)n, ctx, block, reps, sps, &e);
     pthread_mutex_unlock(&bs->mu);
     return rc ? fail(err, err_len, e.msg) : 0;
+}
+
+int blockspec_profile_drafter(blockspec *bs, const int *seqs, size_t n, int ctx, int drafts, int reps, double *pps, char *err, size_t err_len) {
+    bs_err e = {0};
+    if (!bs->drafter) return fail(err, err_len, "profile: the handle has no drafter");
+    if (n > 4096) return fail(err, err_len, "profile: more than 4096 sequence counts");
+    pthread_mutex_lock(&bs->mu);
+    int rc = bs_profile_drafter(bs->eng, bs->drafter, seqs, (int)n, ctx, drafts, reps, pps, &e);
+    pthread_mutex_unlock(&bs->mu);
+    return rc ? fail(err, err_len, e.msg) : 0;
+}
+
+int blockspec_drafter_shape(const blockspec *bs, char *buf, size_t len) {
+    if (!bs->drafter || !len) return -1;
+    int n = snprintf(buf, len, "%s", bs->drafter->shape[0] ? bs->drafter->shape : bs->drafter->name);
+    return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
 const char *blockspec_device_name(const blockspec *bs) { return bs->eng->be->name; }

@@ -6,7 +6,7 @@
 #include "io/json.h"
 
 int bs_is_drafter_arch(const char *a) {
-    return a && (!strcmp(a, "DFlashDraftModel") || !strcmp(a, "Qwen3DSparkModel"));
+    return a && (!strcmp(a, "DFlashDraftModel") || !strcmp(a, "Qwen3DSparkModel") || !strcmp(a, "DFlash2DraftModel"));
 }
 
 void bs_build_target_layer_ids(int Lt, int Ld, int *out) {
@@ -39,15 +39,74 @@ static int int_either(const cJSON *root, const cJSON *nested, const char *key, i
     return 0;
 }
 
+// A number that may sit inside dflash_config (wins) or at the top level; absent: *out keeps its default.
+static int num_either(const cJSON *root, const cJSON *nested, const char *key, double *out, const char *file, bs_err *err) {
+    if (nested && cJSON_GetObjectItemCaseSensitive(nested, key) && !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(nested, key))) {
+        if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(nested, key)))
+            return bs_fail(err, "%s: field \"dflash_config.%s\" must be a number", file, key);
+        return bs_json_num(nested, key, 1, out, file, err);
+    }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    return v && !cJSON_IsNull(v) ? bs_json_num(root, key, 1, out, file, err) : 0;
+}
+
+// DFlash 2's own fields (docs/dflash2.md, "Config"): the convolution and selector sizes inside dflash_config,
+// the optional output transform, the window of sliding layers and which layers attend causally in the block.
+static int dflash2_parse(bs_drafter_config *c, const cJSON *root, const cJSON *dc, const char *file, bs_err *err) {
+    const bs_qwen3_config *b = &c->base;
+    if (!dc) return bs_fail(err, "%s: missing field \"dflash_config\" (a DFlash2DraftModel config keeps its convolution and selector sizes there)", file);
+    struct { const char *key; int *out; long lo, hi; } need[] = {
+        { "conv_kernel_size", &c->conv_taps, 1, 8 }, { "conv_group_size", &c->conv_group, 1, 1 << 20 },
+        { "selector_rank", &c->sel_rank, 1, 1 << 16 }, { "selector_top_k", &c->sel_top_k, 1, 1024 },
+    };
+    for (size_t i = 0; i < sizeof need / sizeof *need; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(dc, need[i].key);
+        if (!v || cJSON_IsNull(v)) return bs_fail(err, "%s: missing field \"dflash_config.%s\" (needed by DFlash2DraftModel)", file, need[i].key);
+        if (!bs_json_is_int(v, (double)need[i].lo, (double)need[i].hi))
+            return bs_fail(err, "%s: field \"dflash_config.%s\" must be an integer in [%ld, %ld]", file, need[i].key, need[i].lo, need[i].hi);
+        *need[i].out = (int)v->valuedouble;
+    }
+    if (b->hidden_size % c->conv_group)
+        return bs_fail(err, "%s: field \"dflash_config.conv_group_size\" (%d) does not divide hidden_size (%d)", file, c->conv_group, b->hidden_size);
+    if (c->conv_taps > c->block_size)
+        return bs_fail(err, "%s: field \"dflash_config.conv_kernel_size\" (%d) exceeds the block (%d rows)", file, c->conv_taps, c->block_size);
+    if (c->sel_top_k > b->vocab_size)
+        return bs_fail(err, "%s: field \"dflash_config.selector_top_k\" (%d) exceeds the vocabulary (%d)", file, c->sel_top_k, b->vocab_size);
+    double mult = 1, cap = 0, scale = 1;
+    if (num_either(root, dc, "output_multiplier", &mult, file, err) || num_either(root, dc, "final_logit_softcapping", &cap, file, err) ||
+        num_either(root, dc, "input_embedding_scale", &scale, file, err)) return -1;
+    if (!(mult > 0)) return bs_fail(err, "%s: field \"output_multiplier\" (%g) must be positive", file, mult);
+    if (cap < 0) return bs_fail(err, "%s: field \"final_logit_softcapping\" (%g) must not be negative (0 or absent: none)", file, cap);
+    c->out_mult = (float)mult; c->softcap = (float)cap; c->embed_scale = (float)scale;
+    // Sliding layers use sliding_window whatever use_sliding_window says (as the references do); a sliding layer
+    // without a window is refused, as the MLX reference refuses it.
+    int sw = 0;
+    if (bs_json_int(root, "sliding_window", 0, 1, 1 << 30, &sw, file, err)) return -1;
+    const cJSON *causal = cJSON_GetObjectItemCaseSensitive(root, "is_causal");
+    int forced = -1;
+    if (causal && !cJSON_IsNull(causal)) {
+        if (!cJSON_IsBool(causal)) return bs_fail(err, "%s: field \"is_causal\" must be true or false", file);
+        forced = cJSON_IsTrue(causal);
+    }
+    for (int i = 0; i < b->n_layers; i++) {
+        int sliding = c->layer_window[i] != 0;
+        if (sliding && !sw) return bs_fail(err, "%s: layer %d is \"sliding_attention\" but field \"sliding_window\" is missing", file, i);
+        c->layer_window[i] = sliding ? sw : 0;
+        c->layer_causal[i] = forced >= 0 ? forced : sliding;
+    }
+    return 0;
+}
+
 int bs_drafter_config_parse(bs_drafter_config *c, const cJSON *root, const char *file, bs_err *err) {
     memset(c, 0, sizeof *c);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
     if (!cJSON_IsString(a0))
-        return bs_fail(err, "%s: field \"architectures\" is missing; a drafter config needs architectures [\"DFlashDraftModel\"] or [\"Qwen3DSparkModel\"]", file);
+        return bs_fail(err, "%s: field \"architectures\" is missing; a drafter config needs architectures [\"DFlashDraftModel\"], [\"DFlash2DraftModel\"] or [\"Qwen3DSparkModel\"]", file);
     if (!strcmp(a0->valuestring, "DFlashDraftModel")) { c->arch = BS_DRAFTER_ZLAB; c->arch_name = "DFlashDraftModel"; }
+    else if (!strcmp(a0->valuestring, "DFlash2DraftModel")) { c->arch = BS_DRAFTER_ZLAB; c->arch_name = "DFlash2DraftModel"; c->dflash2 = 1; }
     else if (!strcmp(a0->valuestring, "Qwen3DSparkModel")) { c->arch = BS_DRAFTER_DEEPSPEC; c->arch_name = "Qwen3DSparkModel"; }
-    else return bs_fail(err, "%s: architectures[0] is \"%s\"; blockspec drafters are \"DFlashDraftModel\" (z-lab DFlash) and \"Qwen3DSparkModel\" (DeepSpec DFlash / DSpark)", file, a0->valuestring);
+    else return bs_fail(err, "%s: architectures[0] is \"%s\"; blockspec drafters are \"DFlashDraftModel\" (z-lab DFlash), \"DFlash2DraftModel\" (DFlash 2) and \"Qwen3DSparkModel\" (DeepSpec DFlash / DSpark)", file, a0->valuestring);
     if (bs_qwen3_config_parse(&c->base, root, file, err)) return -1;
     const bs_qwen3_config *b = &c->base;
     if (b->n_layers > BS_MAX_DRAFT_LAYERS) return bs_fail(err, "%s: field \"num_hidden_layers\" (%d) exceeds %d drafter layers", file, b->n_layers, BS_MAX_DRAFT_LAYERS);
@@ -56,8 +115,9 @@ int bs_drafter_config_parse(bs_drafter_config *c, const cJSON *root, const char 
     if (!cJSON_IsObject(dc)) dc = NULL;
     int zl = c->arch == BS_DRAFTER_ZLAB, found;
 
-    // block_size: top level (z-lab v1, DeepSpec) or inside dflash_config (newer exporters).
-    if (int_either(root, dc, "block_size", 0, &c->block_size, &found, 2, BS_MAX_DRAFT, file, err)) return -1;
+    // block_size: top level (z-lab v1, DeepSpec) or inside dflash_config (newer exporters; DFlash 2, where the
+    // nested value wins, as in the MLX reference).
+    if (int_either(root, dc, "block_size", c->dflash2, &c->block_size, &found, 2, BS_MAX_DRAFT, file, err)) return -1;
     if (!found) return bs_fail(err, "%s: missing field \"block_size\" (top level or inside \"dflash_config\")", file);
     if (bs_drafter_gamma(c) > BS_MAX_DRAFT) return bs_fail(err, "%s: field \"block_size\" (%d) gives more than %d drafts per round", file, c->block_size, BS_MAX_DRAFT);
 
@@ -128,16 +188,16 @@ int bs_drafter_config_parse(bs_drafter_config *c, const cJSON *root, const char 
         for (int i = 0; i < b->n_layers; i++) {
             const cJSON *e = cJSON_GetArrayItem(lt, i);
             if (!cJSON_IsString(e)) return bs_fail(err, "%s: field \"layer_types\"[%d] must be a string", file, i);
-            if (!strcmp(e->valuestring, "sliding_attention")) c->layer_window[i] = b->sliding_window;
+            if (!strcmp(e->valuestring, "sliding_attention")) c->layer_window[i] = c->dflash2 ? -1 : b->sliding_window;   // DFlash 2: below
             else if (strcmp(e->valuestring, "full_attention"))
                 return bs_fail(err, "%s: field \"layer_types\"[%d] is \"%s\"; supported: \"full_attention\", \"sliding_attention\"", file, i, e->valuestring);
         }
-    } else if (b->sliding_window > 0) {
+    } else if (b->sliding_window > 0 && !c->dflash2) {   // (DFlash 2 without layer_types: full attention, as the MLX reference)
         int mwl = 28;   // transformers' Qwen3 default: layers from max_window_layers on use the window
         if (bs_json_int(root, "max_window_layers", 0, 0, 1 << 20, &mwl, file, err)) return -1;
         for (int i = mwl; i < b->n_layers; i++) c->layer_window[i] = b->sliding_window;
     }
-    return 0;
+    return c->dflash2 ? dflash2_parse(c, root, dc, file, err) : 0;
 }
 
 int bs_drafter_config_load(bs_drafter_config *c, const char *dir, bs_err *err) {

@@ -3,7 +3,9 @@
 //                       no embedding / LM head of its own (the target's are used).
 //   "Qwen3DSparkModel"  DeepSpec (its DFlash baseline with markov_rank 0, and DSpark): rows 0..B-1 are drafts
 //                       (B per round), bundled embed_tokens / lm_head, optional Markov and confidence heads.
-// See shared/docs/dflash-dspark.md sections 2 and 4.
+//   "DFlash2DraftModel" DFlash 2: z-lab's layout (arch BS_DRAFTER_ZLAB, dflash2 = 1) plus a grouped two-tap
+//                       dynamic convolution around every sublayer and a candidate selector (docs/dflash2.md).
+// See shared/docs/dflash-dspark.md sections 2 and 4, shared/docs/dflash2.md.
 #pragma once
 #include <cjson/cJSON.h>
 #include "io/config.h"
@@ -33,6 +35,20 @@ typedef struct bs_drafter_config {
     // Sliding window per drafter layer (0 = full attention). Applied with the MLX port's semantics:
     // every block row sees the last `window` context rows plus the whole block.
     int layer_window[BS_MAX_DRAFT_LAYERS];
+
+    // DFlash 2 (architectures ["DFlash2DraftModel"]; docs/dflash2.md). arch stays BS_DRAFTER_ZLAB: the block
+    // layout, the taps and the borrowed embedding / LM head are z-lab's.
+    int dflash2;
+    int conv_taps;               // dflash_config.conv_kernel_size: taps of each convolution (2 in every checkpoint)
+    int conv_group;              // dflash_config.conv_group_size: channels sharing one dynamic coefficient
+    int sel_rank;                // dflash_config.selector_rank R: codebook / projection width
+    int sel_top_k;               // dflash_config.selector_top_k K: candidates per slot
+    float out_mult;              // output_multiplier (1: none): multiplies the unary logits
+    float softcap;               // final_logit_softcapping (0: none): cap * tanh(logit / cap) after the multiplier
+    float embed_scale;           // input_embedding_scale (1: none): multiplies the block's embedding rows
+    // Block rows attend causally to the block in layer i (is_causal; when absent, the MLX reference's rule:
+    // causal exactly on sliding layers). The official checkpoints say is_causal false.
+    int layer_causal[BS_MAX_DRAFT_LAYERS];
 } bs_drafter_config;
 
 // 1 if architectures[0] names a drafter blockspec knows.

@@ -1,7 +1,13 @@
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "io/file.h"
+#include "io/json.h"
+#include "io/r1_basis.h"
 
 int bs_open_regular(const char *path, size_t *size, bs_err *err) {
     // O_NONBLOCK makes open() of a FIFO return at once; fstat then tells what it is.
@@ -18,4 +24,36 @@ int bs_open_regular(const char *path, size_t *size, bs_err *err) {
     if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     if (size) *size = (size_t)st.st_size;
     return fd;
+}
+
+static int copy_file(const char *src, const char *dst, bs_err *err) {
+    size_t len;
+    char *buf = bs_read_file(src, &len, err);
+    if (!buf) return -1;
+    FILE *f = fopen(dst, "wb");
+    int ok = f && fwrite(buf, 1, len, f) == len;
+    if (f && fclose(f)) ok = 0;
+    free(buf);
+    return ok ? 0 : bs_fail(err, "%s: cannot write (%m)", dst);
+}
+
+int bs_copy_model_extras(const char *in_dir, const char *out_dir, bs_err *err) {
+    DIR *d = opendir(in_dir);
+    if (!d) return bs_fail(err, "%s: cannot list the folder", in_dir);
+    struct dirent *de;
+    int rc = 0;
+    while (!rc && (de = readdir(d))) {
+        const char *n = de->d_name;
+        size_t l = strlen(n);
+        if (n[0] == '.' || !strcmp(n, "config.json") || !strcmp(n, "model.safetensors.index.json") ||
+            (l > 12 && !strcmp(n + l - 12, ".safetensors") && strcmp(n, BS_R1_FILE)))
+            continue;
+        char src[4096], dst[4096];
+        struct stat st;
+        snprintf(src, sizeof src, "%s/%s", in_dir, n);
+        snprintf(dst, sizeof dst, "%s/%s", out_dir, n);
+        if (stat(src, &st) == 0 && S_ISREG(st.st_mode)) rc = copy_file(src, dst, err);
+    }
+    closedir(d);
+    return rc;
 }

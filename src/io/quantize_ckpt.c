@@ -3,7 +3,6 @@
 // group size divides), every 2-D tensor named "*.weight" with cols % group == 0; blockspec's loaders read
 // each of those through bs_checkpoint_weight, so any of them may be quantised. Vectors (norms, biases)
 // stay as they are.
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,30 +27,8 @@ typedef struct {
     int oom;   // a task could not allocate its row buffer (set by any task; reported by the caller)
 } q_job;
 
-// fp32 -> IEEE half, round to nearest even (the scales of an F16 source are stored in F16, as MLX does).
-static uint16_t f32_to_f16(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    uint32_t s = (u >> 16) & 0x8000, e = (u >> 23) & 0xff, m = u & 0x7fffff;
-    if (e == 0xff) return (uint16_t)(s | 0x7c00 | (m ? 0x200 : 0));
-    int ne = (int)e - 127 + 15;
-    if (ne >= 31) return (uint16_t)(s | 0x7c00);
-    if (ne <= 0) {   // subnormal half (or zero): shift with round-to-nearest-even
-        if (ne < -10) return (uint16_t)s;
-        m |= 0x800000;
-        int sh = 14 - ne;
-        uint32_t h = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
-        if (rem > half || (rem == half && (h & 1))) h++;
-        return (uint16_t)(s | h);
-    }
-    uint32_t h = s | ((uint32_t)ne << 10) | (m >> 13), rem = m & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
-    return (uint16_t)h;
-}
-
-static void store_param(void *dst, bs_dtype dt, size_t i, float v) {
-    if (dt == BS_F32) { ((float *)dst)[i] = v; return; }
-    ((uint16_t *)dst)[i] = dt == BS_BF16 ? bs_f32_to_bf16(v) : f32_to_f16(v);
-}
+// The scales of an F16 source are stored in F16 (as MLX does), a BF16 source's in BF16.
+static void store_param(void *dst, bs_dtype dt, size_t i, float v) { bs_store_elem(dst, dt, i, v); }
 
 static void q_task(void *p, int task, int n_tasks) {
     q_job *j = p;
@@ -70,40 +47,6 @@ static void q_task(void *p, int task, int n_tasks) {
         }
     }
     free(w);
-}
-
-static int copy_file(const char *src, const char *dst, bs_err *err) {
-    size_t len;
-    char *buf = bs_read_file(src, &len, err);
-    if (!buf) return -1;
-    FILE *f = fopen(dst, "wb");
-    int ok = f && fwrite(buf, 1, len, f) == len;
-    if (f && fclose(f)) ok = 0;
-    free(buf);
-    return ok ? 0 : bs_fail(err, "%s: cannot write (%m)", dst);
-}
-
-// Every regular file of in_dir but the weights, their index and config.json (tokenizer, generation config,
-// calibration, ...), into out_dir.
-static int copy_other_files(const char *in_dir, const char *out_dir, bs_err *err) {
-    DIR *d = opendir(in_dir);
-    if (!d) return bs_fail(err, "%s: cannot list the folder", in_dir);
-    struct dirent *de;
-    int rc = 0;
-    while (!rc && (de = readdir(d))) {
-        const char *n = de->d_name;
-        size_t l = strlen(n);
-        if (n[0] == '.' || !strcmp(n, "config.json") || !strcmp(n, "model.safetensors.index.json") ||
-            (l > 12 && !strcmp(n + l - 12, ".safetensors")))
-            continue;
-        char src[4096], dst[4096];
-        struct stat st;
-        snprintf(src, sizeof src, "%s/%s", in_dir, n);
-        snprintf(dst, sizeof dst, "%s/%s", out_dir, n);
-        if (stat(src, &st) == 0 && S_ISREG(st.st_mode)) rc = copy_file(src, dst, err);
-    }
-    closedir(d);
-    return rc;
 }
 
 int bs_quantize_checkpoint(const char *in_dir, const char *out_dir, int bits, int group, int *n_quantised, bs_err *err) {
@@ -164,7 +107,7 @@ int bs_quantize_checkpoint(const char *in_dir, const char *out_dir, int bits, in
     cJSON_AddItemToObject(cfg, "quantization", q);
     cJSON_AddItemToObject(cfg, "quantization_config", cJSON_Duplicate(q, 1));
     snprintf(path, sizeof path, "%s/config.json", out_dir);
-    if (bs_json_write_file(cfg, path, err) || copy_other_files(in_dir, out_dir, err)) goto out;
+    if (bs_json_write_file(cfg, path, err) || bs_copy_model_extras(in_dir, out_dir, err)) goto out;
     if (n_quantised) *n_quantised = nq;
     rc = 0;
 out:

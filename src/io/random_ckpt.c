@@ -47,11 +47,17 @@ static int write_shard(const char *path, const bs_tensor_spec *specs, int lo, in
     uint16_t *buf = malloc(CH * 2);
     for (int i = lo; i < hi && ok && buf; i++) {
         size_t n = numel(&specs[i]);
-        float scale = specs[i].init == BS_INIT_LINEAR ? 1.0f / sqrtf((float)specs[i].shape[specs[i].n_dims - 1]) : 1.0f;
+        const bs_tensor_spec *t = &specs[i];
+        float scale = t->init == BS_INIT_LINEAR ? 1.0f / sqrtf((float)t->shape[t->n_dims - 1])
+                    : t->init == BS_INIT_SMALL ? 0.25f / sqrtf((float)t->shape[t->n_dims - 1])
+                    : t->init == BS_INIT_CONV_BASE ? 0.25f : 1.0f;
         for (size_t done = 0; done < n && ok; ) {
             size_t m = n - done < CH ? n - done : CH;
-            for (size_t j = 0; j < m; j++)
-                buf[j] = bs_f32_to_bf16(specs[i].init == BS_INIT_ONES ? 1.0f : unit_noise(rng) * scale);
+            for (size_t j = 0; j < m; j++) {
+                // a base kernel's element (done + j) is tap ((done + j) / H) % taps of [2][taps][H]
+                float base = t->init == BS_INIT_CONV_BASE && ((done + j) / t->shape[2]) % t->shape[1] == 0 ? 1.0f : 0.0f;
+                buf[j] = bs_f32_to_bf16(t->init == BS_INIT_ONES ? 1.0f : base + unit_noise(rng) * scale);
+            }
             ok = fwrite(buf, 2, m, f) == m;
             done += m;
         }
@@ -90,6 +96,14 @@ int bs_write_random_tensors(const char *dir, const bs_tensor_spec *specs, int n,
     if (f && fclose(f) != 0) ok = 0;
     free(txt);
     return ok ? 0 : bs_fail(err, "%s: write failed", path);
+}
+
+// A 3-D tensor [a][b][c] (DFlash 2's base kernels).
+static void spec3(bs_tensor_spec *s, int *n, int init, int64_t a, int64_t b, int64_t c, const char *fmt, int layer) {
+    snprintf(s[*n].name, sizeof s[*n].name, fmt, layer);
+    s[*n].init = init;
+    s[*n].n_dims = 3; s[*n].shape[0] = a; s[*n].shape[1] = b; s[*n].shape[2] = c;
+    (*n)++;
 }
 
 static void spec(bs_tensor_spec *s, int *n, int init, int64_t rows, int64_t cols, const char *fmt, int layer) {
@@ -137,13 +151,27 @@ int bs_drafter_tensor_specs(const bs_drafter_config *dc, bs_tensor_spec **out, i
     const bs_qwen3_config *c = &dc->base;
     int64_t H = c->hidden_size, V = c->vocab_size;
     int64_t r = dc->markov_rank;
-    bs_tensor_spec *s = calloc((size_t)c->n_layers * 11 + 16, sizeof *s);
+    bs_tensor_spec *s = calloc((size_t)c->n_layers * 15 + 16, sizeof *s);
     if (!s) return bs_fail(err, "out of memory");
     int n = 0;
     spec(s, &n, BS_INIT_LINEAR, H, (int64_t)dc->n_taps * H, "fc.weight", 0);
     spec(s, &n, BS_INIT_ONES, 0, H, "hidden_norm.weight", 0);
-    for (int l = 0; l < c->n_layers; l++) layer_specs(s, &n, c, "layers", l);
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_specs(s, &n, c, "layers", l);
+        if (dc->dflash2) {   // the convolutions around the attention and the MLP
+            int64_t taps = dc->conv_taps, proj = 2 * taps * (H / dc->conv_group);
+            spec3(s, &n, BS_INIT_CONV_BASE, 2, taps, H, "layers.%d.attention_conv.base_kernel", l);
+            spec(s, &n, BS_INIT_SMALL, proj, H, "layers.%d.attention_conv.kernel_projection.weight", l);
+            spec3(s, &n, BS_INIT_CONV_BASE, 2, taps, H, "layers.%d.mlp_conv.base_kernel", l);
+            spec(s, &n, BS_INIT_SMALL, proj, H, "layers.%d.mlp_conv.kernel_projection.weight", l);
+        }
+    }
     spec(s, &n, BS_INIT_ONES, 0, H, "norm.weight", 0);
+    if (dc->dflash2) {   // the selector: edges <A[prev] * z, B[cand]> of O(1), like the unary logits
+        spec(s, &n, BS_INIT_LINEAR, dc->sel_rank, H, "candidate_selector.hidden_projection.weight", 0);
+        spec(s, &n, BS_INIT_EMBED, V, dc->sel_rank, "candidate_selector.predecessor_codebook", 0);
+        spec(s, &n, BS_INIT_LINEAR, V, dc->sel_rank, "candidate_selector.successor_codebook", 0);
+    }
     if (dc->arch == BS_DRAFTER_DEEPSPEC) {
         spec(s, &n, BS_INIT_EMBED, V, H, "embed_tokens.weight", 0);
         if (!c->tie_embeddings) spec(s, &n, BS_INIT_LINEAR, V, H, "lm_head.weight", 0);

@@ -13,6 +13,7 @@ enum { BS_SPLIT_ISOLATED = 1, BS_SPLIT_REMOVED, BS_SPLIT_MERGED_PREV, BS_SPLIT_M
 typedef struct {
     int kind;
     regex_t *re;            // Split pattern, or the GPT-2 regex for ByteLevel(use_regex)
+    regex_t *run;           // its run form (bs_regex_run_form), or NULL
     int behavior, invert;   // Split
     int add_prefix_space;   // ByteLevel
 } bs_pretok;
@@ -74,8 +75,23 @@ void bs_bytelevel_char(unsigned char b, char out[4], int *len);   // UTF-8 of th
 int  bs_bytelevel_byte(uint32_t cp);                             // inverse, -1 if not a mapped char
 
 // tokenizer_regex.c
+// A compiled regex; the built-in patterns (GPT-2's, Qwen2/3's) are compiled once and shared, so a regex from
+// here is released with bs_regex_free, never onig_free.
 int  bs_regex_compile(regex_t **re, const char *pattern, size_t len, bs_err *err);
+void bs_regex_free(regex_t *re);
 const char *bs_gpt2_regex(void);
+const char *bs_qwen2_regex(void);   // Qwen2's and Qwen3's Split regex, which tokenizer-train writes
+// Searching: bs_regex_search finds the leftmost match of re in s[0..n) at or after byte `at` and writes it to
+// m[0], followed, when run is re's run form (bs_regex_run_form: the built-in patterns have one, others NULL),
+// by up to BS_REGEX_RUN - 1 matches that each begin where the one before ended: what the searches from those
+// ends would find, found by one search. Returns how many (0: no match), or -1 with a message when the search
+// fails (its step limit grows with n). ws is reused across calls.
+#define BS_REGEX_RUN 8
+typedef struct { OnigRegion *region; OnigMatchParam *mp; } bs_regex_ws;
+typedef struct { size_t off, len; } bs_span;
+regex_t *bs_regex_run_form(const regex_t *re);
+int  bs_regex_search(regex_t *re, regex_t *run, bs_regex_ws *ws, const char *s, size_t n, size_t at, bs_span *m, bs_err *err);
+void bs_regex_ws_free(bs_regex_ws *ws);
 
 // tokenizer_utf8.c
 size_t bs_utf8_sanitize(const char *s, size_t n, char **out);  // returns len; *out NULL if s was valid
@@ -95,12 +111,11 @@ typedef struct { int32_t *v; size_t n, cap; } bs_ids;
 int bs_ids_push(bs_ids *a, int32_t id);
 int bs_ids_append(bs_ids *a, const int32_t *v, size_t n);
 
-typedef struct { size_t off, len; } bs_span;
 typedef struct { bs_span *v; size_t n, cap; } bs_spans;
 int bs_spans_push(bs_spans *a, size_t off, size_t len);
 
 // tokenizer_pretok.c: splits s[0..n) into pieces (spans into s or into *scratch for prefix spaces).
-typedef struct bs_pretok_out { bs_spans a, b; char *buf; size_t buf_len, buf_cap; OnigRegion *region; OnigMatchParam *mp; } bs_pretok_ws;
+typedef struct bs_pretok_out { bs_spans a, b; char *buf; size_t buf_len, buf_cap; bs_regex_ws rx; } bs_pretok_ws;
 int  bs_pretokenize(const bs_tokenizer *t, bs_pretok_ws *ws, const char *s, size_t n, bs_err *err);
 void bs_pretok_ws_free(bs_pretok_ws *ws);
 

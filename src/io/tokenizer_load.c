@@ -212,12 +212,14 @@ static int load_pretok(bs_tokenizer *t, const cJSON *p, bs_err *err) {
         int rc = bs_regex_compile(&pt->re, use, strlen(use), err);
         free(esc);
         if (rc) return bs_wrap(err, "%s: Split pre_tokenizer", t->src);
+        pt->run = bs_regex_run_form(pt->re);
         pt->invert = jbool(p, "invert", 0);
         pt->kind = BS_PRE_SPLIT;
     } else if (!strcmp(type, "ByteLevel")) {
         pt->kind = BS_PRE_BYTELEVEL;
         pt->add_prefix_space = jbool(p, "add_prefix_space", 1);
         if (jbool(p, "use_regex", 1) && bs_regex_compile(&pt->re, bs_gpt2_regex(), strlen(bs_gpt2_regex()), err)) return -1;
+        pt->run = bs_regex_run_form(pt->re);
         t->byte_level = 1;
     } else
         return bs_fail(err, "%s: pre_tokenizer \"%s\" is not supported (supported: Split, ByteLevel, Sequence)", t->src, type);
@@ -386,7 +388,7 @@ void bs_tokenizer_free(bs_tokenizer *t) {
     free(t->id_to_str); free(t->id_len); free(t->id_special); free(t->merges);
     free(t->dec_bytes); free(t->dec_off);
     free(t->cont_prefix); free(t->eow_suffix);
-    for (int i = 0; i < t->n_pre; i++) if (t->pre[i].re) onig_free(t->pre[i].re);
+    for (int i = 0; i < t->n_pre; i++) bs_regex_free(t->pre[i].re);
     for (size_t i = 0; i < t->n_added; i++) free(t->added[i].content);
     free(t->added); free(t->post_pre); free(t->post_post); free(t->chat_template);
     free(t);

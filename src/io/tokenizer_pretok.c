@@ -6,8 +6,7 @@
 
 void bs_pretok_ws_free(bs_pretok_ws *ws) {
     free(ws->a.v); free(ws->b.v); free(ws->buf);
-    if (ws->region) onig_region_free(ws->region, 1);
-    if (ws->mp) onig_free_match_param(ws->mp);
+    bs_regex_ws_free(&ws->rx);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -26,39 +25,31 @@ static int mpush(mspans *a, size_t s, size_t e, int m) {
     return 0;
 }
 
-// Oniguruma counts backtracking steps and gives up at a fixed limit (10M by default), which a greedy
-// pattern such as Qwen's \s+(?!\S) reaches on a whitespace run of ~10 MB: one step per character. The
-// limit is raised in proportion to the text searched, so any run tokenises while a pathological
-// pattern still stops after a bounded amount of work.
-#define BS_REGEX_STEPS_PER_BYTE 16
-#define BS_REGEX_MIN_STEPS 10000000UL
-
-static int find_matches(regex_t *re, OnigRegion *rg, OnigMatchParam *mp, const char *s, size_t n, mspans *out, bs_err *err) {
+static int find_matches(const bs_pretok *pt, bs_regex_ws *rx, const char *s, size_t n, mspans *out, bs_err *err) {
     out->n = 0;
-    unsigned long limit = n < (BS_REGEX_MIN_STEPS / BS_REGEX_STEPS_PER_BYTE) ? BS_REGEX_MIN_STEPS : (unsigned long)n * BS_REGEX_STEPS_PER_BYTE;
-    onig_set_retry_limit_in_match_of_match_param(mp, limit);
-    const UChar *str = (const UChar *)s, *end = str + n;
     size_t last_end = 0, prev = 0; long last_match_end = -1;
-    while (last_end <= n) {
-        int r = onig_search_with_param(re, str, end, str + last_end, end, rg, ONIG_OPTION_NONE, mp);
-        if (r == ONIG_MISMATCH) break;
-        if (r < 0) {
-            UChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
-            onig_error_code_to_str(msg, r);
-            return bs_fail(err, "tokenizer: the pre-tokeniser's regex failed %zu bytes into a %zu-byte piece of the text: %s", last_end, n, (char *)msg);
+    int done = 0;
+    while (!done && last_end <= n) {
+        bs_span m[BS_REGEX_RUN];
+        int k = bs_regex_search(pt->re, pt->run, rx, s, n, last_end, m, err);
+        if (k < 0) return bs_wrap(err, "tokenizer");
+        if (k == 0) break;
+        // Each match as if its own search had found it (bs_regex_search: the ones after the first are what the
+        // searches from the previous end would give).
+        for (int i = 0; i < k && !done; i++) {
+            size_t ms = m[i].off, me = ms + m[i].len;
+            if (ms == me && last_match_end == (long)me) {
+                if (last_end >= n) { done = 1; break; }
+                uint32_t cp; int c = bs_utf8_decode((const unsigned char *)s + last_end, n - last_end, &cp);
+                last_end += c ? c : 1;
+                break;
+            }
+            last_end = me; last_match_end = (long)me;
+            if (prev != ms && mpush(out, prev, ms, 0)) return bs_fail(err, "out of memory");
+            if (mpush(out, ms, me, 1)) return bs_fail(err, "out of memory");
+            prev = me;
+            if (ms == me && me >= n) done = 1;
         }
-        size_t ms = (size_t)rg->beg[0], me = (size_t)rg->end[0];
-        if (ms == me && last_match_end == (long)me) {
-            if (last_end >= n) break;
-            uint32_t cp; int k = bs_utf8_decode((const unsigned char *)s + last_end, n - last_end, &cp);
-            last_end += k ? k : 1;
-            continue;
-        }
-        last_end = me; last_match_end = (long)me;
-        if (prev != ms && mpush(out, prev, ms, 0)) return bs_fail(err, "out of memory");
-        if (mpush(out, ms, me, 1)) return bs_fail(err, "out of memory");
-        prev = me;
-        if (ms == me && me >= n) break;
     }
     if (prev != n && mpush(out, prev, n, 0)) return bs_fail(err, "out of memory");
     return 0;
@@ -114,11 +105,6 @@ static int buf_reserve(bs_pretok_ws *ws, size_t n) {
 }
 
 int bs_pretokenize(const bs_tokenizer *t, bs_pretok_ws *ws, const char *s, size_t n, bs_err *err) {
-    if (!ws->region && !(ws->region = onig_region_new())) return bs_fail(err, "out of memory");
-    if (!ws->mp) {
-        if (!(ws->mp = onig_new_match_param())) return bs_fail(err, "out of memory");
-        onig_initialize_match_param(ws->mp);
-    }
     if (buf_reserve(ws, n + 1)) return bs_fail(err, "out of memory");
     memcpy(ws->buf, s, n);
     ws->buf_len = n;
@@ -151,7 +137,7 @@ int bs_pretokenize(const bs_tokenizer *t, bs_pretok_ws *ws, const char *s, size_
         ws->b.n = 0;
         for (size_t i = 0; i < ws->a.n && !rc; i++) {
             bs_span x = ws->a.v[i];
-            if (find_matches(pt->re, ws->region, ws->mp, ws->buf + x.off, x.len, &ms, err)) { rc = -1; break; }
+            if (find_matches(pt, &ws->rx, ws->buf + x.off, x.len, &ms, err)) { rc = -1; break; }
             size_t k = apply_behavior(&ms, behavior, pt->kind == BS_PRE_SPLIT && pt->invert);
             for (size_t j = 0; j < k; j++)
                 if (ms.v[j].e > ms.v[j].s && bs_spans_push(&ws->b, x.off + ms.v[j].s, ms.v[j].e - ms.v[j].s)) {

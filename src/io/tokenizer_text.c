@@ -1,4 +1,5 @@
 // Text helpers of the tokenizer: UTF-8 checking, the GPT-2 byte/character table, regex compiling.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
@@ -94,8 +95,7 @@ static void bs_onig_init_once(void) {
     onig_initialize(enc, 1);
 }
 
-int bs_regex_compile(regex_t **re, const char *pat, size_t len, bs_err *err) {
-    pthread_once(&onig_once, bs_onig_init_once);
+static int compile(regex_t **re, const char *pat, size_t len, bs_err *err) {
     OnigErrorInfo info;
     int r = onig_new(re, (const UChar *)pat, (const UChar *)pat + len, ONIG_OPTION_NONE,
                      ONIG_ENCODING_UTF8, ONIG_SYNTAX_RUBY, &info);
@@ -110,6 +110,124 @@ int bs_regex_compile(regex_t **re, const char *pat, size_t len, bs_err *err) {
 
 const char *bs_gpt2_regex(void) {
     return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+}
+const char *bs_qwen2_regex(void) {
+    return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+}
+
+// The patterns blockspec itself writes or implies (GPT-2's, which ByteLevel's use_regex adds, and Qwen2/3's,
+// which tokenizer-train writes) are compiled once per process and shared by every tokenizer and training run
+// that uses them: a search only reads a compiled regex. Loading the Qwen3 tokenizer or a trained one then
+// compiles nothing. This matters under ASan, where Oniguruma's compile takes ~0.5 ms (its memmove calls
+// go through ASan's byte-wise copy): it was a sixth of the bpe_train fuzz harness's time, loading included.
+// Any other pattern is compiled for its tokenizer and freed with it.
+//
+// Every Oniguruma search allocates, fills and frees a ~5 KB backtracking stack (it copies its alloca'd stack
+// to the heap at the end of each match attempt), which cost more than the matching itself: 5 times as much
+// under ASan (the tokenize and bpe_train fuzz harnesses spent a fifth of their time there) and half of a
+// plain search. So each built-in pattern P also has a run form, (P)(P)?(P)?... with BS_REGEX_RUN groups,
+// which finds up to that many consecutive matches in one search: group 1 is the leftmost match, exactly
+// what P's own search finds, and group k+1, when it matched, is P's own match at the end of group k, which
+// is what the next search from there would find (P holds no captures, anchors or look-behind, so its
+// matches do not depend on where the search began). Both are written once, under the lock, and never again.
+static const char *(*const known_pattern[2])(void) = { bs_gpt2_regex, bs_qwen2_regex };
+static regex_t *known_re[2], *known_run[2];
+static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int known_index(const char *pat, size_t len) {
+    for (int k = 0; k < 2; k++) {
+        const char *kp = known_pattern[k]();
+        if (strlen(kp) == len && !memcmp(kp, pat, len)) return k;
+    }
+    return -1;
+}
+
+// The run form of built-in pattern k, or NULL (out of memory: searches then go one match at a time).
+static regex_t *compile_run_form(int k) {
+    const char *p = known_pattern[k]();
+    size_t pl = strlen(p), len = 0;
+    char *pat = malloc(BS_REGEX_RUN * (pl + 3) + 1);
+    if (!pat) return NULL;
+    for (int g = 0; g < BS_REGEX_RUN; g++) len += (size_t)sprintf(pat + len, g ? "(%s)?" : "(%s)", p);
+    regex_t *run = NULL;
+    bs_err err;
+    if (compile(&run, pat, len, &err) == 0 && onig_number_of_captures(run) != BS_REGEX_RUN) { onig_free(run); run = NULL; }
+    free(pat);
+    return run;
+}
+
+int bs_regex_compile(regex_t **re, const char *pat, size_t len, bs_err *err) {
+    pthread_once(&onig_once, bs_onig_init_once);
+    int k = known_index(pat, len);
+    if (k < 0) return compile(re, pat, len, err);
+    pthread_mutex_lock(&known_lock);
+    int rc = 0;
+    if (!known_re[k] && (rc = compile(&known_re[k], pat, len, err)) == 0) known_run[k] = compile_run_form(k);
+    *re = known_re[k];
+    pthread_mutex_unlock(&known_lock);
+    return rc;
+}
+
+regex_t *bs_regex_run_form(const regex_t *re) {
+    pthread_mutex_lock(&known_lock);
+    regex_t *run = !re ? NULL : re == known_re[0] ? known_run[0] : re == known_re[1] ? known_run[1] : NULL;
+    pthread_mutex_unlock(&known_lock);
+    return run;
+}
+
+void bs_regex_free(regex_t *re) {
+    pthread_mutex_lock(&known_lock);
+    int shared = re && (re == known_re[0] || re == known_re[1]);
+    pthread_mutex_unlock(&known_lock);
+    if (re && !shared) onig_free(re);
+}
+
+void bs_regex_ws_free(bs_regex_ws *ws) {
+    if (ws->region) onig_region_free(ws->region, 1);
+    if (ws->mp) onig_free_match_param(ws->mp);
+    memset(ws, 0, sizeof *ws);
+}
+
+// Oniguruma counts backtracking steps and gives up at a fixed limit (10M by default), which a greedy
+// pattern such as Qwen's \s+(?!\S) reaches on a whitespace run of ~10 MB: one step per character. The
+// limit is raised in proportion to the text searched, so any run tokenises while a pathological
+// pattern still stops after a bounded amount of work.
+#define BS_REGEX_STEPS_PER_BYTE 16
+#define BS_REGEX_MIN_STEPS 10000000UL
+
+int bs_regex_search(regex_t *re, regex_t *run, bs_regex_ws *ws, const char *s, size_t n, size_t at, bs_span *m, bs_err *err) {
+    if (!ws->region && !(ws->region = onig_region_new())) return bs_fail(err, "out of memory");
+    if (!ws->mp) {
+        if (!(ws->mp = onig_new_match_param())) return bs_fail(err, "out of memory");
+        onig_initialize_match_param(ws->mp);
+    }
+    unsigned long limit = n < (BS_REGEX_MIN_STEPS / BS_REGEX_STEPS_PER_BYTE) ? BS_REGEX_MIN_STEPS : (unsigned long)n * BS_REGEX_STEPS_PER_BYTE;
+    onig_set_retry_limit_in_match_of_match_param(ws->mp, limit);
+    const UChar *str = (const UChar *)s, *end = str + n;
+    OnigRegion *rg = ws->region;
+    if (run) {
+        int r = onig_search_with_param(run, str, end, str + at, end, rg, ONIG_OPTION_NONE, ws->mp);
+        if (r == ONIG_MISMATCH) return 0;
+        if (r >= 0) {
+            int k = 0;
+            m[k++] = (bs_span){ (size_t)rg->beg[1], (size_t)(rg->end[1] - rg->beg[1]) };
+            // A group that did not match ends the run (the next search looks further on), and so does an empty
+            // one, which the caller treats as a search result of its own (P's never are).
+            for (int g = 2; g <= BS_REGEX_RUN && rg->beg[g] >= 0 && rg->end[g] > rg->beg[g]; g++)
+                m[k++] = (bs_span){ (size_t)rg->beg[g], (size_t)(rg->end[g] - rg->beg[g]) };
+            return k;
+        }
+        // An error (the step limit, over several matches at once): P's own search gives what it always gave.
+    }
+    int r = onig_search_with_param(re, str, end, str + at, end, rg, ONIG_OPTION_NONE, ws->mp);
+    if (r == ONIG_MISMATCH) return 0;
+    if (r < 0) {
+        UChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+        onig_error_code_to_str(msg, r);
+        return bs_fail(err, "the pre-tokeniser's regex failed %zu bytes into a %zu-byte piece of the text: %s", at, n, (char *)msg);
+    }
+    m[0] = (bs_span){ (size_t)rg->beg[0], (size_t)(rg->end[0] - rg->beg[0]) };
+    return 1;
 }
 
 int bs_ids_push(bs_ids *a, int32_t id) {

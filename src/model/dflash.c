@@ -6,10 +6,13 @@
 #include <string.h>
 #include <unistd.h>
 #include "backend/affine.h"
+#include "backend/hadamard.h"
 #include "io/calibration.h"
 #include "io/draft_vocab.h"
 #include "io/quant_config.h"
 #include "model/dflash.h"
+#include "model/selector.h"
+#include "model/r1_bind.h"
 #include "util/tuning.h"
 #include "model/rope.h"
 
@@ -55,7 +58,28 @@ typedef struct dflash {
     void *rows_host[2];              // the gathered host rows of the LM head and W2 (the CPU backend's weights view them)
     // several sequences' blocks in one pass (propose_batch): BATCH_ROWS rows each, allocated on first use
     float *bx, *bxn, *bq, *batt, *bgate, *bup, *bh, *bkx, *bvx, *bpred, *blogits;
+    float *bxa, *bob, *bdyn;         // (DFlash 2)
+    // DFlash 2 (cfg.dflash2; docs/dflash2.md): the convolutions around every sublayer and the candidate selector
+    bs_mat *conv_proj;               // [n_layers][2]: attention_conv, mlp_conv kernel_projection [2 * taps * groups][H]
+    float *conv_base;                // backend [n_layers][2 sites][2 stages][taps][H]: their base kernels, fp32
+    bs_mat sel_proj;                 // candidate_selector.hidden_projection [R][H]
+    bs_mat sel_pred, sel_succ;       // the codebooks A, B [V][R]: host views (the walk runs on the host)
+    bs_selector sel;
+    float *xa, *ob, *dyn;            // block scratch: a sublayer's convolved input, its output, the dynamic coefficients
+    float *escale, *zero_dyn;        // input_embedding_scale as a 1-tap convolution: the scale per channel, no dynamic part
+    void *sel_dev;                   // backend: [B][K] candidate ids, [B][K] unary logits, [B][R] z (one download a round)
+    void *sel_host;                  // its host copy, then the walk's scratch
+    void *qsp;                       // backend [B][K] candidate ids in id order + [B][K] their q (spread into qdist rows)
+    // An R1-folded target (model/r1_bind.h): fc folded at load (its bytes in fc_folded); the rows embedded from
+    // the target's table unrotated (r1_embed); the head rows rotated into the target's head first (r1_head:
+    // R1_HEAD_LM, the target's LM head, or R1_HEAD_EMBED, its embedding used as the head), into hu [B][H].
+    bs_r1_bind r1;
+    int r1_embed, r1_head;
+    void *fc_folded;
+    float *hu, *bhu;
 } dflash;
+
+enum { R1_HEAD_NONE = 0, R1_HEAD_LM = 1, R1_HEAD_EMBED = 2 };
 
 // One sequence's state (bs_drafter_ctx.impl): its context cache and what a proposal hands back.
 typedef struct dflash_ctx {
@@ -199,6 +223,66 @@ static int load_layer(dflash *m, int i, bs_err *err) {
     return 0;
 }
 
+static int has_tensor(dflash *m, const char *name);
+
+// A DFlash 2 base kernel [2 stages][taps][H] (a 3-D tensor: read here, not by bs_checkpoint_mat), widened
+// into host[(site * 2 + stage) * taps * H ...] of the layer's block.
+static int load_base_kernel(dflash *m, const char *name, float *host, bs_err *err) {
+    char alt[300];
+    const bs_tensor_info *t = bs_checkpoint_find(m->ck, name);
+    if (!t) { snprintf(alt, sizeof alt, "model.%s", name); t = bs_checkpoint_find(m->ck, alt); }
+    if (!t) return bs_fail(err, "drafter %s: missing tensor '%s' (a DFlash2DraftModel checkpoint needs it)", m->dir, name);
+    int taps = m->cfg.conv_taps;
+    if (t->n_dims != 3 || t->shape[0] != 2 || t->shape[1] != taps || t->shape[2] != m->H) {
+        char have[128] = "";
+        for (int d = 0; d < t->n_dims; d++) {
+            size_t l = strlen(have);
+            snprintf(have + l, sizeof have - l, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        }
+        return bs_fail(err, "%s: tensor '%s' has shape [%s], expected [2, %d, %d] (stages, conv_kernel_size, hidden_size) from config.json",
+                       t->file, name, have, taps, m->H);
+    }
+    if (!t->dtype_ok) return bs_fail(err, "%s: tensor '%s' has dtype %s; blockspec reads BF16, F16 or F32 weights", t->file, name, t->dtype_name);
+    for (size_t i = 0; i < (size_t)2 * taps * m->H; i++) host[i] = bs_load_elem(t->data, t->dtype, i);
+    return 0;
+}
+
+// A codebook [V][R], stored without a ".weight" suffix (the official checkpoints) or with one (MLX's rename).
+static int load_codebook(dflash *m, const char *name, bs_mat *host, bs_err *err) {
+    char alt[200];
+    snprintf(alt, sizeof alt, "%s.weight", name);
+    const char *use = has_tensor(m, name) || !has_tensor(m, alt) ? name : alt;
+    return get_mat(m, use, m->V, m->cfg.sel_rank, host, err);
+}
+
+// DFlash 2's tensors beyond DFlash's (docs/dflash2.md, "Tensors"): per layer the two convolutions' kernel
+// projections and base kernels, then the selector's hidden projection and codebooks.
+static int load_dflash2(dflash *m, bs_err *err) {
+    const bs_drafter_config *c = &m->cfg;
+    int L = c->base.n_layers, taps = c->conv_taps, G = m->H / c->conv_group;
+    size_t per_layer = (size_t)2 * 2 * taps * m->H;   // 2 sites x [2 stages][taps][H]
+    float *base = bs_malloc(sizeof(float) * per_layer * L, err);
+    if (!base || !(m->conv_proj = bs_calloc((size_t)L * 2, sizeof *m->conv_proj, err))) { free(base); return -1; }
+    static const char *site[2] = { "attention_conv", "mlp_conv" };
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < 2; k++) {
+            char name[256];
+            snprintf(name, sizeof name, "layers.%d.%s.kernel_projection.weight", l, site[k]);
+            if (load_mat(m, name, (int64_t)2 * taps * G, m->H, &m->conv_proj[l * 2 + k], err)) { free(base); return -1; }
+            snprintf(name, sizeof name, "layers.%d.%s.base_kernel", l, site[k]);
+            if (load_base_kernel(m, name, base + per_layer * l + (size_t)k * 2 * taps * m->H, err)) { free(base); return -1; }
+        }
+    m->conv_base = m->be->alloc(m->be, sizeof(float) * per_layer * L, err);
+    if (m->conv_base) m->be->upload(m->be, m->conv_base, base, sizeof(float) * per_layer * L);
+    free(base);
+    if (!m->conv_base) return bs_wrap(err, "drafter %s: convolution base kernels", m->dir);
+    if (load_mat(m, "candidate_selector.hidden_projection.weight", c->sel_rank, m->H, &m->sel_proj, err) ||
+        load_codebook(m, "candidate_selector.predecessor_codebook", &m->sel_pred, err) ||
+        load_codebook(m, "candidate_selector.successor_codebook", &m->sel_succ, err)) return -1;
+    m->sel = (bs_selector){ .k = c->sel_top_k, .rank = c->sel_rank, .pred = &m->sel_pred, .succ = &m->sel_succ, .vocab = m->V };
+    return 0;
+}
+
 // Largest |difference| over a few rows of two [V][H] host tables (checkpoint views).
 static int has_tensor(dflash *m, const char *name) {
     char alt[300];
@@ -238,6 +322,81 @@ static void add_warning(dflash *m, const char *fmt, ...) {
     va_start(ap, fmt);
     if (l < cap) vsnprintf(w + l, cap - l, fmt, ap);
     va_end(ap);
+}
+
+// ---- binding to an R1-folded target (model/r1_bind.h, docs/rotation.md) ---------------------------------------
+
+// fc, folded into the target's basis first when the target is R1-folded (seam 1).
+static int load_fc(dflash *m, bs_err *err) {
+    int64_t cols = (int64_t)m->cfg.n_taps * m->H;
+    if (!m->target->r1.n) return load_mat(m, "fc.weight", m->H, cols, &m->fc, err);
+    bs_mat host, folded;
+    if (get_mat(m, "fc.weight", m->H, cols, &host, err)) return -1;
+    if (bs_r1_fold_fc(&m->target->r1, &host, m->taps, m->cfg.n_taps, m->target->cfg.n_layers, &folded, &m->fc_folded, err))
+        return bs_wrap(err, "drafter %s", m->dir);
+    if (upload_mat(m, &folded, &m->fc, err)) return bs_wrap(err, "drafter %s: tensor 'fc.weight' (R1-folded)", m->dir);
+    // A backend that copied the matrix (CUDA; the CPU's huge-page arena) no longer reads the host bytes; a CPU
+    // view does, until the drafter is freed.
+    if (m->fc.data != folded.data && (folded.format != BS_WFMT_AFFINE || (m->fc.scales != folded.scales && m->fc.biases != folded.biases))) {
+        free(m->fc_folded);
+        m->fc_folded = NULL;
+    }
+    return 0;
+}
+
+// Largest |T((a_r * gain) * s) - b_r| over a few rows r, relative to the largest |T(...)|: how far a drafter's
+// unrotated copy `a` is from the folded target's matrix `b` (gain: the final norm's, for the LM head; NULL: none).
+static double folded_rows_diff(dflash *m, const bs_mat *a, const bs_mat *b, const float *gain) {
+    const bs_r1_basis *r1 = &m->target->r1;
+    bs_hadamard t;
+    float *f = malloc(sizeof(float) * m->H);
+    if (!f || bs_hadamard_init(&t, m->H)) { free(f); return INFINITY; }
+    int32_t ids[5] = { 0, m->V / 3, (2 * m->V) / 3, m->V - 1, m->cfg.mask_token_id };
+    double diff = 0, scale = 0;
+    for (int i = 0; i < 5; i++) {
+        bs_mat_row_f32(a, ids[i], f);
+        for (int c = 0; c < m->H; c++) f[c] = (gain ? f[c] * gain[c] : f[c]) * r1->signs[c];
+        bs_hadamard_row(&t, f, 0);
+        for (int c = 0; c < m->H; c++) {
+            double d = fabs((double)f[c] - bs_mat_elem(b, ids[i], c));
+            if (!(d <= diff)) diff = d;
+            if (fabs(f[c]) > scale) scale = fabs(f[c]);
+        }
+    }
+    free(f);
+    return scale > 0 ? diff / scale : diff;
+}
+// A copy equal to the folded target's matrix up to the fold and the rounding of its stored weights.
+#define R1_SAME_TOL (1.0 / 128)
+
+// DeepSpec's embedding and LM head against an R1-folded target. A bundled copy is in the drafter's (unrotated)
+// basis: where it is the target's up to the fold, or absent, the drafter shares the target's matrix through the
+// seams (no second copy); a copy that differs is used as is, with no seam, and a warning (as against an
+// unrotated target). *de, *dh: the differences found (0: shared).
+static int deepspec_folded_shared(dflash *m, int has_emb, int has_head, double *de, double *dh, bs_err *err) {
+    const bs_qwen3 *t = m->target;
+    bs_mat emb_host, head_host;
+    *de = *dh = 0;
+    int emb_shared = !has_emb;
+    if (has_emb) {
+        if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err)) return -1;
+        *de = folded_rows_diff(m, &emb_host, &t->embed_host, NULL);
+        emb_shared = *de <= R1_SAME_TOL;
+    }
+    if (emb_shared) { m->embed = t->embed; m->r1_embed = 1; *de = 0; }
+    else if (m->be->weight(m->be, &m->embed, &emb_host, err)) return bs_wrap(err, "drafter %s: tensor 'embed_tokens.weight'", m->dir);
+    if (has_head) {
+        if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err)) return -1;
+        *dh = folded_rows_diff(m, &head_host, &t->lm_head_host, t->r1.final_gain);
+        if (*dh > R1_SAME_TOL) return vocab_mat(m, &head_host, NULL, &m->lm_head, 0, err);
+        *dh = 0;
+    } else if (m->cfg.base.tie_embeddings) {   // the drafter's head is its embedding
+        if (!emb_shared) return vocab_mat(m, &emb_host, &m->embed, &m->lm_head, 0, err);
+        m->r1_head = R1_HEAD_EMBED;
+        return vocab_mat(m, &t->embed_host, &t->embed, &m->lm_head, 0, err);
+    }
+    m->r1_head = R1_HEAD_LM;
+    return vocab_mat(m, &t->lm_head_host, &t->lm_head, &m->lm_head, 0, err);
 }
 
 static int check_target(dflash *m, bs_err *err) {
@@ -327,10 +486,15 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
         bs_draft_vocab dv;
         if (bs_draft_vocab_load(&dv, o->draft_vocab, m->V, target->cfg.eos_ids, target->cfg.n_eos, err)) goto fail;
         m->vids = dv.ids; m->vd = dv.n;
+        if (c->dflash2 && c->sel_top_k > m->vd) {
+            bs_fail(err, "%s: the draft vocabulary lists %d tokens, fewer than the selector's %d candidates (dflash_config.selector_top_k)",
+                    o->draft_vocab, m->vd, c->sel_top_k);
+            goto fail;
+        }
     }
 
     // weights
-    if (load_mat(m, "fc.weight", m->H, (int64_t)c->n_taps * m->H, &m->fc, err) ||
+    if (load_fc(m, err) ||
         load_w(m, "hidden_norm.weight", 0, m->H, &m->hidden_norm, err) ||
         load_w(m, "norm.weight", 0, m->H, &m->norm, err)) goto fail;
     if (!(m->rope_inv_freq = bs_rope_table(m->be, b->rope_theta, &b->rope, b->head_dim, err))) goto fail;
@@ -339,33 +503,40 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     if (c->arch == BS_DRAFTER_ZLAB) {
         m->embed = target->embed;       // z-lab: the target's embedding and LM head
         if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
+        if (c->dflash2 && load_dflash2(m, err)) goto fail;
+        if (target->r1.n) { m->r1_embed = 1; m->r1_head = R1_HEAD_LM; }
     } else {
         // DeepSpec bundles frozen copies of the target's embedding and LM head. Where a copy is absent or
         // bit-identical to the target's, the drafter shares the target's matrix (no second copy in memory or
         // in the cache); a copy that differs is used as is (exact parity with the reference), with a warning.
+        // (An R1-folded target: the same up to the fold, deepspec_folded_shared.)
         bs_mat emb_host, head_host;
         int has_emb = has_tensor(m, "embed_tokens.weight"), has_head = has_tensor(m, "lm_head.weight");
         double de = 0, dh = 0;
-        if (!has_emb) emb_host = target->embed_host;
-        else if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err)) goto fail;
-        if (!has_emb || same_mat(&emb_host, &target->embed_host)) m->embed = target->embed;
-        else {
-            de = sample_rows_diff(m, &emb_host, &target->embed_host);
-            if (m->be->weight(m->be, &m->embed, &emb_host, err)) goto fail;
-        }
-        if (!has_head && b->tie_embeddings) head_host = emb_host;
-        else if (!has_head) head_host = target->lm_head_host;
-        else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err)) goto fail;
-        if (same_mat(&head_host, &target->lm_head_host)) {
-            if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
+        if (target->r1.n) {
+            if (deepspec_folded_shared(m, has_emb, has_head, &de, &dh, err)) goto fail;
         } else {
-            dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
-            if (vocab_mat(m, &head_host, !has_head ? &m->embed : NULL, &m->lm_head, 0, err)) goto fail;
+            if (!has_emb) emb_host = target->embed_host;
+            else if (get_mat(m, "embed_tokens.weight", m->V, m->H, &emb_host, err)) goto fail;
+            if (!has_emb || same_mat(&emb_host, &target->embed_host)) m->embed = target->embed;
+            else {
+                de = sample_rows_diff(m, &emb_host, &target->embed_host);
+                if (m->be->weight(m->be, &m->embed, &emb_host, err)) goto fail;
+            }
+            if (!has_head && b->tie_embeddings) head_host = emb_host;
+            else if (!has_head) head_host = target->lm_head_host;
+            else if (get_mat(m, "lm_head.weight", m->V, m->H, &head_host, err)) goto fail;
+            if (same_mat(&head_host, &target->lm_head_host)) {
+                if (vocab_mat(m, &target->lm_head_host, &target->lm_head, &m->lm_head, 0, err)) goto fail;
+            } else {
+                dh = sample_rows_diff(m, &head_host, &target->lm_head_host);
+                if (vocab_mat(m, &head_host, !has_head ? &m->embed : NULL, &m->lm_head, 0, err)) goto fail;
+            }
         }
         if (de > 0 || dh > 0)
-            add_warning(m, "drafter %s: its bundled %s differ%s from the target's (max |diff| %.3g on sampled rows); "
+            add_warning(m, "drafter %s: its bundled %s differ%s from the target's%s (max |diff| %.3g on sampled rows); "
                     "using the drafter's copies", dir, de > 0 && dh > 0 ? "embed_tokens and lm_head" : de > 0 ? "embed_tokens" : "lm_head",
-                    de > 0 && dh > 0 ? "" : "s", de > dh ? de : dh);
+                    de > 0 && dh > 0 ? "" : "s", target->r1.n ? " up to its R1 fold (relative to the rows' largest value)" : "", de > dh ? de : dh);
         if (m->r > 0) {
             bs_mat w2_host;
             if (load_w(m, "markov_head.markov_w1.weight", m->V, m->r, &m->w1, err) ||
@@ -389,6 +560,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
         }
     }
     if (load_calibration(m, o, err)) goto fail;
+    if (target->r1.n && bs_r1_bind_init(&m->r1, &target->r1, m->r1_head == R1_HEAD_LM, m->be, dir, err)) goto fail;
 
     // workspace
     size_t B = m->B, H = m->H, V = m->V, r = m->r;
@@ -398,6 +570,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     ALLOC_BE(m->kx, B * m->kd * 4); ALLOC_BE(m->vx, B * m->kd * 4);
     ALLOC_BE(m->gate, B * m->I * 4); ALLOC_BE(m->up, B * m->I * 4);
     ALLOC_BE(m->logits, B * V * 4);
+    if (m->r1_head) ALLOC_BE(m->hu, B * H * 4);
     if (m->vd) {
         ALLOC_BE(m->logits_d, B * (size_t)m->vd * 4);
         ALLOC_BE(m->vids_dev, (size_t)m->vd * 4);
@@ -407,9 +580,27 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     if (r) { ALLOC_BE(m->vec_r, r * 4); ALLOC_BE(m->vec_z, (2 * r + H) * 4); ALLOC_BE(m->vec_3r, 3 * r * 4); }
     ALLOC_HOST(m->hv, (3 * r + 1) * 4);
     ALLOC_HOST(m->state, (r + 1) * 4);
+    if (c->dflash2) {
+        size_t K = c->sel_top_k, R = c->sel_rank, G = H / c->conv_group, sel = B * (2 * K + R) * 4;
+        ALLOC_BE(m->xa, B * H * 4); ALLOC_BE(m->ob, B * H * 4); ALLOC_BE(m->dyn, B * 2 * c->conv_taps * G * 4);
+        ALLOC_BE(m->sel_dev, sel); ALLOC_BE(m->qsp, B * 2 * K * 4);
+        ALLOC_HOST(m->sel_host, sel + (size_t)bs_selector_work_floats(&m->sel) * 4 + B * 4 * K * 4);
+        if (c->embed_scale != 1.0f) {
+            float *sv = bs_malloc(H * 4, err);
+            if (!sv) goto fail;
+            for (size_t i = 0; i < H; i++) sv[i] = c->embed_scale;
+            ALLOC_BE(m->escale, H * 4); ALLOC_BE(m->zero_dyn, B * 4);
+            m->be->upload(m->be, m->escale, sv, H * 4);
+            free(sv);
+        }
+    }
 
     bs_drafter *d = &m->iface;
-    d->name = c->arch == BS_DRAFTER_ZLAB ? "dflash" : m->r > 0 ? "dspark" : "deepspec-dflash";
+    d->name = c->dflash2 ? "dflash2" : c->arch == BS_DRAFTER_ZLAB ? "dflash" : m->r > 0 ? "dspark" : "deepspec-dflash";
+    // The pass's cost: its layers' shape, the block, the LM head's rows (a draft vocabulary's), the weights'
+    // dtype and whether the large matrices are lossy.
+    snprintf(d->shape, sizeof d->shape, "%s-L%d-H%d-I%d-A%dx%dx%d-B%d-V%d-%s%s", d->name, b->n_layers, m->H, m->I, b->n_heads, b->n_kv_heads,
+             b->head_dim, m->B, m->vd ? m->vd : m->V, bs_dtype_name(m->layers[0].wq.dtype), m->lossy ? "-lossy" : "");
     d->max_drafts = m->gamma;
     d->n_taps = c->n_taps;
     d->taps = m->taps;
@@ -418,7 +609,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     d->add_context = dflash_add_context;
     d->rollback = dflash_rollback;
     d->propose = dflash_propose;
-    d->propose_on_device = dflash_propose_on_device;
+    d->propose_on_device = c->dflash2 ? NULL : dflash_propose_on_device;   // DFlash 2 walks on the host: its drafts come back anyway
     d->propose_batch = dflash_propose_batch;
     d->free = dflash_free;
     *out = d;
@@ -434,13 +625,18 @@ static void dflash_free(bs_drafter *d) {
     bs_backend *be = m->be;
     float *bufs[] = { m->bx, m->bxn, m->bq, m->batt, m->bgate, m->bup, m->bh, m->bkx, m->bvx, m->bpred, m->blogits,
                       m->ctx, m->x, m->xn, m->h, m->q, m->att, m->gate, m->up, m->logits, m->he, m->vec_r, m->vec_z, m->vec_3r, m->kx, m->vx,
-                      m->logits_d, (float *)m->vids_dev, m->rope_inv_freq };
+                      m->logits_d, (float *)m->vids_dev, m->rope_inv_freq, m->conv_base, m->xa, m->ob, m->dyn, m->sel_dev, m->qsp,
+                      m->escale, m->zero_dyn, m->bxa, m->bob, m->bdyn,
+                      m->hu, m->bhu };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     free(m->vids); free(m->rows_host[0]); free(m->rows_host[1]);
     free(m->hv); free(m->state);
     free(m->gate_b); free(m->joint_b);
     free(m->layers);
     bs_kv_pool_free(&m->ctx_pool);
+    free(m->conv_proj); free(m->sel_host);
+    bs_r1_bind_free(&m->r1);
+    free(m->fc_folded);   // after the backend views of it (the CPU weight view is these bytes; nothing reads them now)
     bs_checkpoint_close(m->ck);
     bs_quant_config_free(&m->qc);
     free(m->dir);
@@ -528,41 +724,133 @@ static int dflash_rollback(bs_drafter *d, bs_drafter_ctx *dc, int n_ctx, bs_err 
 
 // ---- one drafting round -------------------------------------------------------------------------------------
 
-// Backbone on the block ids[B]: h[B][H] after the final norm. Every op that depends on where the block
-// sits (RoPE, the K/V rows stored at n_ctx, the attention's key count) takes n_ctx as a position
-// argument, so a recording of this pass replays at any context length.
-static void backbone(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids) {
+// The buffers one backbone pass works in: a single block's (the drafter's own scratch) or several blocks'
+// (propose_batch's, BATCH_ROWS rows).
+typedef struct block_bufs { float *x, *xn, *q, *kx, *vx, *att, *gate, *up, *h, *xa, *ob, *dyn; } block_bufs;
+
+// DFlash 2's convolution of site k (0: attention, 1: MLP) of layer l at `stage` over `rows` rows (whole blocks):
+// stage 0 computes the site's dynamic coefficients from its normed input `in` and writes y = Conv_0(in); stage 1
+// adds Conv_1(in) to y with the same coefficients (docs/dflash2.md: both stages use the coefficients of the
+// sublayer's normed input).
+static void conv_site(dflash *m, const block_bufs *b, int rows, int l, int k, int stage, float *y, const float *in) {
+    const bs_drafter_config *c = &m->cfg;
+    int taps = c->conv_taps, G = m->H / c->conv_group, stride = 2 * taps * G;
+    if (stage == 0) m->be->matmul(m->be, b->dyn, in, rows, &m->conv_proj[l * 2 + k], 0);
+    const float *base = m->conv_base + ((size_t)(l * 2 + k) * 2 + stage) * taps * m->H;
+    m->be->dyn_conv(m->be, y, in, rows, m->H, m->B, taps, base, b->dyn + (size_t)stage * taps * G, stride, c->conv_group, stage);
+}
+
+// One block's attention in layer l (q, att: its rows). z-lab DFlash: non-causal over [context ; block], a sliding
+// layer seeing the last W context rows plus the whole block. DFlash 2 (docs/dflash2.md, "Attention"): row i at
+// position n_ctx + i sees the context keys within the window (distance < W, the MLX reference's mask) and the
+// block's keys (all of them, or those up to its own under is_causal). The window's start differs per row, which
+// one attention call cannot say: a windowed layer attends row by row (each call's key count and position are
+// position arguments, so a recorded pass replays at any context length).
+static void block_attention(dflash *m, const bs_kv_view *kv, int l, int n_ctx, const float *q, float *att) {
     const bs_qwen3_config *c = &m->cfg.base;
     bs_backend *be = m->be;
-    int B = m->B, H = m->H;
-    be->embed(be, m->x, &m->embed, ids, B);
+    int B = m->B, W = m->cfg.layer_window[l];
+    if (!m->cfg.dflash2) {
+        be->attention(be, att, q, kv, B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, W > 0 ? W + B : 0);
+        return;
+    }
+    int causal = m->cfg.layer_causal[l];
+    if (W == 0) { be->attention(be, att, q, kv, B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, causal, 0); return; }
+    for (int i = 0; i < B; i++) {
+        int block_keys = causal ? i + 1 : B, ctx_keys = W - 1 - i > 0 ? W - 1 - i : 0;
+        be->attention(be, att + (size_t)i * m->qd, q + (size_t)i * m->qd, kv, 1, c->n_heads, c->n_kv_heads, c->head_dim,
+                      n_ctx + B, n_ctx + i, causal, block_keys + ctx_keys);
+    }
+}
+
+// The backbone over nb blocks of B rows (ids [nb][B]); block j sits at positions n_ctx[j] .. of context xs[j].
+// Out: b->h [nb * B][H] after the final norm. The block's K/V rows go to each context's cache rows after its
+// committed ones (transient: the next pass overwrites them). Every op that depends on where a block sits (RoPE,
+// the stored K/V rows, the attention's key count) takes n_ctx as a position argument, so a recording of a
+// one-block pass replays at any context length. DFlash 2 wraps each sublayer in its convolutions: the sublayer
+// reads Conv_0(normed x) (xa) and x gains Conv_1(its output) (ob).
+static void backbone_blocks(dflash *m, const block_bufs *b, int nb, dflash_ctx *const *xs, const int *n_ctx, const int32_t *ids) {
+    const bs_qwen3_config *c = &m->cfg.base;
+    bs_backend *be = m->be;
+    int B = m->B, H = m->H, R = nb * B, hd = c->head_dim, d2 = m->cfg.dflash2;
+    size_t qw = (size_t)m->qd * B, kw = (size_t)m->kd * B;
+    // Against an R1-folded target the embedded rows (the target's table, folded) go back into the drafter's basis.
+    if (d2 && m->escale) {   // input_embedding_scale: a 1-tap convolution with the scale as its base kernel
+        be->embed(be, b->xa, &m->embed, ids, R);
+        if (m->r1_embed) bs_r1_unrotate_rows(&m->r1, b->xa, R);
+        be->dyn_conv(be, b->x, b->xa, R, H, B, 1, m->escale, m->zero_dyn, 0, H, 0);   // (stride 0: every row reads the one zero)
+    } else {
+        be->embed(be, b->x, &m->embed, ids, R);
+        if (m->r1_embed) bs_r1_unrotate_rows(&m->r1, b->x, R);
+    }
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
-        const bs_kv_view kv = bs_page_table_view(&x->pages, l);
-        be->rmsnorm(be, m->xn, m->x, B, H, &L->attn_norm, c->rms_eps);
-        // q/k/v; the block's K/V rows go to the cache rows after the context (transient: the next pass
-        // overwrites them).
+        be->rmsnorm(be, b->xn, b->x, R, H, &L->attn_norm, c->rms_eps);
+        if (d2) conv_site(m, b, R, l, 0, 0, b->xa, b->xn);
+        const float *ain = d2 ? b->xa : b->xn;
         const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
-        bs_qkv_norm_rope_store(be, m->xn, B, ws, m->q, m->kx, m->vx, c->n_heads, c->n_kv_heads, c->head_dim, &L->q_norm, &L->k_norm,
-                               c->rms_eps, n_ctx, m->rope_inv_freq, &kv);
-        // Non-causal over [context ; block]; a sliding layer sees the last W context rows plus the whole block.
-        int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
-        be->attention(be, m->att, m->q, &kv, B, c->n_heads, c->n_kv_heads, c->head_dim, n_ctx + B, n_ctx, 0, win);
-        be->matmul(be, m->x, m->att, B, &L->wo, 1);
-        be->rmsnorm(be, m->xn, m->x, B, H, &L->mlp_norm, c->rms_eps);
-        {
-            float *ys[2] = { m->gate, m->up };
-            const bs_mat *ws[2] = { &L->w_gate, &L->w_up };
-            bs_matmul_multi(be, 2, ys, m->xn, B, ws, 0);
+        const bs_kv_view kv0 = bs_page_table_view(&xs[0]->pages, l);
+        if (nb == 1)   // the fused q/k/v step where the backend has one (bit-identical to the two steps below)
+            bs_qkv_norm_rope_store(be, ain, B, ws, b->q, b->kx, b->vx, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm, c->rms_eps, n_ctx[0],
+                                   m->rope_inv_freq, &kv0);
+        else {
+            float *qkv[3] = { b->q, b->kx, b->vx };
+            bs_matmul_multi(be, 3, qkv, ain, R, ws, 0);
         }
-        bs_swiglu_matmul(be, m->x, m->gate, m->up, B, &L->w_down, 1);
+        for (int j = 0; j < nb; j++) {
+            const bs_kv_view kv = bs_page_table_view(&xs[j]->pages, l);
+            if (nb > 1)
+                bs_qk_norm_rope_store(be, b->q + j * qw, b->kx + j * kw, b->vx + j * kw, B, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm,
+                                      c->rms_eps, n_ctx[j], m->rope_inv_freq, &kv);
+            block_attention(m, &kv, l, n_ctx[j], b->q + j * qw, b->att + j * qw);
+        }
+        if (d2) {
+            be->matmul(be, b->ob, b->att, R, &L->wo, 0);
+            conv_site(m, b, R, l, 0, 1, b->x, b->ob);
+        } else be->matmul(be, b->x, b->att, R, &L->wo, 1);
+        be->rmsnorm(be, b->xn, b->x, R, H, &L->mlp_norm, c->rms_eps);
+        if (d2) conv_site(m, b, R, l, 1, 0, b->xa, b->xn);
+        float *gu[2] = { b->gate, b->up };
+        const bs_mat *wgu[2] = { &L->w_gate, &L->w_up };
+        bs_matmul_multi(be, 2, gu, d2 ? b->xa : b->xn, R, wgu, 0);
+        if (d2) {
+            bs_swiglu_matmul(be, b->ob, b->gate, b->up, R, &L->w_down, 0);
+            conv_site(m, b, R, l, 1, 1, b->x, b->ob);
+        } else bs_swiglu_matmul(be, b->x, b->gate, b->up, R, &L->w_down, 1);
     }
-    be->rmsnorm(be, m->h, m->x, B, H, &m->norm, c->rms_eps);
+    be->rmsnorm(be, b->h, b->x, R, H, &m->norm, c->rms_eps);
+}
+
+// The backbone on one block (ids[B]) in the drafter's own scratch: m->h[B][H].
+static void backbone(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids) {
+    block_bufs b = { m->x, m->xn, m->q, m->kx, m->vx, m->att, m->gate, m->up, m->h, m->xa, m->ob, m->dyn };
+    backbone_blocks(m, &b, 1, &x, &n_ctx, ids);
 }
 
 // logits rows [k, k + n) <- logits_d's (draft vocabulary), -inf for every other token.
 static void spread_rows(dflash *m, int k, int n) {
     m->be->scatter_cols(m->be, m->logits + (size_t)k * m->V, m->V, m->logits_d + (size_t)k * m->vd, m->vd, n, m->vids_dev, -INFINITY);
+}
+
+// DFlash 2: the selector's inputs for the walk into sel_dev: each slot's top-K candidates of the LM head's row
+// (over the draft vocabulary's columns, mapped to ids, where there is one) and z = hidden_projection(h) of the
+// slot's row. Backend ops only, so they join the recorded pass; the walk itself runs on the host.
+static void selector_inputs(dflash *m, const float *rows, int n) {
+    int K = m->cfg.sel_top_k, B = m->B;
+    int32_t *ids = m->sel_dev;
+    float *vals = (float *)m->sel_dev + (size_t)B * K, *z = vals + (size_t)B * K;
+    if (m->vd) m->be->topk(m->be, ids, vals, m->logits_d, n, m->vd, K, m->vids_dev);
+    else m->be->topk(m->be, ids, vals, m->logits, n, m->V, K, NULL);
+    m->be->matmul(m->be, z, rows, n, &m->sel_proj, 0);
+}
+
+// The rows the LM head multiplies: the drafter's normed hidden rows, or against an R1-folded target their
+// rotation into the basis of the target's head (into u; the rows themselves stay as they are: a Markov,
+// confidence or selector head reads them in the drafter's basis).
+static const float *head_rows(dflash *m, const float *rows, int n, float *u) {
+    if (!m->r1_head) return rows;
+    bs_r1_to_head(&m->r1, m->r1_head == R1_HEAD_LM ? m->r1.head_pre : m->r1.signs, u, rows, n);
+    return u;
 }
 
 // Backbone + the LM head over the n prediction rows (z-lab: rows 1..n; DeepSpec: rows 0..n-1). With a
@@ -572,9 +860,13 @@ static void block_pass(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, 
     backbone(m, x, n_ctx, ids);
     if (n <= 0) return;
     const float *rows = m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h;
-    if (!m->vd) { m->be->matmul(m->be, m->logits, rows, n, &m->lm_head, 0); return; }
-    m->be->matmul(m->be, m->logits_d, rows, n, &m->lm_head, 0);
-    if (spread) spread_rows(m, 0, n);
+    const float *head_in = head_rows(m, rows, n, m->hu);   // rows stay the drafter's own
+    if (!m->vd) m->be->matmul(m->be, m->logits, head_in, n, &m->lm_head, 0);
+    else {
+        m->be->matmul(m->be, m->logits_d, head_in, n, &m->lm_head, 0);
+        if (spread && !m->cfg.dflash2) spread_rows(m, 0, n);
+    }
+    if (m->cfg.dflash2) selector_inputs(m, rows, n);
 }
 
 // Logits row k += W2 . vec (the Markov bias), over the draft vocabulary's columns where there is one.
@@ -606,7 +898,7 @@ static void set_confidences(const dflash *m, bs_draft *out, float *cl, int n) {
 }
 
 static int device_picks_ok(const dflash *m, const bs_sampling *s, const bs_dflash_inspect *ins) {
-    return bs_sampling_greedy(s) && !ins && m->be->argmax_to && m->be->embed_from &&
+    return bs_sampling_greedy(s) && !ins && m->be->argmax_to && m->be->embed_from && !m->cfg.dflash2 &&
            (m->cfg.arch == BS_DRAFTER_ZLAB || m->r == 0 || m->cfg.markov_type == BS_MARKOV_VANILLA);
 }
 static void device_picks(dflash *m, dflash_ctx *x, int32_t anchor, int n) {
@@ -720,6 +1012,63 @@ static void markov_step(dflash *m, int k, int32_t prev) {
     }
 }
 
+// DFlash 2's drafts after a block pass (sel_dev holds the selector's inputs, selector_inputs): one download,
+// the unary transform (output_multiplier, softcap) on the candidates' logits, then the walk on the host. When
+// sampling, q_k is the walk's distribution over slot k's candidates and zero elsewhere, spread into the
+// context's qdist rows: exactly the distribution d_k was drawn from, which the rejection test then uses.
+static void dflash2_picks(dflash *m, dflash_ctx *x, int32_t anchor, int n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                          const bs_dflash_inspect *ins) {
+    bs_backend *be = m->be;
+    const bs_drafter_config *c = &m->cfg;
+    int B = m->B, K = c->sel_top_k, R = c->sel_rank, V = m->V, greedy = bs_sampling_greedy(s);
+    int32_t *ids = m->sel_host;
+    float *vals = (float *)m->sel_host + (size_t)B * K, *z = vals + (size_t)B * K;
+    float *work = z + (size_t)B * R, *scores = work + bs_selector_work_floats(&m->sel), *q = scores + (size_t)B * K, *up = q + (size_t)B * K;
+    be->download(be, m->sel_host, m->sel_dev, sizeof(float) * B * (2 * K + R));
+    for (int i = 0; i < n * K; i++) {
+        if (ids[i] < 0 || ids[i] >= V) {   // only after a fault (the ids are then garbage): never index the codebooks with them
+            bs_backend_fail(be, "drafter: top-K candidate id %d outside the vocabulary", ids[i]);
+            memset(ids, 0, sizeof(int32_t) * n * K);
+            break;
+        }
+        vals[i] = bs_dflash2_unary(vals[i], c->out_mult, c->softcap);
+    }
+    double u[BS_MAX_DRAFT];
+    for (int k = 0; k < n && !greedy; k++) u[k] = ins && ins->uniforms ? ins->uniforms[k] : bs_rng_uniform(rng);
+    bs_selector_walk(&m->sel, n, ids, vals, z, anchor, greedy ? 0.0f : s->temperature, u, work, out->tokens, scores, q);
+    if (!greedy) {
+        // Row k's candidates in id order with their q (scatter_cols wants increasing columns), then spread.
+        int32_t *qi = (int32_t *)up;
+        float *qv = up + (size_t)B * K;
+        for (int k = 0; k < n; k++)
+            for (int j = 0; j < K; j++) {
+                int32_t id = ids[k * K + j];
+                float qq = q[k * K + j];
+                int i = j;
+                while (i > 0 && qi[k * K + i - 1] > id) { qi[k * K + i] = qi[k * K + i - 1]; qv[k * K + i] = qv[k * K + i - 1]; i--; }
+                qi[k * K + i] = id; qv[k * K + i] = qq;
+            }
+        be->upload(be, m->qsp, up, sizeof(float) * 2 * B * K);
+        for (int k = 0; k < n; k++)
+            be->scatter_cols(be, x->qdist + (size_t)k * V, V, (const float *)m->qsp + (size_t)B * K + (size_t)k * K, K, 1,
+                             (const int32_t *)m->qsp + (size_t)k * K, 0.0f);
+    }
+    if (ins) {
+        if (ins->logits) {   // the unary logits of the whole vocabulary (-inf outside a draft vocabulary)
+            if (m->vd) spread_rows(m, 0, n);
+            be->download(be, ins->logits, m->logits, sizeof(float) * n * V);
+            for (size_t i = 0; i < (size_t)n * V; i++) ins->logits[i] = bs_dflash2_unary(ins->logits[i], c->out_mult, c->softcap);
+        }
+        if (ins->cand_ids) memcpy(ins->cand_ids, ids, sizeof(int32_t) * n * K);
+        if (ins->cand_unary) memcpy(ins->cand_unary, vals, sizeof(float) * n * K);
+        if (ins->sel_hidden) memcpy(ins->sel_hidden, z, sizeof(float) * n * R);
+        if (ins->cand_scores) memcpy(ins->cand_scores, scores, sizeof(float) * n * K);
+        if (ins->walk_q) memcpy(ins->walk_q, q, sizeof(float) * n * K);
+    }
+    out->n = n;
+    out->q = greedy ? NULL : x->qdist;
+}
+
 // After a block pass (m->h, m->logits hold the block's rows): the drafts d_1..d_n, greedy or drawn (q
 // rows into the context's qdist), the Markov walk and the confidences; or, with `defer`, the picks left on
 // the device.
@@ -728,6 +1077,7 @@ static int take_picks(dflash *m, dflash_ctx *x, int32_t anchor, int n, int on_de
     bs_backend *be = m->be;
     const bs_drafter_config *c = &m->cfg;
     int B = m->B, H = m->H, V = m->V, r = m->r;
+    if (c->dflash2) { dflash2_picks(m, x, anchor, n, s, rng, out, ins); return 0; }
     if (on_device && defer) { out->n = n; out->dev_tokens = x->picks; return 0; }
     if (on_device) {
         int32_t got[2 * (BS_MAX_DRAFT + 1)];
@@ -873,41 +1223,15 @@ static int batch_alloc(dflash *m, bs_err *err) {
     ALLOC_BE(m->bq, R * m->qd * 4); ALLOC_BE(m->batt, R * m->qd * 4);
     ALLOC_BE(m->bkx, R * m->kd * 4); ALLOC_BE(m->bvx, R * m->kd * 4);
     ALLOC_BE(m->bgate, R * m->I * 4); ALLOC_BE(m->bup, R * m->I * 4);
-    ALLOC_BE(m->blogits, R * (size_t)m->V * 4);
+    if (m->cfg.dflash2) {
+        ALLOC_BE(m->bxa, R * H * 4); ALLOC_BE(m->bob, R * H * 4);
+        ALLOC_BE(m->bdyn, R * 2 * m->cfg.conv_taps * (H / m->cfg.conv_group) * 4);
+    }
+    if (m->r1_head) ALLOC_BE(m->bhu, R * H * 4);
+    ALLOC_BE(m->blogits, R * (size_t)m->V * 4);   // (allocated last: batch_alloc's "done" mark)
     return 0;
 fail:
     return bs_wrap(err, "drafter batch scratch");
-}
-
-// The backbone over nb blocks (ids [nb][B]); block j sits at positions n_ctx[j] .. of context xs[j].
-static void backbone_blocks(dflash *m, int nb, dflash_ctx *const *xs, const int *n_ctx, const int32_t *ids) {
-    const bs_qwen3_config *c = &m->cfg.base;
-    bs_backend *be = m->be;
-    int B = m->B, H = m->H, R = nb * B, hd = c->head_dim;
-    size_t qw = (size_t)m->qd * B, kw = (size_t)m->kd * B;
-    be->embed(be, m->bx, &m->embed, ids, R);
-    for (int l = 0; l < c->n_layers; l++) {
-        bs_qwen3_layer *L = &m->layers[l];
-        be->rmsnorm(be, m->bxn, m->bx, R, H, &L->attn_norm, c->rms_eps);
-        float *qkv[3] = { m->bq, m->bkx, m->bvx };
-        const bs_mat *ws[3] = { &L->wq, &L->wk, &L->wv };
-        bs_matmul_multi(be, 3, qkv, m->bxn, R, ws, 0);
-        int W = m->cfg.layer_window[l], win = W > 0 ? W + B : 0;
-        for (int j = 0; j < nb; j++) {
-            const bs_kv_view kv = bs_page_table_view(&xs[j]->pages, l);
-            bs_qk_norm_rope_store(be, m->bq + j * qw, m->bkx + j * kw, m->bvx + j * kw, B, c->n_heads, c->n_kv_heads, hd, &L->q_norm, &L->k_norm,
-                                  c->rms_eps, n_ctx[j], m->rope_inv_freq, &kv);
-            be->attention(be, m->batt + j * qw, m->bq + j * qw, &kv, B, c->n_heads, c->n_kv_heads, hd, n_ctx[j] + B,
-                          n_ctx[j], 0, win);
-        }
-        be->matmul(be, m->bx, m->batt, R, &L->wo, 1);
-        be->rmsnorm(be, m->bxn, m->bx, R, H, &L->mlp_norm, c->rms_eps);
-        float *gu[2] = { m->bgate, m->bup };
-        const bs_mat *wgu[2] = { &L->w_gate, &L->w_up };
-        bs_matmul_multi(be, 2, gu, m->bxn, R, wgu, 0);
-        bs_swiglu_matmul(be, m->bx, m->bgate, m->bup, R, &L->w_down, 1);
-    }
-    be->rmsnorm(be, m->bh, m->bx, R, H, &m->norm, c->rms_eps);
 }
 
 // One pass over sequences [0, nb) of the arrays (every one with n[j] >= 1 drafts to make).
@@ -920,7 +1244,8 @@ static void propose_pass(dflash *m, int nb, dflash_ctx *const *xs, const int *n_
         ids[j * B] = anchors[j];
         for (int i = 1; i < B; i++) ids[j * B + i] = m->cfg.mask_token_id;
     }
-    backbone_blocks(m, nb, xs, n_ctx, ids);
+    block_bufs bb = { m->bx, m->bxn, m->bq, m->bkx, m->bvx, m->batt, m->bgate, m->bup, m->bh, m->bxa, m->bob, m->bdyn };
+    backbone_blocks(m, &bb, nb, xs, n_ctx, ids);
     // The LM head once over every block's prediction rows, packed.
     int p = 0, at[BATCH_ROWS];
     for (int j = 0; j < nb; j++) {
@@ -928,11 +1253,12 @@ static void propose_pass(dflash *m, int nb, dflash_ctx *const *xs, const int *n_
         be->copy_rows(be, m->bpred + (size_t)p * H, H, m->bh + ((size_t)j * B + first) * H, H, n[j], H);
         p += n[j];
     }
-    be->matmul(be, m->blogits, m->bpred, p, &m->lm_head, 0);
+    be->matmul(be, m->blogits, head_rows(m, m->bpred, p, m->bhu), p, &m->lm_head, 0);
     for (int j = 0; j < nb; j++) {
         // The block's rows where propose's picks read them, then the same picks.
         be->copy(be, m->h, m->bh + (size_t)j * B * H, sizeof(float) * B * H);
         be->copy(be, m->logits, m->blogits + (size_t)at[j] * V, sizeof(float) * n[j] * V);
+        if (m->cfg.dflash2) selector_inputs(m, m->h + H, n[j]);
         int on_device = device_picks_ok(m, s[j], NULL);
         memset(&out[j], 0, sizeof out[j]);
         if (on_device) device_picks(m, xs[j], anchors[j], n[j]);

@@ -1,5 +1,6 @@
-// Block drafters over a Qwen3 target: z-lab DFlash ("DFlashDraftModel") and DeepSpec's DFlash baseline /
-// DSpark ("Qwen3DSparkModel", optional Markov head: vanilla, gated or rnn, optional confidence head).
+// Block drafters over a Qwen3 target: z-lab DFlash ("DFlashDraftModel"), DFlash 2 ("DFlash2DraftModel": z-lab's
+// layout plus convolutions around every sublayer and a candidate selector walk, docs/dflash2.md) and DeepSpec's
+// DFlash baseline / DSpark ("Qwen3DSparkModel", optional Markov head: vanilla, gated or rnn, optional confidence head).
 // Written against the backend ops only (src/backend/backend.h); small per-step vectors (Markov gates,
 // confidences, sampling) are handled on the host after a download. Spec: shared/docs/dflash-dspark.md 2 and 4.
 //
@@ -49,6 +50,14 @@ typedef struct bs_dflash_inspect {
     float *step_logits;      // [n][V] DeepSpec: Markov-corrected L_k along the walk (= logits without a Markov head)
     float *conf_logits;      // [n]   DeepSpec with a confidence head: pre-sigmoid c_k, the head's raw output
                              //       (a calibration's temperatures apply only to bs_draft.conf)
+    // DFlash 2 (logits above are then its unary logits: the LM head's times output_multiplier, softcapped):
+    int32_t *cand_ids;       // [n][K] each slot's top-K unary candidates, best first (value desc, id asc)
+    float *cand_unary;       // [n][K] their unary logits
+    float *sel_hidden;       // [n][R] z = candidate_selector.hidden_projection(h) of each slot's row
+    float *cand_scores;      // [n][K] walk scores unary + edge, from the predecessor the walk actually chose
+    float *walk_q;           // [n][K] the walk's q over the candidates (greedy: one-hot at the pick)
+    const double *uniforms;  // input, [n]: a sampled walk draws slot p at uniforms[p] instead of from the RNG
+                             // (reference vectors, dump; NULL: the RNG)
 } bs_dflash_inspect;
 
 // One drafting forward: exactly what propose() does (propose is this with ins = NULL), optionally copying

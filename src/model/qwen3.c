@@ -49,6 +49,7 @@ int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *
     // A quantised checkpoint's bits and group sizes (MLX affine, docs/quantization.md) come from its config.json.
     bs_quant_config qc;
     if (bs_quant_config_load(&qc, ck->path, err)) return -1;
+    if (bs_r1_basis_load(&m->r1, ck->path, c->hidden_size, err) < 0) { bs_quant_config_free(&qc); return -1; }
     if (load_matrix(ck, &qc, be, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, &m->embed, &host, err)) goto fail;
     m->embed_host = m->lm_head_host = host;
     if (bs_checkpoint_mat(ck, "model.norm.weight", 0, c->hidden_size, &host, err) || be->weight(be, &m->norm, &host, err)) goto fail;
@@ -75,6 +76,7 @@ void bs_qwen3_free(bs_qwen3 *m) {
     if (!m->be) return;
     if (m->rope_inv_freq) m->be->free(m->be, m->rope_inv_freq);
     free(m->layers);
+    bs_r1_basis_free(&m->r1);
     memset(m, 0, sizeof *m);
 }
 

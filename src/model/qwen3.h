@@ -5,6 +5,7 @@
 #pragma once
 #include "backend/backend.h"
 #include "io/config.h"
+#include "io/r1_basis.h"
 #include "io/safetensors.h"
 #include "model/kv_pool.h"
 
@@ -28,6 +29,9 @@ typedef struct bs_qwen3 {
     int use_graphs;              // record/replay forwards on backends that can (CUDA graphs): bs_tuning's graphs
                                  // at init (BS_GRAPHS), the open options' no_graphs after; drafters follow it
     float *rope_inv_freq;        // [head_dim / 2] backend memory: the RoPE table (model/rope.h)
+    bs_r1_basis r1;              // the R1 fold the checkpoint is stored in (config.json "blockspec_r1"; r1.n == 0: none).
+                                 // The target computes in that basis unchanged; drafters trained on the unrotated
+                                 // model cross it where they read it (model/r1_bind.h, docs/rotation.md)
 } bs_qwen3;   // immutable after bs_qwen3_init (use_graphs aside, set before use): one target serves any number of sequences
 
 // Rows per forward chunk: longer inputs (and batches) run in chunks of at most this many rows.

@@ -62,6 +62,70 @@ out:
     return rc;
 }
 
+// One timed drafter pass over the first m contexts (the runtime's calls: propose alone, else propose_batch).
+static int draft_pass(bs_drafter *d, int m, bs_drafter_ctx **c, const int32_t *anchors, const int *max_n, const bs_sampling **smp,
+                      bs_rng **rng, bs_draft *out, bs_err *err) {
+    if (m == 1 || !d->propose_batch) {
+        for (int s = 0; s < m; s++) if (d->propose(d, c[s], anchors[s], max_n[s], smp[s], rng[s], &out[s], err)) return -1;
+        return 0;
+    }
+    return d->propose_batch(d, m, c, anchors, max_n, smp, rng, out, err);
+}
+
+int bs_profile_drafter(const bs_engine *e, bs_drafter *d, const int *seqs, int n, int ctx, int drafts, int reps, double *pps, bs_err *err) {
+    const bs_qwen3_config *c = &e->cfg;
+    bs_backend *be = e->be;
+    int max_seqs = 0, n_ctx = 0, rc = -1;
+    if (reps < 1) reps = 1;
+    if (ctx < 1) ctx = 1;
+    if (drafts <= 0 || drafts > d->max_drafts) drafts = d->max_drafts;
+    for (int i = 0; i < n; i++) {
+        if (seqs[i] < 1 || seqs[i] > 4096) return bs_fail(err, "profile: %d drafting sequences outside [1, 4096]", seqs[i]);
+        if (seqs[i] > max_seqs) max_seqs = seqs[i];
+    }
+    bs_drafter_ctx *ctxs = calloc(max_seqs, sizeof *ctxs);
+    bs_drafter_ctx **cp = calloc(max_seqs, sizeof *cp);
+    bs_draft *out = calloc(max_seqs, sizeof *out);
+    bs_rng *rngs = calloc(max_seqs, sizeof *rngs);
+    bs_rng **rp = calloc(max_seqs, sizeof *rp);
+    const bs_sampling **smp = calloc(max_seqs, sizeof *smp);
+    int32_t *anchors = malloc(sizeof(int32_t) * max_seqs);
+    int *max_n = malloc(sizeof(int) * max_seqs);
+    float *feat = NULL;
+    static const bs_sampling greedy = { 0 };
+    if (!ctxs || !cp || !out || !rngs || !rp || !smp || !anchors || !max_n) { bs_fail(err, "out of memory"); goto out; }
+    // The context's features: zeros (the pass's cost does not depend on their values), ctx rows at once.
+    if (!(feat = be->alloc(be, sizeof(float) * (size_t)ctx * d->n_taps * c->hidden_size, err))) goto out;
+    for (; n_ctx < max_seqs; n_ctx++) {
+        if (bs_drafter_ctx_init(d, &ctxs[n_ctx], ctx + 1, err)) goto out;
+        if (d->add_context(d, &ctxs[n_ctx], feat, ctx, err)) { n_ctx++; goto out; }
+        cp[n_ctx] = &ctxs[n_ctx];
+        anchors[n_ctx] = (int32_t)((n_ctx * 7919 + 13) % c->vocab_size);
+        max_n[n_ctx] = drafts;
+        bs_rng_seed(&rngs[n_ctx], 1 + n_ctx);
+        rp[n_ctx] = &rngs[n_ctx];
+        smp[n_ctx] = &greedy;
+    }
+    for (int i = 0; i < n; i++) {
+        double best = 1e30;
+        for (int rep = 0; rep < reps + 2; rep++) {   // two more: a device records a pass the second time it sees it
+            be->sync(be);
+            double t0 = bs_now();
+            if (draft_pass(d, seqs[i], cp, anchors, max_n, smp, rp, out, err)) goto out;
+            be->sync(be);
+            double t = bs_now() - t0;
+            if (rep > 1 && t < best) best = t;
+        }
+        pps[i] = 1 / best;
+    }
+    rc = 0;
+out:
+    for (int s = 0; s < n_ctx; s++) bs_drafter_ctx_free(d, &ctxs[s]);
+    if (feat) be->free(be, feat);
+    free(ctxs); free(cp); free(out); free(rngs); free(rp); free(smp); free(anchors); free(max_n);
+    return rc;
+}
+
 int bs_model_shape(const bs_engine *e, char *buf, size_t len) {
     const bs_qwen3_config *c = &e->cfg;
     int n = snprintf(buf, len, "L%d-H%d-I%d-A%dx%dx%d-V%d-%s", c->n_layers, c->hidden_size, c->intermediate_size, c->n_heads, c->n_kv_heads,

@@ -9,6 +9,9 @@ int bs_runtime_init(bs_runtime *rt, const bs_engine *e, bs_drafter *d, bs_err *e
     rt->eng = e; rt->drafter = d;
     rt->prefill_rows = BS_PREFILL_CHUNK;
     rt->async_budget = -1;
+    rt->block = 5;
+    rt->t_scale = 1;
+    rt->probe_every = BS_PROBE_FIRST;
     bs_backend *be = e->be;
     if (bs_qwen3_ws_init(&rt->ws, &e->cfg, be, err)) return -1;
     if (!(rt->dev_scratch = be->alloc(be, sizeof(int32_t) * (2 * BS_MAX_DRAFT + 2), err)) ||
@@ -37,7 +40,7 @@ void bs_runtime_free(bs_runtime *rt) {
     free(rt->residual); free(rt->seqs); free(rt->rows);
     free(rt->draft_seqs); free(rt->draft_ctx); free(rt->draft_anchor); free(rt->draft_max); free(rt->draft_smp); free(rt->draft_rng);
     free(rt->draft_out);
-    free(rt->sps); free(rt->sched_in); free(rt->sched_l); free(rt->sched_cand);
+    free(rt->sps); free(rt->sps1); free(rt->dps); free(rt->sched_in); free(rt->sched_l); free(rt->sched_cand);
     memset(rt, 0, sizeof *rt);
 }
 
@@ -124,22 +127,49 @@ int bs_runtime_admit(bs_runtime *rt, bs_err *err) {
     return 0;
 }
 
-int bs_runtime_set_schedule(bs_runtime *rt, bs_sched_mode mode, const double *sps, int n_sps, bs_err *err) {
+// A checked copy of a table (NULL for none); convex: replaced by the lower hull of its step times.
+static int copy_table(const double *t, int n, const char *what, const char *unit, int convex, double **out, bs_err *err) {
+    *out = NULL;
+    if (!t || n < 1) return 0;
+    for (int i = 0; i < n; i++)
+        if (!(t[i] > 0) || !isfinite(t[i])) return bs_fail(err, "cost model: %s at %d %s is %g (must be > 0 and finite)", what, i + 1, unit, t[i]);
+    if (!(*out = bs_malloc(sizeof(double) * n, err))) return -1;
+    memcpy(*out, t, sizeof(double) * n);
+    if (convex) bs_sched_convexify(*out, n);
+    return 0;
+}
+
+int bs_runtime_set_schedule_costs(bs_runtime *rt, bs_sched_mode mode, const bs_cost_tables *c, bs_err *err) {
+    static const bs_cost_tables none = { 0 };
+    if (!c) c = &none;
     if (!bs_sched_name(mode)) return bs_fail(err, "unknown schedule %d", (int)mode);
     if (rt->n_seqs > 0) return bs_fail(err, "the schedule cannot change while %d request(s) are running", rt->n_seqs);
-    if (bs_sched_needs_sps(mode) && (!sps || n_sps < 1))
+    if (bs_sched_needs_sps(mode) && (!c->sps || c->n_sps < 1))
         return bs_fail(err, "schedule %s needs the target's cost model (steps per second by rows: `blockspec profile`)", bs_sched_name(mode));
-    double *copy = NULL;
-    if (sps && n_sps > 0) {
-        for (int i = 0; i < n_sps; i++)
-            if (!(sps[i] > 0) || !isfinite(sps[i])) return bs_fail(err, "cost model: steps per second at %d rows is %g (must be > 0 and finite)", i + 1, sps[i]);
-        if (!(copy = bs_malloc(sizeof(double) * n_sps, err))) return -1;
-        memcpy(copy, sps, sizeof(double) * n_sps);
-        bs_sched_convexify(copy, n_sps);
+    if (c->block < 0 || c->block > 64) return bs_fail(err, "cost model: block of %d rows outside [1, 64]", c->block);
+    double *sps = NULL, *sps1 = NULL, *dps = NULL;
+    if (copy_table(c->sps, c->n_sps, "steps per second", "rows", 1, &sps, err) ||
+        copy_table(c->sps1, c->n_sps1, "steps per second", "one-row sequences", 1, &sps1, err) ||
+        copy_table(c->dps, c->n_dps, "drafter passes per second", "sequences", 0, &dps, err)) {
+        free(sps); free(sps1);
+        return -1;
     }
-    free(rt->sps);
-    rt->sps = copy; rt->n_sps = copy ? n_sps : 0;
+    free(rt->sps); free(rt->sps1); free(rt->dps);
+    rt->sps = sps; rt->n_sps = sps ? c->n_sps : 0;
+    rt->sps1 = sps1; rt->n_sps1 = sps1 ? c->n_sps1 : 0;
+    rt->dps = dps; rt->n_dps = dps ? c->n_dps : 0;
+    rt->block = c->block ? c->block : 5;
     rt->sched = mode;
     rt->async_budget = -1;
+    // What earlier steps taught the scheduler belongs to the old model.
+    rt->fit = (bs_step_fit){ 0 };
+    rt->t_fixed = 0; rt->t_scale = 1;
+    rt->skip_drafts = rt->plain_run = rt->n_surv = 0;
+    rt->probe_every = BS_PROBE_FIRST;
     return 0;
+}
+
+int bs_runtime_set_schedule(bs_runtime *rt, bs_sched_mode mode, const double *sps, int n_sps, bs_err *err) {
+    bs_cost_tables c = { .sps = sps, .n_sps = n_sps };
+    return bs_runtime_set_schedule_costs(rt, mode, &c, err);
 }

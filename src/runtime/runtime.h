@@ -19,6 +19,8 @@
 #include "runtime/seq.h"
 #include "runtime/schedule.h"
 
+#define BS_PROBE_FIRST 16         // alg1 / async: after this many plain steps in a row one drafts anyway (a probe),
+#define BS_PROBE_MAX 256          // the gap doubling after each probe up to this, back to the first after a drafting decision
 #define BS_PREFILL_CHUNK 256     // prompt rows per prefill forward: each chunk's taps become drafter context at once
 
 typedef struct bs_runtime {
@@ -29,16 +31,19 @@ typedef struct bs_runtime {
     int n_seqs, cap_seqs;
     int prefill_rows;            // prompt rows per step over all prefilling sequences (BS_PREFILL_CHUNK; tests
                                  // set it small to cut prompts into many chunks)
+    int add_context_now;         // 1: a plain step's drafter context rows are added at once, not deferred
+                                 // (step.c, defer_context; tests compare the two)
     // Batch buffers (backend memory), grown to the largest step seen.
     float *logits;               // [cap_logits][V]
     int32_t *row_argmax;         // [cap_logits], host: a batch step's greedy targets, one argmax for all rows
     float *feat;                 // [cap_feat][n_taps * H] drafter context features, a row per batch row
     int cap_logits, cap_feat;
     double t_fwd_step;           // this step's target forward seconds
-    double t_other;              // the rest of a speculative step (drafter, acceptance, bookkeeping), smoothed
-                                 // over earlier steps: the cost model's fixed part (schedule.h, t_fixed)
+    bs_step_fit fit;             // earlier steps' times against the tables' (alg1 / async; schedule.h): a step
+    double t_fixed, t_scale;     // takes t_fixed + t_scale x the tables' time (its forward, its drafter pass)
     int last_rows;               // target rows in the latest step's forward(s) (for servers' metrics)
     int last_prompt_rows;        // of them, prompt rows of the batched forward (what bs_runtime_prompt_rows planned)
+    int last_seqs;               // sequences in the latest step's forward (the cost model's per-sequence term)
     int32_t *dev_scratch;        // [2 * BS_MAX_DRAFT + 2]: a lone sequence's verify (one download per round)
     float *residual;             // host [V]: the host acceptance's residual row
     bs_seq_rows *rows;           // host [cap_seqs]: the batch descriptor of step 3
@@ -54,7 +59,19 @@ typedef struct bs_runtime {
     // planned by the previous step (-1: none yet) and the step's scheduler arrays (host [cap_seqs], and
     // [cap_cand] candidates).
     bs_sched_mode sched;
-    double *sps; int n_sps;
+    double *sps; int n_sps;      // the verify table (convexified), rows in sequences of `block` rows
+    int block;
+    double *sps1; int n_sps1;    // one-row sequences (convexified), or NULL
+    double *dps; int n_dps;      // drafter passes per second by sequences, or NULL
+    // Whether a step drafts at all (alg1 / async; step.c, decide_drafting): predictions from earlier rounds.
+    int skip_drafts;             // this step decodes plainly: no drafter pass, every sequence verifies its anchor
+    struct bs_seq *probe;        // ... except this one, which drafts (a probe; NULL: none)
+    int plain_run, probe_every;  // consecutive plain steps; the probe_every-th has a probe (its round refreshes
+                                 // the predictions a plain step cannot)
+    unsigned probe_next;         // probes go round the drafting sequences
+    int n_drafting;              // sequences the drafter ran for in this step
+    float surv[BS_MAX_DRAFT];    // every sequence's prefix survivals, smoothed: a new sequence's prediction
+    int n_surv;
     int async_budget, async_R;
     bs_sched_in *sched_in;
     int *sched_l;
@@ -86,6 +103,8 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err);
 // second with 1..n_sps rows; copied). Refused while sequences are active (a sequence that started under
 // "none" has no drafter context to draft from).
 int bs_runtime_set_schedule(bs_runtime *rt, bs_sched_mode mode, const double *sps, int n_sps, bs_err *err);
+// The same with the whole cost model (tables copied; c NULL: none).
+int bs_runtime_set_schedule_costs(bs_runtime *rt, bs_sched_mode mode, const bs_cost_tables *c, bs_err *err);
 
 // The prompt rows the next step's batched forward will take (prefill_rows shared by the prefilling
 // sequences in join order): the scheduler prices the step with it before the forward runs.

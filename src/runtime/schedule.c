@@ -34,14 +34,20 @@ static int by_survival(const void *x, const void *y) {
     return p->j < q->j ? -1 : p->j > q->j;
 }
 
-// The candidates of the sequences with confidences, ranked; *rows0 / *tau0: the forward's rows and the
-// expected tokens before any of them is admitted (every anchor, the prompt rows, and the blocks of
-// sequences without confidences, which verify in full).
+// The candidates of the sequences that are cut by survival, ranked; *rows0 / *tau0: the forward's rows and
+// the expected tokens before any of them is admitted (every anchor, the prompt rows, and the blocks of
+// sequences that verify in full: without confidences their drafts add no expected token, with them (a
+// plan) their survivals' sum).
 static int candidates(const bs_sched_args *a, const bs_sched_in *in, int R, bs_sched_cand *cand, int *rows0, double *tau0) {
     int m = 0, rows = R + a->extra_rows;
+    double tau = R;
     for (int r = 0; r < R; r++) {
-        if (!in[r].conf) { rows += in[r].n; continue; }
         double s = 1;
+        if (!in[r].conf || in[r].whole) {
+            rows += in[r].n;
+            for (int j = 0; in[r].conf && j < in[r].n; j++) tau += s *= in[r].conf[j];
+            continue;
+        }
         for (int j = 1; j <= in[r].n; j++) {
             s *= in[r].conf[j - 1];
             if (!(s > 0)) break;   // 0 (or NaN): this draft and every later one survive with probability 0
@@ -49,7 +55,7 @@ static int candidates(const bs_sched_args *a, const bs_sched_in *in, int R, bs_s
         }
     }
     qsort(cand, m, sizeof *cand, by_survival);
-    *rows0 = rows; *tau0 = R;
+    *rows0 = rows; *tau0 = tau;
     return m;
 }
 
@@ -75,22 +81,42 @@ void bs_sched_convexify(double *sps, int n) {
     free(hull);
 }
 
-// Tokens per second of a step that yields tau expected tokens from a forward of `rows` rows.
-static double throughput(const bs_sched_args *a, double tau, int rows) { return tau / (a->t_fixed + 1 / bs_sps_at(a->sps, a->n_sps, rows)); }
+double bs_sched_forward_time(const bs_sched_args *a, int rows, int seqs) {
+    double t = 1 / bs_sps_at(a->sps, a->n_sps, rows);
+    int K = a->block;
+    if (!a->sps1 || a->n_sps1 < 1 || K < 2 || seqs < 2) return t;
+    double t1 = 1 / bs_sps_at(a->sps1, a->n_sps1, seqs), gap = t1 - 1 / bs_sps_at(a->sps, a->n_sps, seqs);
+    if (gap > 0) {
+        double share = (seqs - (double)rows / K) / (seqs - (double)seqs / K);
+        t += gap * (share < 0 ? 0 : share > 1 ? 1 : share);
+    }
+    return rows >= seqs && t < t1 ? t1 : t;
+}
+
+// Tokens per second of a step that yields tau expected tokens from a forward of `rows` rows over `seqs`
+// sequences.
+static double scale_of(const bs_sched_args *a) { return a->t_scale > 0 ? a->t_scale : 1; }
+
+static double throughput(const bs_sched_args *a, double tau, int rows, int seqs) {
+    return tau / (a->t_fixed + scale_of(a) * bs_sched_forward_time(a, rows, seqs));
+}
 
 // Algorithm 1 along the ranked candidates: admitting one adds a row and a_{r,j} expected tokens; Theta =
-// tokens / step time (= tokens x SPS(rows) when t_fixed is 0, the paper's form). early_break: stop at the first candidate that does not raise Theta (the paper's rule,
-// what makes it lossless within a step); else walk the whole path and keep its best point. Returns how many
-// of the ranked candidates the chosen point admits.
-static int best_prefix(const bs_sched_args *a, const bs_sched_cand *cand, int m, int rows0, double tau0, int early_break) {
-    double tau = tau0, best = throughput(a, tau0, rows0);
+// tokens / step time (= tokens x SPS(rows) when t_fixed is 0, the paper's form). early_break: stop at the
+// first candidate that does not raise Theta (the paper's rule, what makes it lossless within a step); else
+// walk the whole path and keep its best point. Returns how many of the ranked candidates the chosen point
+// admits; *theta: its value.
+static int best_prefix(const bs_sched_args *a, const bs_sched_cand *cand, int m, int rows0, double tau0, int seqs, int early_break,
+                       double *theta_out) {
+    double tau = tau0, best = throughput(a, tau0, rows0, seqs);
     int keep = 0;
     for (int i = 0; i < m; i++) {
         tau += cand[i].a;
-        double theta = throughput(a, tau, rows0 + i + 1);
+        double theta = throughput(a, tau, rows0 + i + 1, seqs);
         if (theta > best) { best = theta; keep = i + 1; }
         else if (early_break) break;
     }
+    if (theta_out) *theta_out = best;
     return keep;
 }
 
@@ -110,10 +136,10 @@ int bs_schedule(const bs_sched_args *a, const bs_sched_in *in, int R, int *l, bs
     if (bs_sched_needs_sps(a->mode)) {
         int rows0, m;
         double tau0;
-        for (int r = 0; r < R; r++) if (in[r].conf) l[r] = 0;
+        for (int r = 0; r < R; r++) if (in[r].conf && !in[r].whole) l[r] = 0;
         m = candidates(a, in, R, cand, &rows0, &tau0);
         int keep = a->mode == BS_SCHED_ASYNC && a->budget >= 0 ? (a->budget < m ? a->budget : m)
-                                                               : best_prefix(a, cand, m, rows0, tau0, 1);
+                                                               : best_prefix(a, cand, m, rows0, tau0, R + a->extra_seqs, 1, NULL);
         // The admitted candidates are the first `keep` of the ranking: per sequence, positions 1..l_r.
         for (int i = 0; i < keep; i++) if (cand[i].j > l[cand[i].r]) l[cand[i].r] = cand[i].j;
     }
@@ -121,9 +147,44 @@ int bs_schedule(const bs_sched_args *a, const bs_sched_in *in, int R, int *l, bs
     return total;
 }
 
-int bs_sched_plan_budget(const bs_sched_args *a, const bs_sched_in *in, int R, bs_sched_cand *cand) {
+double bs_sched_plan(const bs_sched_args *a, const bs_sched_in *in, int R, bs_sched_cand *cand, int *keep) {
     int rows0;
-    double tau0;
+    double tau0, theta;
     int m = candidates(a, in, R, cand, &rows0, &tau0);
-    return best_prefix(a, cand, m, rows0, tau0, 0);
+    int k = best_prefix(a, cand, m, rows0, tau0, R + a->extra_seqs, 0, &theta);
+    if (keep) *keep = k;
+    return theta;
+}
+
+int bs_sched_plan_budget(const bs_sched_args *a, const bs_sched_in *in, int R, bs_sched_cand *cand) {
+    int keep;
+    bs_sched_plan(a, in, R, cand, &keep);
+    return keep;
+}
+
+int bs_sched_worth_drafting(const bs_sched_args *a, const bs_sched_in *pred, int R, double t_plain_fixed, bs_sched_cand *cand) {
+    double spec = bs_sched_plan(a, pred, R, cand, NULL);
+    double plain = R / (t_plain_fixed + scale_of(a) * bs_sched_forward_time(a, R + a->extra_rows, R + a->extra_seqs));
+    return spec * BS_SKIP_MARGIN >= plain;
+}
+
+void bs_step_fit_add(bs_step_fit *f, double x, double y) {
+    const double keep = 0.95;
+    f->w = keep * f->w + 1;
+    f->x = keep * f->x + x; f->y = keep * f->y + y;
+    f->xx = keep * f->xx + x * x; f->xy = keep * f->xy + x * y;
+}
+
+void bs_step_fit_get(const bs_step_fit *f, double *t_fixed, double *t_scale) {
+    *t_fixed = 0; *t_scale = 1;
+    if (!(f->w > 0) || !(f->x > 0)) return;
+    double mx = f->x / f->w, my = f->y / f->w;
+    double sxx = f->xx / f->w - mx * mx, sxy = f->xy / f->w - mx * my;
+    // The pull towards 1 weighs as much as steps spread 10% around their mean x.
+    double prior = 0.01 * mx * mx, b = (sxy + prior) / ((sxx > 0 ? sxx : 0) + prior);
+    if (b < 0.25) b = 0.25;
+    if (b > 16) b = 16;
+    double a = my - b * mx;
+    if (a < 0) { a = 0; b = my / mx; }   // steps faster than the tables say: all of it scales
+    *t_fixed = a; *t_scale = b;
 }

@@ -87,6 +87,7 @@ void bs_seq_release(bs_seq *s) {
 }
 
 void bs_seq_free(bs_seq *s) {
+    if (s->pending) s->eng->be->free(s->eng->be, s->pending);
     bs_drafter_ctx_free(s->drafter, &s->dctx);
     if (s->kv == &s->kv_own) bs_kv_free(&s->kv_own);
     free(s->out_own);

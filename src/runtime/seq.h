@@ -43,6 +43,16 @@ typedef struct bs_seq {
     bs_draft draft;
     int n_draft, row0, lrow;                   // drafts verified this step; its first row and logits row in the batch
     int n_drafted;                             // drafts proposed this step (before the scheduler's cut)
+    int ran_drafter;                           // the drafter ran for it this step (a speculative round)
+    // Its rounds so far, for the schedulers that plan (alg1 / async; step.c): prefix survivals smoothed
+    // over rounds (calibrated confidences where they were read, else which drafts were accepted), whether
+    // its drafter reports confidences, and a step's predicted confidences.
+    float surv[BS_MAX_DRAFT], pred[BS_MAX_DRAFT];
+    int n_surv, conf_head;
+    // Drafter context rows of plain steps not yet added (step.c, defer_context): backend [BS_PENDING_ROWS]
+    // rows of the drafter's features, allocated on first use.
+    float *pending;
+    int n_pending;
     int n_prefilled, n_chunk;                  // prompt rows already in the KV cache; those in this step's batch
     int32_t ids[BS_MAX_DRAFT + 1];             // [anchor, d_1..d_n]
     // Owned storage (unused where borrowed).
@@ -52,6 +62,8 @@ typedef struct bs_seq {
     const bs_engine *eng;
     bs_drafter *drafter;                       // NULL: plain
 } bs_seq;
+
+#define BS_PENDING_ROWS 64
 
 // A sequence with its own KV cache, RNG and output buffer. The request is checked here (prompt and
 // output must fit the context: bs_request_tokens' rule and message; its context must fit the KV pool:

@@ -13,7 +13,10 @@ static int run_one(bs_session *s, bs_drafter *d, const int32_t *prompt, int n_pr
     memset(st, 0, sizeof *st);
     if (bs_runtime_init(&rt, s->eng, d, err)) return -1;
     int rc = -1;
-    if (sched && bs_runtime_set_schedule(&rt, (bs_sched_mode)sched->mode, sched->sps, sched->n_sps, err)) goto out;
+    if (sched) {
+        bs_cost_tables c = { sched->sps, sched->n_sps, sched->block, sched->sps1, sched->n_sps1, sched->dps, sched->n_dps };
+        if (bs_runtime_set_schedule_costs(&rt, (bs_sched_mode)sched->mode, &c, err)) goto out;
+    }
     if (bs_seq_init_on(&q, s->eng, d, prompt, n_prompt, p, &s->kv, &s->rng, out, err)) goto out;
     if (bs_runtime_add(&rt, &q, err)) goto out_seq;
     while (!bs_seq_done(&q))

@@ -71,15 +71,15 @@ static int prefill_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     return 0;
 }
 
-// This round's drafts: none for plain sequences; else up to bs_seq_round_drafts, then cut by the
+// This round's drafts: none for plain sequences or in a plain step; else up to bs_seq_round_drafts, then cut by the
 // scheduler (cut_drafts). Alone (and without a cut that reads confidences) they may stay in backend memory
 // for the verify to read; in a batch they come to the host (ids[1..n]) for the one forward, and a drafter
 // with propose_batch drafts for every sequence in one pass.
 static int plan_drafts(const bs_runtime *rt, bs_seq *s, bs_err *err) {
     memset(&s->draft, 0, sizeof s->draft);
-    s->n_draft = s->n_drafted = 0;
+    s->n_draft = s->n_drafted = s->ran_drafter = 0;
     s->ids[0] = s->anchor;
-    if (!drafter_of(rt, s)) return 0;
+    if (!drafter_of(rt, s) || (rt->skip_drafts && s != rt->probe)) return 0;
     int max_n = bs_seq_round_drafts(s);
     // bs_request_tokens guarantees the anchor's row while tokens are still owed; running out here would be
     // a bug, and is an error rather than a silently shorter output.
@@ -108,53 +108,232 @@ static int chunk_rows(const bs_seq *s, int budget) {
     return left < budget ? left : budget;
 }
 
-int bs_runtime_prompt_rows(const bs_runtime *rt) {
+// The prompt rows of the next batched forward and (*seqs) how many sequences they belong to.
+static int prompt_rows(const bs_runtime *rt, int *seqs) {
     int budget = rt->prefill_rows, rows = 0;
+    *seqs = 0;
     for (int i = 0; i < rt->n_seqs; i++) {
         int n = chunk_rows(rt->seqs[i], budget);
-        budget -= n; rows += n;
+        budget -= n; rows += n; *seqs += n > 0;
     }
     return rows;
 }
 
+int bs_runtime_prompt_rows(const bs_runtime *rt) { int seqs; return prompt_rows(rt, &seqs); }
+
+// ---- the cost model and the predictions the planning schedulers use (alg1, async) ----
+
+// Seconds of the drafter pass over n sequences' blocks by the drafter table (0 without one: the pass then
+// stays in the measured rest of a drafting step, t_other).
+static double draft_time(const bs_runtime *rt, int n) { return rt->dps && n > 0 ? 1 / bs_sps_at(rt->dps, rt->n_dps, n) : 0; }
+
+// The scheduler's arguments for a step: the tables, the prompt rows and sequences beside the R decoding
+// ones, and the fixed part of a step whose drafter runs for `drafting` sequences.
+static bs_sched_args sched_args(const bs_runtime *rt, int extra_rows, int extra_seqs, int drafting) {
+    bs_sched_args a = { rt->sched, rt->sps, rt->n_sps, extra_rows, -1, rt->t_fixed + rt->t_scale * draft_time(rt, drafting) };
+    a.sps1 = rt->sps1; a.n_sps1 = rt->n_sps1; a.block = rt->block; a.extra_seqs = extra_seqs; a.t_scale = rt->t_scale;
+    return a;
+}
+
+static int reserve_cand(bs_runtime *rt, int m, bs_err *err) {
+    if (m <= rt->cap_cand) return 0;
+    bs_sched_cand *c = realloc(rt->sched_cand, sizeof *c * m);
+    if (!c) return bs_fail(err, "out of memory");
+    rt->sched_cand = c; rt->cap_cand = m;
+    return 0;
+}
+
+// Sequence s's predicted confidences for up to n drafts in s->pred (c_j = S_j / S_{j-1} of its smoothed
+// survivals S, or of every sequence's for one without rounds yet); returns how many (0: nothing to go on).
+static int predict(const bs_runtime *rt, bs_seq *s, int n) {
+    const float *sv = s->n_surv ? s->surv : rt->surv;
+    int m = s->n_surv ? s->n_surv : rt->n_surv;
+    if (m > n) m = n;
+    float prev = 1;
+    for (int j = 0; j < m; j++) {
+        float c = prev > 0 ? sv[j] / prev : 0;
+        s->pred[j] = c < 1 ? c : 1;   // smoothing over rounds of different lengths can leave S_j a hair above S_{j-1}
+        prev = sv[j];
+    }
+    return m;
+}
+
+// This round's prefix survivals of s in x: with its confidences read, their running products (calibrated
+// when the drafter has calibration.json); without them, whether drafts 1..j were all accepted, known for
+// every j when the whole block was verified or a verified draft was rejected (the later ones then did not
+// survive either). Returns how many leading positions are known.
+static int round_survivals(const bs_seq *s, int a, float *x) {
+    int n = s->n_drafted, l = s->n_draft;
+    if (s->draft.has_conf) {
+        float p = 1;
+        for (int j = 0; j < n; j++) x[j] = p *= s->draft.conf[j];
+        return n;
+    }
+    int known = a < l || l == n ? n : l;
+    for (int j = 0; j < known; j++) x[j] = j < a;
+    return known;
+}
+
+static void smooth(float *avg, int *n_avg, const float *x, int n, float alpha) {
+    for (int j = 0; j < n; j++) avg[j] = j < *n_avg ? avg[j] + alpha * (x[j] - avg[j]) : x[j];
+    if (n > *n_avg) *n_avg = n;
+}
+
+// After a speculative round with a accepted: s's smoothed survivals (starting from every sequence's) and
+// every sequence's, slower (many sequences feed it each step).
+static void learn_survivals(bs_runtime *rt, bs_seq *s, int a) {
+    float x[BS_MAX_DRAFT];
+    int n = round_survivals(s, a, x);
+    s->conf_head |= s->draft.has_conf;
+    if (!s->n_surv && rt->n_surv) { memcpy(s->surv, rt->surv, sizeof s->surv); s->n_surv = rt->n_surv; }
+    smooth(s->surv, &s->n_surv, x, n, 0.3f);
+    smooth(rt->surv, &rt->n_surv, x, n, 0.05f);
+}
+
+// The probe among the first D of rt->draft_seqs: the one with the fewest context rows waiting (they go to
+// its drafter before it drafts: a sequence that joined since the last drafting step has none), the
+// sequences in turn among equals.
+static bs_seq *cheapest_probe(bs_runtime *rt, int D) {
+    int start = (int)(rt->probe_next++ % (unsigned)D), best = start;
+    for (int k = 1; k < D; k++) {
+        int i = (start + k) % D;
+        if (rt->draft_seqs[i]->n_pending < rt->draft_seqs[best]->n_pending) best = i;
+    }
+    return rt->draft_seqs[best];
+}
+
+// alg1 / async: does this step run the drafter? Decided before anything of the step is drawn, from
+// earlier rounds only: the plan over each drafting sequence's predicted confidences, the drafter pass
+// priced by the drafter table, against plain decoding of the same sequences (a forward of one row each,
+// priced by the one-row-sequence table), both through the step-time model fitted to earlier steps. A step that does not
+// draft is a round of plain decoding for every sequence (exact as always; it decides nothing about any
+// draft), but for at most one, the probe, which drafts: plain steps teach the predictions nothing, so after
+// plain steps in a row one sequence's round refreshes them (cheapest_probe); and when some
+// sequence has nothing to predict from yet (nor the runtime, from any sequence), one of them drafts
+// alone rather than all at once. A lone sequence with nothing to go on drafts.
+static void decide_drafting(bs_runtime *rt) {
+    rt->skip_drafts = 0;
+    rt->probe = NULL;
+    if (!bs_sched_needs_sps(rt->sched) || !rt->n_sps) return;
+    int R = 0, D = 0, m = 0, extra_seqs;
+    bs_seq *unknown = NULL;
+    for (int i = 0; i < rt->n_seqs; i++) {
+        bs_seq *s = rt->seqs[i];
+        if (s->phase != BS_SEQ_DECODE) continue;
+        bs_sched_in *in = &rt->sched_in[R++];
+        *in = (bs_sched_in){ 0 };
+        int n = drafter_of(rt, s) ? bs_seq_round_drafts(s) : 0;
+        if (n <= 0) continue;
+        rt->draft_seqs[D++] = s;   // scratch until the drafter call: the sequences that could draft
+        int k = predict(rt, s, n);
+        if (k == 0 && !unknown) unknown = s;
+        *in = (bs_sched_in){ k, s->pred, 0, !s->conf_head };
+        m += k;
+    }
+    bs_err oom;
+    if (D <= 1 && unknown) return;
+    if (unknown) { rt->skip_drafts = 1; rt->probe = unknown; return; }
+    if (!D || reserve_cand(rt, m, &oom)) return;
+    int extra_rows = prompt_rows(rt, &extra_seqs);
+    bs_sched_args a = sched_args(rt, extra_rows, extra_seqs, D);
+    if (bs_sched_worth_drafting(&a, rt->sched_in, R, rt->t_fixed, rt->sched_cand)) {
+        rt->plain_run = 0;
+        rt->probe_every = BS_PROBE_FIRST;
+        return;
+    }
+    rt->skip_drafts = 1;
+    if (++rt->plain_run >= rt->probe_every) {
+        rt->plain_run = 0;
+        rt->probe_every = rt->probe_every * 2 < BS_PROBE_MAX ? rt->probe_every * 2 : BS_PROBE_MAX;
+        rt->probe = cheapest_probe(rt, D);
+    }
+}
+
+// alg1, a lone sequence: whether the plan over its predicted confidences verifies every draft it will
+// propose. Then the round is fixed's own (the drafts stay in backend memory, no confidences are read, one
+// download per round): Algorithm 1 could only have cut rows the cost model says are worth their time on
+// average, and reading the confidences costs a host synchronisation per round on a device. Decided from
+// earlier rounds only, so it never depends on this round's drafts.
+static int lone_verifies_all(bs_runtime *rt, bs_seq *s, int n) {
+    if (rt->sched != BS_SCHED_ALG1 || !rt->n_sps || predict(rt, s, n) < n) return 0;
+    bs_sched_in in = { n, s->pred, 0, !s->conf_head };
+    bs_sched_cand cand[BS_MAX_DRAFT];
+    bs_sched_args a = sched_args(rt, 0, 0, 1);
+    int keep;
+    bs_sched_plan(&a, &in, 1, cand, &keep);
+    return in.whole || keep == n;
+}
+
 // The scheduler over this step's decoding sequences (their drafts in s->draft, s->n_drafted of them; 0 for
 // plain ones): each one's verified count, then the async budget for the next step.
-static int cut_drafts(bs_runtime *rt, bs_seq **seqs, int R, int extra_rows, int alone, bs_err *err) {
+static int cut_drafts(bs_runtime *rt, bs_seq **seqs, int R, int extra_rows, int extra_seqs, int alone, bs_err *err) {
     int m = 0;
     for (int i = 0; i < R; i++) {
         bs_seq *s = seqs[i];
         rt->sched_in[i] = (bs_sched_in){ s->n_drafted, s->draft.has_conf ? s->draft.conf : NULL, s->confidence_threshold };
         m += s->n_drafted;
     }
-    if (m > rt->cap_cand) {
-        bs_sched_cand *c = realloc(rt->sched_cand, sizeof *c * m);
-        if (!c) return bs_fail(err, "out of memory");
-        rt->sched_cand = c; rt->cap_cand = m;
-    }
-    bs_sched_args a = { rt->sched, rt->sps, rt->n_sps, extra_rows, -1, rt->t_other };
+    if (reserve_cand(rt, m, err)) return -1;
+    bs_sched_args a = sched_args(rt, extra_rows, extra_seqs, rt->n_drafting);
     // async: the budget the previous step planned, scaled to this step's number of sequences (both known
     // before any of this step's drafts was drawn).
     if (rt->sched == BS_SCHED_ASYNC && rt->async_budget >= 0) a.budget = (int)((double)rt->async_budget * R / rt->async_R + 0.5);
     bs_schedule(&a, rt->sched_in, R, rt->sched_l, rt->sched_cand);
     for (int i = 0; i < R; i++) take_drafts(seqs[i], rt->sched_l[i], alone);
-    if (rt->sched == BS_SCHED_ASYNC) { rt->async_budget = bs_sched_plan_budget(&a, rt->sched_in, R, rt->sched_cand); rt->async_R = R; }
+    // (A probe's step plans no budget: one sequence's drafts say little about a step where all draft.)
+    if (rt->sched == BS_SCHED_ASYNC && !rt->probe) { rt->async_budget = bs_sched_plan_budget(&a, rt->sched_in, R, rt->sched_cand); rt->async_R = R; }
     return 0;
 }
 
+// ---- the drafter context of plain steps ----
+// A plain step's row of a sequence with a drafter still has to reach its drafter context before it drafts
+// again. Added one row per step, it would cost the drafter's context projections a pass over their weights
+// per sequence and step (on the built-in model's CPU step, more than a third of a plain step's forward);
+// so the rows wait (up to BS_PENDING_ROWS) and go in together before the sequence next drafts, and not at
+// all when it finishes first. The drafter computes the same context either way (row-invariant kernels).
+
+static int flush_context(bs_seq *s, bs_err *err) {
+    if (!s->n_pending) return 0;
+    double t0 = bs_now();
+    int rc = s->drafter->add_context(s->drafter, &s->dctx, s->pending, s->n_pending, err);
+    s->st.t_draft += bs_now() - t0;
+    s->n_pending = 0;
+    return rc;
+}
+
+static int defer_context(bs_seq *s, const float *feat, int n, bs_err *err) {
+    bs_backend *be = s->eng->be;
+    size_t F = (size_t)s->drafter->n_taps * s->eng->cfg.hidden_size;
+    if (s->n_pending + n > BS_PENDING_ROWS && flush_context(s, err)) return -1;
+    if (n > BS_PENDING_ROWS) return s->drafter->add_context(s->drafter, &s->dctx, feat, n, err);
+    if (!s->pending && !(s->pending = be->alloc(be, sizeof(float) * F * BS_PENDING_ROWS, err))) return -1;
+    be->copy(be, s->pending + (size_t)s->n_pending * F, feat, sizeof(float) * F * n);
+    s->n_pending += n;
+    return 0;
+}
+
+// A lone sequence's drafts. Where the round verifies every draft whatever the confidences say (fixed, no
+// threshold, or alg1 when its plan keeps the whole block), nothing is cut and they stay in backend memory
+// for the verify; else they come to the host with their confidences (one transfer) for the cut.
 static int draft_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     int max_n = plan_drafts(rt, s, err);
-    if (max_n < 0) return -1;
-    if (max_n > 0) {
-        double t0 = bs_now();
-        bs_drafter *d = s->drafter;
-        int rc = !needs_conf(rt, s) && d->propose_on_device
-               ? d->propose_on_device(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err)
-               : d->propose(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err);
-        if (rc) return -1;
-        s->n_drafted = s->draft.n < max_n ? s->draft.n : max_n;
-        s->st.t_draft += bs_now() - t0;
-    }
-    return cut_drafts(rt, &s, 1, 0, 1, err);
+    if (max_n <= 0) return max_n;   // an error, or nothing to draft (a plain sequence or step, no room)
+    bs_drafter *d = s->drafter;
+    if (flush_context(s, err)) return -1;
+    int whole = !needs_conf(rt, s) || lone_verifies_all(rt, s, max_n);
+    // The round observer reports confidences: with one, they are read (a trace recorded under fixed on a
+    // device would otherwise lack them for the rounds a request ran alone).
+    int on_device = whole && !rt->on_round && d->propose_on_device;
+    double t0 = bs_now();
+    int rc = on_device ? d->propose_on_device(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err)
+                       : d->propose(d, &s->dctx, s->anchor, max_n, &s->sampling, s->rng, &s->draft, err);
+    if (rc) return -1;
+    s->n_drafted = s->draft.n < max_n ? s->draft.n : max_n;
+    s->st.t_draft += bs_now() - t0;
+    s->ran_drafter = 1;
+    rt->n_drafting = 1;
+    if (whole) { take_drafts(s, s->n_drafted, 1); return 0; }
+    return cut_drafts(rt, &s, 1, 0, 0, 1, err);
 }
 
 // Every decoding sequence's drafts, in one drafter pass where the drafter has propose_batch.
@@ -164,14 +343,16 @@ static int draft_batch(bs_runtime *rt, bs_err *err) {
         bs_seq *s = rt->seqs[i];
         if (s->phase != BS_SEQ_DECODE) continue;
         int max_n = plan_drafts(rt, s, err);
-        if (max_n < 0) return -1;
+        if (max_n < 0 || (max_n > 0 && flush_context(s, err))) return -1;
         if (max_n == 0) continue;
         rt->draft_seqs[n] = s; rt->draft_ctx[n] = &s->dctx; rt->draft_anchor[n] = s->anchor; rt->draft_max[n] = max_n;
         rt->draft_smp[n] = &s->sampling; rt->draft_rng[n] = s->rng;
         n++;
     }
+    if (rt->skip_drafts && !rt->probe) return 0;   // a plain step: every sequence verifies its anchor alone
     double t0 = bs_now();
     bs_drafter *d = rt->drafter;
+    rt->n_drafting = n;
     if (n == 0) {}
     else if (d->propose_batch) {
         if (d->propose_batch(d, n, rt->draft_ctx, rt->draft_anchor, rt->draft_max, rt->draft_smp, rt->draft_rng, rt->draft_out, err)) return -1;
@@ -188,11 +369,13 @@ static int draft_batch(bs_runtime *rt, bs_err *err) {
         bs_seq *s = rt->draft_seqs[i];
         s->n_drafted = s->draft.n < rt->draft_max[i] ? s->draft.n : rt->draft_max[i];
         s->st.t_draft += t;
+        s->ran_drafter = 1;
     }
     // Every decoding sequence takes part in the cut (plain ones as one row each): the forward's cost is
     // all of them. draft_seqs is reused as the list (the drafter call is over).
     for (int i = 0; i < rt->n_seqs; i++) if (rt->seqs[i]->phase == BS_SEQ_DECODE) rt->draft_seqs[R++] = rt->seqs[i];
-    return R ? cut_drafts(rt, rt->draft_seqs, R, bs_runtime_prompt_rows(rt), 0, err) : 0;
+    int extra_seqs, extra_rows = prompt_rows(rt, &extra_seqs);
+    return R ? cut_drafts(rt, rt->draft_seqs, R, extra_rows, extra_seqs, 0, err) : 0;
 }
 
 // After the verdict: keep the anchor's and the accepted drafts' K/V (the next token has none yet), feed
@@ -203,10 +386,14 @@ static int finish_round(bs_runtime *rt, bs_seq *s, int a, int32_t next, const fl
     if (bs_kv_rollback(s->kv, s0 + a + 1, err)) return -1;
     if (d) {
         double t0 = bs_now();
-        if (d->add_context(d, &s->dctx, feat, a + 1, err)) return -1;
+        int now = s->ran_drafter || !rt->skip_drafts || rt->add_context_now;
+        if (now ? d->add_context(d, &s->dctx, feat, a + 1, err) : defer_context(s, feat, a + 1, err)) return -1;
         s->st.t_draft += bs_now() - t0;
-        record_round(&s->st, s->n_drafted, n, a);
-        if (rt->on_round) rt->on_round(rt->on_round_ctx, s, s->n_drafted, n, a);
+        if (s->ran_drafter) {   // a speculative round (in a plain step the drafter only took the anchor's row)
+            record_round(&s->st, s->n_drafted, n, a);
+            if (rt->on_round) rt->on_round(rt->on_round_ctx, s, s->n_drafted, n, a);
+            learn_survivals(rt, s, a);
+        }
     }
     for (int k = 0; k < a; k++) bs_seq_emit(s, s->ids[1 + k]);
     bs_seq_emit(s, next);
@@ -225,6 +412,7 @@ static int verify_alone(bs_runtime *rt, bs_seq *s, bs_err *err) {
     double t0 = bs_now();
     if (bs_runtime_reserve_rows(rt, n + 1, n + 1, err)) return -1;
     rt->last_rows += n + 1;
+    rt->last_seqs = 1;
     if (!d) {
         bs_seq_rows one = { s->kv, &s->anchor, 1 };
         bs_fwd_out fo = { .logits = rt->logits };
@@ -280,6 +468,7 @@ static int forward_batch(bs_runtime *rt, bs_err *err) {
     }
     if (n_batch == 0) return 0;
     rt->last_rows = n_rows;
+    rt->last_seqs = n_batch;
     if (bs_runtime_reserve_rows(rt, n_logits, n_rows, err)) return -1;
     bs_fwd_out fo = { .logits = rt->logits, .logits_all = 1 };
     if (any_drafter) { fo.taps = rt->drafter->taps; fo.n_taps = rt->drafter->n_taps; fo.tap_out = rt->feat; }
@@ -331,17 +520,15 @@ static void drop_finished(bs_runtime *rt) {
     rt->n_seqs = j;
 }
 
-// The fixed part of the cost model: what a step of decoding speculative sequences took beyond the table's
-// time for its rows, smoothed (steps that also prefill are left out: their prompt rows are no fixed cost).
-// It holds the drafter pass, acceptance and bookkeeping, and whatever the table (measured with 5-row
-// sequences) misses for this batch's sequences, e.g. attention over many separate contexts. Without a
-// table: the time outside the target forward. Only past steps feed it, so a step's cut never depends on
-// its own draws.
-static void observe_step_cost(bs_runtime *rt, double t_step, int speculative, int prefilled) {
-    if (!speculative || prefilled || rt->t_fwd_step <= 0) return;
-    double other = t_step - (rt->n_sps ? 1 / bs_sps_at(rt->sps, rt->n_sps, rt->last_rows) : rt->t_fwd_step);
-    if (other < 0) other = 0;
-    rt->t_other = rt->t_other > 0 ? 0.8 * rt->t_other + 0.2 * other : other;
+// The step-time model (schedule.h, bs_step_fit): every step of decoding sequences (drafting, probing or
+// plain) against the tables' time for it, its forward's rows over its sequences and its drafter pass.
+// Steps that also prefill are left out: their prompt rows are no part of a decoding step's cost. Only past
+// steps feed it, so a step's cut never depends on its own draws.
+static void observe_step_cost(bs_runtime *rt, double t_step, int decoding, int prefilled) {
+    if (!decoding || prefilled || rt->t_fwd_step <= 0 || !rt->n_sps) return;
+    bs_sched_args a = sched_args(rt, 0, 0, 0);
+    bs_step_fit_add(&rt->fit, bs_sched_forward_time(&a, rt->last_rows, rt->last_seqs) + draft_time(rt, rt->n_drafting), t_step);
+    bs_step_fit_get(&rt->fit, &rt->t_fixed, &rt->t_scale);
 }
 
 int bs_runtime_step(bs_runtime *rt, bs_err *err) {
@@ -350,11 +537,13 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     rt->last_rows = 0;
     rt->last_prompt_rows = 0;
     rt->t_fwd_step = 0;
+    rt->n_drafting = 0;
     double t0 = bs_now();
-    int speculative = 0, prefilled = 0, n_started = 0;
+    decide_drafting(rt);
+    int with_drafter = 0, prefilled = 0, n_started = 0;   // some sequence decodes with a drafter; some prefills
     bs_seq *one = NULL;
     for (int i = 0; i < rt->n_seqs; i++) {
-        speculative |= rt->seqs[i]->phase == BS_SEQ_DECODE && drafter_of(rt, rt->seqs[i]) != NULL;
+        with_drafter |= rt->seqs[i]->phase == BS_SEQ_DECODE && drafter_of(rt, rt->seqs[i]) != NULL;
         prefilled |= rt->seqs[i]->phase == BS_SEQ_PREFILL;
         if (rt->seqs[i]->phase != BS_SEQ_WAIT) { n_started++; one = rt->seqs[i]; }
     }
@@ -369,7 +558,7 @@ int bs_runtime_step(bs_runtime *rt, bs_err *err) {
     }
     // The ops after the forwards (acceptance, sampling) report their failures here (backend.h).
     if (bs_backend_check(rt->eng->be, err)) return -1;
-    observe_step_cost(rt, bs_now() - t0, speculative, prefilled);
+    observe_step_cost(rt, bs_now() - t0, with_drafter, prefilled);
     drop_finished(rt);
     if (bs_runtime_admit(rt, err)) return -1;
     return rt->n_seqs;

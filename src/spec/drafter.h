@@ -41,6 +41,8 @@ struct bs_drafter {
     void *impl;
     char warning[512];              // what loading found suspicious but not fatal ("" if nothing), one per
                                     // line: the caller reports it (the library never prints)
+    char shape[160];                // what the cost of its pass depends on ("dspark-L3-H512-I1536-A8x4x64-B4-V8192-bf16"):
+                                    // a cached cost model's key ("" when the drafter does not say)
 
     // A fresh context for one sequence, for up to max_ctx rows (<= 0: the drafter's most), and its release.
     // Optional (NULL: a context is its n_ctx alone; bs_drafter_ctx_init).

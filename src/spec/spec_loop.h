@@ -7,8 +7,12 @@
 #include "spec/drafter.h"
 
 // A runtime scheduler for bs_generate_spec: mode is a bs_sched_mode (runtime/schedule.h); sps[0..n_sps) its
-// cost model (alg1, async).
-typedef struct bs_spec_sched { int mode; const double *sps; int n_sps; } bs_spec_sched;
+// cost model (alg1, async), and optionally the rest of it (runtime/schedule.h, bs_cost_tables: the verify
+// table's block, the one-row-sequence table, the drafter table; NULL / 0: none).
+typedef struct bs_spec_sched {
+    int mode; const double *sps; int n_sps;
+    int block; const double *sps1; int n_sps1; const double *dps; int n_dps;
+} bs_spec_sched;
 
 typedef struct bs_spec_opts {
     int draft_max;              // 0: the backend's default_draft_max (backend.h; CPU 4 or 7), else the drafter's block

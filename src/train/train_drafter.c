@@ -598,6 +598,8 @@ int bs_train_drafter_new(bs_train_task **out, bs_train_task *target, const bs_dr
 int bs_train_drafter_load(bs_train_task **out, bs_train_task *target, const char *dir, const bs_drafter_loss_opts *o, bs_err *err) {
     bs_drafter_config c;
     if (bs_drafter_config_load(&c, dir, err)) return -1;
+    // A DFlash 2 would load as its DFlash and train without its convolutions and selector: refused instead.
+    if (c.dflash2) return bs_fail(err, "drafter %s: training a DFlash2DraftModel (its convolutions and selector) is not implemented yet (docs/dflash2.md)", dir);
     drafter *d;
     if (create(&d, target, &c, o, err)) return bs_wrap(err, "drafter %s", dir);
     bs_checkpoint *ck;

@@ -7,6 +7,7 @@
 #include "train/train_io.h"
 #include "train/train_layer.h"
 #include "train/train_ops.h"
+#include "io/r1_basis.h"
 #include "train/train_target.h"
 
 #define LOGIT_ROWS 32   // rows of logits materialised at a time (a [rows][V] buffer, not [n][V])
@@ -232,6 +233,15 @@ int bs_train_target_new(bs_train_task **out, const bs_qwen3_config *cfg, uint64_
 int bs_train_target_load(bs_train_task **out, const char *dir, int trainable, bs_err *err) {
     bs_qwen3_config cfg;
     if (bs_qwen3_config_load(&cfg, dir, err)) return -1;
+    // A drafter learns the basis of the target it is trained against, and binding assumes the unrotated one
+    // (docs/rotation.md): train against the original, then bind the drafter to the folded copy.
+    bs_r1_basis r1;
+    int folded = bs_r1_basis_load(&r1, dir, cfg.hidden_size, err);
+    if (folded < 0) return -1;
+    bs_r1_basis_free(&r1);
+    if (folded && !trainable)
+        return bs_fail(err, "%s is an R1-folded target (config.json \"%s\"); train drafters against the unrotated original and bind "
+                       "them to the folded copy at generation time", dir, BS_R1_KEY);
     bs_checkpoint *ck;
     if (bs_checkpoint_open(&ck, dir, err)) return -1;
     target *m;

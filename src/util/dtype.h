@@ -27,6 +27,31 @@ static inline float bs_f16_to_f32(uint16_t h) {
     else u = s | ((e + 127 - 15) << 23) | (m << 13);
     float f; memcpy(&f, &u, 4); return f;
 }
+// fp32 -> IEEE half, round to nearest even (overflow to infinity, subnormals rounded, NaN stays NaN).
+static inline uint16_t bs_f32_to_f16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    uint32_t s = (u >> 16) & 0x8000, e = (u >> 23) & 0xff, m = u & 0x7fffff;
+    if (e == 0xff) return (uint16_t)(s | 0x7c00 | (m ? 0x200 : 0));
+    int ne = (int)e - 127 + 15;
+    if (ne >= 31) return (uint16_t)(s | 0x7c00);
+    if (ne <= 0) {   // subnormal half (or zero): shift with round-to-nearest-even
+        if (ne < -10) return (uint16_t)s;
+        m |= 0x800000;
+        int sh = 14 - ne;
+        uint32_t h = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return (uint16_t)(s | h);
+    }
+    uint32_t h = s | ((uint32_t)ne << 10) | (m >> 13), rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)h;
+}
+// Element i of a weight buffer <- v rounded to the dtype (round to nearest even).
+static inline void bs_store_elem(void *data, bs_dtype t, size_t i, float v) {
+    if (t == BS_F32) { memcpy((char *)data + 4 * i, &v, 4); return; }
+    uint16_t h = t == BS_BF16 ? bs_f32_to_bf16(v) : bs_f32_to_f16(v);
+    memcpy((char *)data + 2 * i, &h, 2);
+}
 // Element i of a weight buffer, widened to fp32 (reference paths and tests only; kernels vectorise this).
 static inline float bs_load_elem(const void *data, bs_dtype t, size_t i) {
     if (t == BS_F32) { float f; memcpy(&f, (const char *)data + 4 * i, 4); return f; }

@@ -10,10 +10,11 @@ set -e
 # input byte (encode, then the bytes read as ids decoded and streamed); 1 KB keeps every path (added tokens,
 # pieces past the 128-byte BPE cache limit, a few hundred ids to decode) at 2.4x the executions per second.
 # Long inputs have their own tests (10 MB whitespace runs: the bad-input catalogue).
-# bpe_train: inputs up to 1 KB too (the default was 4 KB). Each input costs ~2.6 ms fixed under ASan (two
-# regex compiles, JSON written and read back) plus ~2 us per byte; 1 KB of prose still fills all 62 merges of
-# the 320-token vocabulary (the README's first KB: 62; 400 bytes: 56), with special tokens and every branch of
-# the pre-tokeniser regex. Large corpora are the CLI tests' (tokenizer-train on whole files).
+# bpe_train: inputs up to 1 KB too (the default was 4 KB). Each input costs ~1.3-1.5 ms fixed in the fuzz build
+# (mostly reading the trained tokenizer.json back: cJSON, the byte checks, the vocabulary tables) plus ~1.7 us
+# per byte (2026-12-03; it was 2.6 ms and 2 us); 1 KB of prose still fills all 62 merges of the 320-token
+# vocabulary (the README's first KB: 62; 400 bytes: 56), with special tokens and every branch of the
+# pre-tokeniser regex. Large corpora are the CLI tests' (tokenizer-train on whole files).
 harness_options() { case $1 in tokenize|bpe_train) echo "-max_len=1024" ;; esac; }
 if [ "$1" = --options ]; then harness_options "$2"; exit 0; fi
 name=$1; secs=$2; shift 2

@@ -1,6 +1,7 @@
 // CPU backend internals shared by the reference ops and the fast kernels.
 #pragma once
 #include "backend/backend.h"
+#include "backend/hadamard.h"
 
 void bs_cpu_fill_reference(bs_backend *be);
 // One row of scatter_cols (backend.h): out[cols[c]] = in[c], every other element = fill.
@@ -8,6 +9,8 @@ void bs_cpu_scatter_row(float *out, int out_w, const float *in, int in_w, const 
 // Replaces ops with the fastest kernels this CPU supports (runtime dispatch: AVX-512, AVX2/FMA, scalar;
 // BS_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 forces a path; an unsupported request falls back to the best one).
 void bs_cpu_install_fast(bs_backend *be);
+// One row of hadamard_rows (backend.h): y = post * T(pre * x) (y may be x; pre, post may be NULL).
+void bs_cpu_hadamard_row(const bs_hadamard *t, float *y, const float *x, const float *pre, const float *post, int transpose);
 void bs_cpu_rmsnorm_row(float *y, const float *x, int dim, const bs_mat *w, float eps);
 void bs_cpu_rope_row(float *x, int hd, int pos, const float *inv_freq);
 

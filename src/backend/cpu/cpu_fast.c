@@ -84,6 +84,19 @@ static void fast_scatter_cols(bs_backend *be, float *out, int out_w, const float
     else if (n == 1) scatter_task(&j, 0, 1);
 }
 
+// Rows in parallel, one row per task (each row's arithmetic is the reference's: results are equal).
+typedef struct { bs_hadamard t; float *y; const float *x, *pre, *post; int transpose; } hadamard_job;
+static void hadamard_task(void *p, int r, int nt) {
+    hadamard_job *j = p;
+    bs_cpu_hadamard_row(&j->t, j->y + (size_t)r * j->t.n, j->x + (size_t)r * j->t.n, j->pre, j->post, j->transpose);
+}
+static void fast_hadamard_rows(bs_backend *be, float *y, const float *x, int n, int dim, const float *pre, const float *post, int transpose) {
+    hadamard_job j = { .y = y, .x = x, .pre = pre, .post = post, .transpose = transpose };
+    if (bs_hadamard_init(&j.t, dim)) { bs_backend_fail(be, "hadamard_rows: length %d is not m * 2^k for m in {1, 12, 20, 28}", dim); return; }
+    if (n > 1 && (size_t)n * dim >= 4096) bs_parallel_for(n, hadamard_task, &j);
+    else for (int r = 0; r < n; r++) hadamard_task(&j, r, n);
+}
+
 void bs_cpu_install_ops_scalar(bs_backend *be) {
     be->rmsnorm = sc_rmsnorm;
     be->swiglu = sc_swiglu;
@@ -108,6 +121,7 @@ int bs_cpu_install_path(bs_backend *be, bs_cpu_path p) {
     else bs_cpu_install_ops_avx2(be);
     be->embed_from = be->embed;
     be->scatter_cols = fast_scatter_cols;
+    be->hadamard_rows = fast_hadamard_rows;
     return 0;
 }
 

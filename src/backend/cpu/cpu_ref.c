@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "backend/affine.h"
+#include "backend/hadamard.h"
 #include "backend/cpu/cpu.h"
 #include "util/tuning.h"
 
@@ -193,10 +194,65 @@ static void cpu_scatter_cols(bs_backend *be, float *out, int out_w, const float 
     for (int r = 0; r < n; r++) bs_cpu_scatter_row(out + (size_t)r * out_w, out_w, in + (size_t)r * in_w, in_w, cols, fill);
 }
 
+// One row of hadamard_rows (backend.h): y = post * T(pre * x), in place when y == x.
+void bs_cpu_hadamard_row(const bs_hadamard *t, float *y, const float *x, const float *pre, const float *post, int transpose) {
+    if (y != x) memmove(y, x, sizeof(float) * t->n);
+    if (pre) for (int64_t i = 0; i < t->n; i++) y[i] *= pre[i];
+    bs_hadamard_row(t, y, transpose);
+    if (post) for (int64_t i = 0; i < t->n; i++) y[i] *= post[i];
+}
+static void ref_hadamard_rows(bs_backend *be, float *y, const float *x, int n, int dim, const float *pre, const float *post, int transpose) {
+    bs_hadamard t;
+    if (bs_hadamard_init(&t, dim)) { bs_backend_fail(be, "hadamard_rows: length %d is not m * 2^k for m in {1, 12, 20, 28}", dim); return; }
+    for (int r = 0; r < n; r++) bs_cpu_hadamard_row(&t, y + (size_t)r * dim, x + (size_t)r * dim, pre, post, transpose);
+}
+
 // argmax_to with host ids: argmax, then the optional column -> id map.
 static void cpu_argmax_to(bs_backend *be, int32_t *out, const float *logits, int n, int vocab, const int32_t *map) {
     be->argmax(be, out, logits, n, vocab);
     if (map) for (int r = 0; r < n; r++) out[r] = map[out[r]];
+}
+
+// DFlash 2's convolution (backend.h dyn_conv): every output element alone, taps in order.
+static void cpu_dyn_conv(bs_backend *be, float *y, const float *x, int n, int dim, int block, int taps, const float *base,
+                         const float *dyn, int dyn_stride, int group, int acc) {
+    const int groups = dim / group;
+    for (int t = 0; t < n; t++) {
+        const float *d = dyn + (size_t)t * dyn_stride;
+        const int reach = t % block;   // taps beyond the block's first row read zeros
+        for (int c = 0; c < dim; c++) {
+            float s = 0;
+            for (int tau = 0; tau < taps && tau <= reach; tau++)
+                s += (base[(size_t)tau * dim + c] + d[tau * groups + c / group]) * x[(size_t)(t - tau) * dim + c];
+            y[(size_t)t * dim + c] = acc ? y[(size_t)t * dim + c] + s : s;
+        }
+    }
+}
+
+// (value, column) ordered as topk orders them: a before b when a's value is larger, or equal with a smaller column.
+static inline int topk_before(float va, int ca, float vb, int cb) {
+    if (va != va) va = -INFINITY;
+    if (vb != vb) vb = -INFINITY;
+    return va > vb || (va == vb && ca < cb);
+}
+// backend.h topk: one pass per row keeping the k best seen so far in order (insertion; most entries fail the
+// first comparison against the current k-th).
+static void cpu_topk(bs_backend *be, int32_t *ids, float *vals, const float *logits, int n, int vocab, int k, const int32_t *map) {
+    int cols[1024];
+    for (int r = 0; r < n; r++) {
+        const float *l = logits + (size_t)r * vocab;
+        int m = 0;
+        for (int c = 0; c < vocab; c++) {
+            if (m == k && !topk_before(l[c], c, l[cols[k - 1]], cols[k - 1])) continue;
+            int j = m < k ? m++ : k - 1;
+            while (j > 0 && topk_before(l[c], c, l[cols[j - 1]], cols[j - 1])) { cols[j] = cols[j - 1]; j--; }
+            cols[j] = c;
+        }
+        for (int j = 0; j < k; j++) {
+            ids[(size_t)r * k + j] = map ? map[cols[j]] : cols[j];
+            vals[(size_t)r * k + j] = l[cols[j]];
+        }
+    }
 }
 
 static void cpu_destroy(bs_backend *be) {
@@ -211,7 +267,8 @@ void bs_cpu_fill_reference(bs_backend *be) {
     be->sync = cpu_sync; be->weight = cpu_weight; be->mem_free = bs_cpu_mem_free;
     be->matmul = ref_matmul; be->matmul_multi = ref_matmul_multi; be->rmsnorm = ref_rmsnorm; be->head_norm_rope = ref_head_norm_rope;
     be->attention = ref_attention; be->swiglu = ref_swiglu; be->add = ref_add; be->embed = ref_embed;
-    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->argmax_to = cpu_argmax_to; be->embed_from = ref_embed; be->scatter_cols = cpu_scatter_cols; be->store_kv = cpu_store_kv; be->destroy = cpu_destroy;
+    be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->argmax_to = cpu_argmax_to; be->embed_from = ref_embed; be->scatter_cols = cpu_scatter_cols; be->hadamard_rows = ref_hadamard_rows; be->store_kv = cpu_store_kv; be->destroy = cpu_destroy;
+    be->dyn_conv = cpu_dyn_conv; be->topk = cpu_topk;
 }
 
 bs_backend *bs_backend_cpu(int reference) {

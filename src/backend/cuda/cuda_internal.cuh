@@ -229,6 +229,10 @@ void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, i
 void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width);
 void cu_store_kv(bs_backend *be, const bs_kv_view *kv, int pos0, const float *k, const float *v, int n, int width);
 void cu_scatter_cols(bs_backend *be, float *out, int out_w, const float *in, int in_w, int n, const int32_t *cols, float fill);
+void cu_dyn_conv(bs_backend *be, float *y, const float *x, int n, int dim, int block, int taps, const float *base, const float *dyn,
+                 int dyn_stride, int group, int acc);
+void cu_topk(bs_backend *be, int32_t *ids, float *vals, const float *logits, int n, int vocab, int k, const int32_t *map);
+void cu_hadamard_rows(bs_backend *be, float *y, const float *x, int n, int dim, const float *pre, const float *post, int transpose);
 void cu_argmax(bs_backend *be, int32_t *out_host, const float *logits, int n, int vocab);
 void cu_argmax_to(bs_backend *be, int32_t *out_dev, const float *logits, int n, int vocab, const int32_t *map);
 void cu_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *dev_ids, int n);

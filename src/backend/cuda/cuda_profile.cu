@@ -90,6 +90,9 @@ static void pf_store_kv(bs_backend *be, const bs_kv_view *kv, int pos0, const fl
 static void pf_argmax(bs_backend *be, int32_t *out, const float *l, int n, int vocab) { PROF("argmax (+sync)", n, g_prof->inner.argmax(be, out, l, n, vocab)); }
 static void pf_argmax_to(bs_backend *be, int32_t *out, const float *l, int n, int vocab, const int32_t *map) { PROF("argmax", n, g_prof->inner.argmax_to(be, out, l, n, vocab, map)); }
 static void pf_scatter_cols(bs_backend *be, float *o, int ow, const float *in, int iw, int n, const int32_t *cols, float fill) { PROF("scatter_cols", n, g_prof->inner.scatter_cols(be, o, ow, in, iw, n, cols, fill)); }
+static void pf_hadamard_rows(bs_backend *be, float *y, const float *x, int n, int dim, const float *pre, const float *post, int tr) {
+    PROF("hadamard_rows", n, g_prof->inner.hadamard_rows(be, y, x, n, dim, pre, post, tr));
+}
 static void pf_embed_from(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) { PROF("embed", n, g_prof->inner.embed_from(be, out, t, ids, n)); }
 
 void prof_install(bs_backend *be) {
@@ -99,7 +102,7 @@ void prof_install(bs_backend *be) {
     g_prof = p;
     be->matmul = pf_matmul; be->matmul_multi = pf_matmul_multi; be->rmsnorm = pf_rmsnorm; be->head_norm_rope = pf_hnr;
     be->attention = pf_attention; be->swiglu = pf_swiglu; be->add = pf_add; be->embed = pf_embed; be->copy_rows = pf_copy_rows;
-    be->store_kv = pf_store_kv; be->argmax = pf_argmax; be->argmax_to = pf_argmax_to; be->embed_from = pf_embed_from; be->scatter_cols = pf_scatter_cols;
+    be->store_kv = pf_store_kv; be->argmax = pf_argmax; be->argmax_to = pf_argmax_to; be->embed_from = pf_embed_from; be->scatter_cols = pf_scatter_cols; be->hadamard_rows = pf_hadamard_rows;
     if (be->qk_norm_rope_store) be->qk_norm_rope_store = pf_qkrs;
     if (be->attention_spans) be->attention_spans = pf_attention_spans;
     if (be->head_norm_rope_multi) be->head_norm_rope_multi = pf_hnr_multi;
