@@ -179,14 +179,12 @@ TEST(kv_paging_requests_wait_for_pages) {
 // back in the order 3, 7, 1, 9, 5 (the other five stay held); the next sequence gets pages 5, 9, 1, 7, 3, 10...
 static void fragment(bs_kv_pool *pool, bs_kv_cache *held, int *failed_) {
     bs_err err = {0};
-    int32_t id = 1;
     for (int i = 0; i < 10; i++) {
         CHECK(bs_kv_init(&held[i], pool, 1, &err) == 0 && bs_page_table_grow(&held[i].pages, 1, &err) == 0, "%s", err.msg);
         CHECK(held[i].pages.ids[0] == i, "a fresh pool handed out page %d as its %dth", held[i].pages.ids[0], i);
     }
     static const int order[5] = { 3, 7, 1, 9, 5 };
     for (int i = 0; i < 5; i++) bs_kv_free(&held[order[i]]);
-    (void)id;
 }
 
 // Whether a table's pages are out of order or not adjacent (so the run used a fragmented layout).
