@@ -1,0 +1,186 @@
+// Gemma-4 text targets (docs/gemma4.md): the reference vectors of tests/ref/gemma4 (README there; made by the
+// standalone PyTorch reference tests/ref/make_gemma4_fixture.py, checked against transformers with its
+// --check-transformers mode) on cpu-ref, cpu and CUDA (SKIP without a GPU): both checkpoint layouts, sliding and
+// full layers with their own head sizes, attention_k_eq_v, KV-shared layers, per-layer embeddings, the soft-cap;
+// greedy speculative == plain with random z-lab DFlash and DSpark drafters on a Gemma-4 target; config.json
+// refusals naming the field; a Gemma-4 config keeps Qwen3 / Llama layers' shapes untouched.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "harness.h"
+#include "fixture_util.h"
+#include "test_util_models.h"
+#include "engine/engine.h"
+#include "io/config.h"
+#include "io/json.h"
+#include "spec/spec_loop.h"
+
+#define GEMMA4_REF "tests/ref/gemma4"
+
+static void gemma4_fixture(int *failed_, const char *name, const char *dev) {
+    char dir[512], file[512];
+    snprintf(dir, sizeof dir, GEMMA4_REF "/%s", name);
+    snprintf(file, sizeof file, GEMMA4_REF "/%s.expect.safetensors", name);
+    FILE *f = fopen(file, "rb");
+    if (!f) SKIP("tests/ref/gemma4 has no reference vectors (python3 tests/ref/make_gemma4_fixture.py makes them)");
+    fclose(f);
+    fx_check_target_fixture_at(failed_, dev, dir, file);
+}
+
+TEST(gemma4_fixture_text_cpu_reference) { gemma4_fixture(failed_, "gemma4_text", "cpu-ref"); }
+TEST(gemma4_fixture_text_cpu) { gemma4_fixture(failed_, "gemma4_text", "cpu"); }
+TEST(gemma4_fixture_multimodal_layout_cpu_reference) { gemma4_fixture(failed_, "gemma4_mm", "cpu-ref"); }
+TEST(gemma4_fixture_multimodal_layout_cpu) { gemma4_fixture(failed_, "gemma4_mm", "cpu"); }
+TEST(gemma4_fixture_spec_cpu) { gemma4_fixture(failed_, "gemma4_spec", "cpu"); }
+TEST(cuda_gemma4_fixture_text) { NEED_CUDA_DEVICE(); gemma4_fixture(failed_, "gemma4_text", "cuda"); }
+TEST(cuda_gemma4_fixture_multimodal_layout) { NEED_CUDA_DEVICE(); gemma4_fixture(failed_, "gemma4_mm", "cuda"); }
+TEST(cuda_gemma4_fixture_spec) { NEED_CUDA_DEVICE(); gemma4_fixture(failed_, "gemma4_spec", "cuda"); }
+
+// What the parser reads from the two fixture configs: per-layer shapes, the K/V sources, the layouts.
+TEST(gemma4_config_per_layer_shapes) {
+    bs_qwen3_config c; bs_err err = {0};
+    CHECK(bs_qwen3_config_load(&c, GEMMA4_REF "/gemma4_text", &err) == 0, "%s", err.msg);
+    const bs_gemma4_config *g = &c.gemma;
+    CHECK(c.arch == BS_ARCH_GEMMA4 && !g->multimodal && c.tie_embeddings);
+    CHECK(c.n_layers == 6 && c.head_dim == 16 && g->global_head_dim == 32 && g->global_kv_heads == 1 && g->k_eq_v);
+    CHECK(g->sliding_window == 5 && g->ple_dim == 8 && g->n_kv_shared == 2 && g->double_wide_mlp && g->final_softcap == 3.0f);
+    CHECK(g->full_partial == 0.25f && g->full_theta == 1e6f && g->sliding_theta == 1e4f);
+    static const int full[6] = { 0, 0, 1, 0, 0, 1 }, src[6] = { 0, 1, 2, 3, 3, 2 }, hd[6] = { 16, 16, 32, 16, 16, 32 };
+    for (int l = 0; l < 6; l++) {
+        CHECK(g->full[l] == full[l] && bs_cfg_layer_kv_source(&c, l) == src[l] && bs_cfg_layer_head_dim(&c, l) == hd[l], "layer %d", l);
+        CHECK(bs_cfg_layer_inter(&c, l) == (l >= 4 ? 96 : 48), "layer %d MLP", l);
+    }
+    CHECK(bs_cfg_max_kv_width(&c) == 32 && bs_cfg_max_q_width(&c) == 128 && bs_cfg_max_inter(&c) == 96);
+    CHECK(c.n_eos == 1 && c.eos_ids[0] == 1);
+    CHECK(bs_qwen3_config_load(&c, GEMMA4_REF "/gemma4_mm", &err) == 0, "%s", err.msg);
+    CHECK(c.arch == BS_ARCH_GEMMA4 && c.gemma.multimodal && c.vocab_size == 96 && c.gemma.global_kv_heads == 1 && !c.gemma.k_eq_v);
+    CHECK(c.gemma.final_softcap == 0 && c.gemma.n_kv_shared == 0 && c.gemma.ple_dim == 4);
+    // a Qwen3 config: every layer the config's shape
+    const char *q = "{\"architectures\":[\"Qwen3ForCausalLM\"],\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
+                    "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":4,\"intermediate_size\":16}";
+    cJSON *root = bs_json_parse(q, strlen(q), "q.json", &err);
+    CHECK(root && bs_qwen3_config_parse(&c, root, "q.json", &err) == 0, "%s", err.msg);
+    cJSON_Delete(root);
+    CHECK(bs_cfg_max_kv_width(&c) == 4 && bs_cfg_max_q_width(&c) == 8 && bs_cfg_max_inter(&c) == 16 && bs_cfg_layer_kv_source(&c, 1) == 1);
+}
+
+// A Gemma-4 text config with `extra` spliced in (JSON members, may override), parsed; 0 or -1 with err.
+static int parse_gemma(bs_qwen3_config *c, const char *extra, bs_err *err) {
+    char text[4096];
+    snprintf(text, sizeof text,
+             "{\"architectures\":[\"Gemma4ForCausalLM\"],\"model_type\":\"gemma4_text\",\"vocab_size\":64,\"hidden_size\":32,"
+             "\"intermediate_size\":48,\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":8,"
+             "\"global_head_dim\":16,\"sliding_window\":4,\"hidden_size_per_layer_input\":0%s%s}", *extra ? "," : "", extra);
+    cJSON *root = bs_json_parse(text, strlen(text), "config.json", err);
+    if (!root) return -1;
+    int rc = bs_qwen3_config_parse(c, root, "config.json", err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+TEST(gemma4_config_refusals_name_the_field) {
+    static const struct { const char *extra, *want; } bad[] = {
+        { "\"enable_moe_block\":true", "enable_moe_block" },
+        { "\"hidden_activation\":\"silu\"", "hidden_activation" },
+        { "\"attention_bias\":true", "attention_bias" },
+        { "\"use_bidirectional_attention\":\"all\"", "use_bidirectional_attention" },
+        { "\"layer_types\":[\"sliding_attention\",\"full_attention\"]", "layer_types" },
+        { "\"layer_types\":[\"sliding_attention\",\"local\",\"sliding_attention\",\"full_attention\"]", "layer_types[1]" },
+        { "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}", "keyed by layer type" },
+        { "\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}}", "rope_parameters.full_attention" },
+        { "\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"yarn\",\"rope_theta\":10000.0},\"full_attention\":{\"rope_type\":"
+          "\"proportional\",\"rope_theta\":1e6}}", "rope_parameters.sliding_attention.rope_type" },
+        { "\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":10000.0},\"full_attention\":{\"rope_type\":"
+          "\"proportional\",\"rope_theta\":1e6,\"partial_rotary_factor\":1.5}}", "partial_rotary_factor" },
+        { "\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":10000.0},\"full_attention\":{\"rope_type\":"
+          "\"default\",\"rope_theta\":1e6}}", "global_head_dim" },
+        { "\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"default\"},\"full_attention\":{\"rope_type\":\"proportional\","
+          "\"rope_theta\":1e6}}", "rope_theta" },
+        { "\"num_key_value_heads\":3", "num_key_value_heads" },
+        { "\"attention_k_eq_v\":true,\"num_global_key_value_heads\":3", "num_global_key_value_heads" },
+        { "\"global_head_dim\":15", "global_head_dim" },
+        { "\"hidden_size_per_layer_input\":4,\"vocab_size_per_layer_input\":10", "vocab_size_per_layer_input" },
+        { "\"num_kv_shared_layers\":4", "num_kv_shared_layers" },
+        { "\"num_kv_shared_layers\":3,\"layer_types\":[\"full_attention\",\"sliding_attention\",\"sliding_attention\",\"full_attention\"]",
+          "no earlier layer is a sliding layer" },
+        { "\"final_logit_softcapping\":\"30\"", "final_logit_softcapping" },
+        { "\"sliding_window\":0", "sliding_window" },
+        { "\"num_hidden_layers\":300", "num_hidden_layers" },
+        { "\"rms_norm_eps\":2", "rms_norm_eps" },
+    };
+    bs_qwen3_config c; bs_err err = {0};
+    CHECK(parse_gemma(&c, "", &err) == 0, "the base config must parse: %s", err.msg);
+    CHECK(c.gemma.full[3] && !c.gemma.full[0] && c.gemma.global_kv_heads == 2, "defaults: last layer full, KV heads shared");
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        memset(&err, 0, sizeof err);
+        CHECK(parse_gemma(&c, bad[i].extra, &err) != 0, "accepted: %s", bad[i].extra);
+        CHECK(strstr(err.msg, bad[i].want) && strstr(err.msg, "config.json"), "%s: message \"%s\" does not name \"%s\"", bad[i].extra, err.msg,
+              bad[i].want);
+    }
+    // the multimodal layout without its text tower
+    const char *mm = "{\"architectures\":[\"Gemma4ForConditionalGeneration\"],\"model_type\":\"gemma4\",\"vision_config\":null}";
+    cJSON *root = bs_json_parse(mm, strlen(mm), "config.json", &err);
+    CHECK(root);
+    CHECK(bs_qwen3_config_parse(&c, root, "config.json", &err) != 0 && strstr(err.msg, "text_config"), "%s", err.msg);
+    cJSON_Delete(root);
+    // a missing tensor is named with both layouts' names
+    const char *t = bs_test_tmpdir("gemma4_bad");
+    CHECK(t);
+    char path[1024], cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp " GEMMA4_REF "/gemma4_mm/config.json %s/ && printf '\\x08\\0\\0\\0\\0\\0\\0\\0{}      ' > %s/model.safetensors", t, t);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    bs_engine *e;
+    CHECK(bs_engine_open(&e, t, "cpu", &err) != 0, "an empty checkpoint was accepted");
+    CHECK(strstr(err.msg, "model.language_model.embed_tokens.weight") && strstr(err.msg, "model.embed_tokens.weight"), "%s", err.msg);
+    (void)path;
+}
+
+// Greedy speculative == plain on a Gemma-4 target (vocabulary 8: random drafts do get accepted) with random
+// drafters of both families reading its taps and using its embedding and LM head.
+static void gemma4_spec(int *failed_, const char *dev, const char *arch) {
+    bs_err err = {0};
+    const char *t = GEMMA4_REF "/gemma4_spec";
+    const char *tmp = bs_test_tmpdir("gemma4_spec");
+    CHECK(tmp);
+    char d[1024], cfg[2048], path[1100], cmd[4096];
+    snprintf(d, sizeof d, "%s/drafter", tmp);
+    if (!strcmp(arch, "DFlashDraftModel"))
+        snprintf(cfg, sizeof cfg,
+                 "{\"architectures\":[\"DFlashDraftModel\"],\"model_type\":\"qwen3\",\"hidden_size\":32,\"num_attention_heads\":4,"
+                 "\"num_key_value_heads\":2,\"head_dim\":8,\"intermediate_size\":64,\"num_hidden_layers\":2,\"vocab_size\":8,"
+                 "\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"block_size\":5,\"num_target_layers\":4,"
+                 "\"dflash_config\":{\"mask_token_id\":7,\"target_layer_ids\":[0,2]}}");
+    else
+        snprintf(cfg, sizeof cfg,
+                 "{\"architectures\":[\"Qwen3DSparkModel\"],\"model_type\":\"qwen3\",\"hidden_size\":32,\"num_attention_heads\":4,"
+                 "\"num_key_value_heads\":2,\"head_dim\":8,\"intermediate_size\":64,\"num_hidden_layers\":2,\"vocab_size\":8,"
+                 "\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"block_size\":4,\"num_target_layers\":4,\"target_layer_ids\":[1,2],"
+                 "\"mask_token_id\":7,\"markov_rank\":4,\"markov_head_type\":\"vanilla\",\"enable_confidence_head\":true,"
+                 "\"confidence_head_with_markov\":true}");
+    snprintf(path, sizeof path, "%s.json", d);
+    CHECK(tu_write_text(path, cfg) == 0);
+    snprintf(cmd, sizeof cmd, "%s make-random -c %s --out %s --seed 5 >/dev/null", bs_cli_path(), path, d);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    tu_greedy_spec_equals_plain(failed_, dev, t, d, NULL, 12, 43);
+    if (*failed_) return;
+    bs_engine *e;
+    CHECK(bs_engine_open(&e, t, dev, &err) == 0, "%s", err.msg);
+    long accepted = 0, drafted = 0;
+    for (int trial = 0; trial < 4; trial++) {
+        bs_session s; bs_drafter *dr; bs_spec_stats st;
+        int32_t prompt[8], out[64]; int n;
+        for (int i = 0; i < 8; i++) prompt[i] = (int32_t)((i * 5 + trial * 3) % 8);
+        CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0 && bs_drafter_open(&dr, d, e, s.kv.max_ctx, &err) == 0, "%s", err.msg);
+        bs_spec_opts so = { .draft_max = dr->max_drafts };
+        CHECK(bs_generate_spec(&s, dr, prompt, 8, 64, &so, out, &n, NULL, NULL, &st, &err) == 0, "%s", err.msg);
+        accepted += st.accepted; drafted += st.drafted;
+        bs_spec_stats_free(&st); dr->free(dr); bs_session_free(&s);
+    }
+    bs_engine_close(e);
+    printf("  random %s drafter: %ld of %ld drafts accepted\n", arch, accepted, drafted);
+    CHECK(accepted > 0, "no draft was ever accepted: the losslessness check only saw rejections");
+}
+
+TEST(gemma4_greedy_spec_equals_plain_dflash) { gemma4_spec(failed_, "cpu", "DFlashDraftModel"); }
+TEST(gemma4_greedy_spec_equals_plain_dspark) { gemma4_spec(failed_, "cpu", "Qwen3DSparkModel"); }
+TEST(cuda_gemma4_greedy_spec_equals_plain_dflash) { NEED_CUDA_DEVICE(); gemma4_spec(failed_, "cuda", "DFlashDraftModel"); }
