@@ -127,7 +127,7 @@ TEST(gemma4_config_refusals_name_the_field) {
     const char *t = bs_test_tmpdir("gemma4_bad");
     CHECK(t);
     char path[1024], cmd[2048];
-    snprintf(cmd, sizeof cmd, "cp " GEMMA4_REF "/gemma4_mm/config.json %s/ && printf '\\x08\\0\\0\\0\\0\\0\\0\\0{}      ' > %s/model.safetensors", t, t);
+    snprintf(cmd, sizeof cmd, "cp " GEMMA4_REF "/gemma4_mm/config.json %s/ && printf '\\010\\0\\0\\0\\0\\0\\0\\0{}      ' > %s/model.safetensors", t, t);
     CHECK(system(cmd) == 0, "%s", cmd);
     bs_engine *e;
     CHECK(bs_engine_open(&e, t, "cpu", &err) != 0, "an empty checkpoint was accepted");
