@@ -180,7 +180,8 @@ static int create(target **out, const bs_qwen3_config *cfg, int trainable, bs_er
     // The trainer's layer (train_layer.c) is Qwen3's with default RoPE; Llama targets run in the engine only.
     if (cfg->arch != BS_ARCH_QWEN3 || cfg->rope.type != BS_ROPE_DEFAULT)
         return bs_fail(err, "target: training supports Qwen3 targets with default RoPE only (%s)",
-                       cfg->arch == BS_ARCH_LLAMA ? "this is a Llama config" : "this config has llama3-scaled RoPE");
+                       cfg->arch == BS_ARCH_LLAMA ? "this is a Llama config" : cfg->arch == BS_ARCH_GEMMA4 ? "this is a Gemma-4 config"
+                                                                                    : "this config has llama3-scaled RoPE");
     target *m = calloc(1, sizeof *m);
     if (!m) return bs_fail(err, "out of memory");
     m->cfg = *cfg;
