@@ -4,6 +4,7 @@
 // full layers with their own head sizes, attention_k_eq_v, KV-shared layers, per-layer embeddings, the soft-cap;
 // greedy speculative == plain with random z-lab DFlash and DSpark drafters on a Gemma-4 target; config.json
 // refusals naming the field; a Gemma-4 config keeps Qwen3 / Llama layers' shapes untouched.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,3 +234,40 @@ static void gemma4_chunks_and_batches(int *failed_, const char *dev) {
 TEST(gemma4_chunks_and_batches_cpu_reference) { gemma4_chunks_and_batches(failed_, "cpu-ref"); }
 TEST(gemma4_chunks_and_batches_cpu) { gemma4_chunks_and_batches(failed_, "cpu"); }
 TEST(cuda_gemma4_chunks_and_batches) { NEED_CUDA_DEVICE(); gemma4_chunks_and_batches(failed_, "cuda"); }
+
+// The three elementwise ops Gemma-4 added (backend.h: gelu_mul, scale, softcap) on a backend against cpu-ref, and
+// cpu-ref's GELU against the formula in double.
+static void gemma4_ops(int *failed_, const char *dev) {
+    bs_err err = {0};
+    bs_backend *ref = bs_backend_by_name("cpu-ref", &err), *be = bs_backend_by_name(dev, &err);
+    CHECK(ref && be, "%s", err.msg);
+    enum { N = 4099 };
+    float g[N], u[N], y[N], want[N], got[N];
+    for (int i = 0; i < N; i++) { g[i] = (float)((i % 201) - 100) / 12.5f; u[i] = (float)((i * 7) % 13 - 6) / 3.0f; }
+    for (int i = 0; i < N; i++) {
+        double x = g[i], gd = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        float r[1]; const float gi[1] = { g[i] }, ui[1] = { 1.0f };
+        ref->gelu_mul(ref, r, gi, ui, 1);
+        CHECK(fabs(r[0] - gd) <= 1e-6 * (1 + fabs(gd)), "gelu_tanh(%g) = %g, formula %g", x, r[0], gd);
+    }
+    float *dg = be->alloc(be, sizeof g, &err), *du = be->alloc(be, sizeof u, &err), *dy = be->alloc(be, sizeof y, &err);
+    CHECK(dg && du && dy, "%s", err.msg);
+    be->upload(be, dg, g, sizeof g); be->upload(be, du, u, sizeof u);
+    ref->gelu_mul(ref, want, g, u, N);
+    be->gelu_mul(be, dy, dg, du, N);
+    be->download(be, got, dy, sizeof got);
+    CHECK(fx_max_abs_diff(want, got, N) <= 1e-5, "gelu_mul differs by %g", fx_max_abs_diff(want, got, N));
+    memcpy(want, g, sizeof g); ref->scale(ref, want, 0.37f, N);
+    be->upload(be, dy, g, sizeof g); be->scale(be, dy, 0.37f, N); be->download(be, got, dy, sizeof got);
+    CHECK(!memcmp(want, got, sizeof got), "scale differs");
+    for (int i = 0; i < N; i++) y[i] = g[i] * 4;
+    memcpy(want, y, sizeof y); ref->softcap(ref, want, 3.0f, N);
+    be->upload(be, dy, y, sizeof y); be->softcap(be, dy, 3.0f, N); be->download(be, got, dy, sizeof got);
+    CHECK(fx_max_abs_diff(want, got, N) <= 1e-6, "softcap differs by %g", fx_max_abs_diff(want, got, N));
+    for (int i = 0; i < N; i++) CHECK(fabsf(want[i]) < 3.0f + 1e-6f && fabs(want[i] - 3.0 * tanh(y[i] / 3.0)) < 1e-5, "softcap(%g)", y[i]);
+    be->free(be, dg); be->free(be, du); be->free(be, dy);
+    be->destroy(be); ref->destroy(ref);
+}
+
+TEST(gemma4_ops_cpu) { gemma4_ops(failed_, "cpu"); }
+TEST(cuda_gemma4_ops) { NEED_CUDA_DEVICE(); gemma4_ops(failed_, "cuda"); }
