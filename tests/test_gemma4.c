@@ -266,6 +266,19 @@ static void gemma4_ops(int *failed_, const char *dev) {
     CHECK(fx_max_abs_diff(want, got, N) <= 1e-6, "softcap differs by %g", fx_max_abs_diff(want, got, N));
     for (int i = 0; i < N; i++) CHECK(fabsf(want[i]) < 3.0f + 1e-6f && fabs(want[i] - 3.0 * tanh(y[i] / 3.0)) < 1e-5, "softcap(%g)", y[i]);
     be->free(be, dg); be->free(be, du); be->free(be, dy);
+    // a long gelu_mul (the CPU splits it over threads): equal to the reference's elementwise
+    size_t M = 70001;
+    float *G = malloc(sizeof(float) * M * 4), *U = G + M, *A = U + M, *B = A + M;
+    float *dG = be->alloc(be, sizeof(float) * M, &err), *dU = be->alloc(be, sizeof(float) * M, &err);
+    CHECK(G && dG && dU, "%s", err.msg);
+    for (size_t i = 0; i < M; i++) { G[i] = (float)((long)(i % 1009) - 504) / 60.0f; U[i] = (float)(i % 17) / 8.0f - 1.0f; }
+    ref->gelu_mul(ref, A, G, U, M);
+    be->upload(be, dG, G, sizeof(float) * M); be->upload(be, dU, U, sizeof(float) * M);
+    be->gelu_mul(be, dG, dG, dU, M);
+    be->download(be, B, dG, sizeof(float) * M);
+    CHECK(fx_max_abs_diff(A, B, (long)M) <= 1e-5, "long gelu_mul differs by %g", fx_max_abs_diff(A, B, (long)M));
+    if (!strcmp(dev, "cpu")) CHECK(!memcmp(A, B, sizeof(float) * M), "the CPU's threaded gelu_mul is not the reference's bit for bit");
+    be->free(be, dG); be->free(be, dU); free(G);
     be->destroy(be); ref->destroy(ref);
 }
 
