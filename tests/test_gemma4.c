@@ -284,3 +284,38 @@ static void gemma4_ops(int *failed_, const char *dev) {
 
 TEST(gemma4_ops_cpu) { gemma4_ops(failed_, "cpu"); }
 TEST(cuda_gemma4_ops) { NEED_CUDA_DEVICE(); gemma4_ops(failed_, "cuda"); }
+
+// google/gemma-4-E2B's text_config as its config.json ships it (35 layers, 4 sliding : 1 full, 20 KV-shared layers
+// with double-wide MLPs, per-layer embeddings): the shapes blockspec derives from it.
+TEST(gemma4_config_e2b_shapes) {
+    char lt[2048] = "";
+    for (int l = 0; l < 35; l++) strcat(lt, l % 5 == 4 ? "\"full_attention\"," : "\"sliding_attention\",");
+    lt[strlen(lt) - 1] = 0;
+    char text[4096];
+    snprintf(text, sizeof text,
+             "{\"architectures\":[\"Gemma4ForConditionalGeneration\"],\"model_type\":\"gemma4\",\"tie_word_embeddings\":true,"
+             "\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":262144,\"hidden_size\":1536,\"intermediate_size\":6144,"
+             "\"num_hidden_layers\":35,\"num_attention_heads\":8,\"num_key_value_heads\":1,\"head_dim\":256,\"global_head_dim\":512,"
+             "\"num_global_key_value_heads\":null,\"max_position_embeddings\":131072,\"rms_norm_eps\":1e-06,\"sliding_window\":512,"
+             "\"num_kv_shared_layers\":20,\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":256,"
+             "\"vocab_size_per_layer_input\":262144,\"use_double_wide_mlp\":true,\"attention_k_eq_v\":false,\"enable_moe_block\":false,"
+             "\"hidden_activation\":\"gelu_pytorch_tanh\",\"attention_bias\":false,\"layer_types\":[%s],"
+             "\"rope_parameters\":{\"full_attention\":{\"partial_rotary_factor\":0.25,\"rope_theta\":1000000.0,\"rope_type\":\"proportional\"},"
+             "\"sliding_attention\":{\"rope_theta\":10000.0,\"rope_type\":\"default\"}},\"bos_token_id\":2,\"eos_token_id\":[1,106],"
+             "\"pad_token_id\":0},\"vision_config\":{\"model_type\":\"gemma4_vision\"},\"audio_config\":{\"model_type\":\"gemma4_audio\"}}", lt);
+    bs_err err = {0};
+    cJSON *root = bs_json_parse(text, strlen(text), "config.json", &err);
+    CHECK(root, "%s", err.msg);
+    bs_qwen3_config c;
+    int rc = bs_qwen3_config_parse(&c, root, "config.json", &err);
+    cJSON_Delete(root);
+    CHECK(rc == 0, "%s", err.msg);
+    CHECK(c.arch == BS_ARCH_GEMMA4 && c.gemma.multimodal && c.n_layers == 35 && c.gemma.global_kv_heads == 1 && c.gemma.final_softcap == 30.0f);
+    CHECK(bs_cfg_max_kv_width(&c) == 512 && bs_cfg_max_q_width(&c) == 4096 && bs_cfg_max_inter(&c) == 12288);
+    for (int l = 0; l < 35; l++) {
+        int full = l % 5 == 4, want_src = l < 15 ? l : full ? 14 : 13;
+        CHECK(c.gemma.full[l] == full && bs_cfg_layer_kv_source(&c, l) == want_src, "layer %d: source %d", l, bs_cfg_layer_kv_source(&c, l));
+        CHECK(bs_cfg_layer_inter(&c, l) == (l >= 15 ? 12288 : 6144) && bs_cfg_layer_head_dim(&c, l) == (full ? 512 : 256), "layer %d", l);
+    }
+    CHECK(c.n_eos == 2 && c.eos_ids[1] == 106);
+}
