@@ -33,6 +33,11 @@ TEST(gemma4_fixture_text_cpu) { gemma4_fixture(failed_, "gemma4_text", "cpu"); }
 TEST(gemma4_fixture_multimodal_layout_cpu_reference) { gemma4_fixture(failed_, "gemma4_mm", "cpu-ref"); }
 TEST(gemma4_fixture_multimodal_layout_cpu) { gemma4_fixture(failed_, "gemma4_mm", "cpu"); }
 TEST(gemma4_fixture_spec_cpu) { gemma4_fixture(failed_, "gemma4_spec", "cpu"); }
+// Gemma-4's real head sizes (256 sliding, 512 full) on a tiny model: the CPU kernels at those widths, and on CUDA
+// the wide-head kernels (heads past ATT_MAX_HD, docs/gemma4.md).
+TEST(gemma4_fixture_wide_heads_cpu_reference) { gemma4_fixture(failed_, "gemma4_wide", "cpu-ref"); }
+TEST(gemma4_fixture_wide_heads_cpu) { gemma4_fixture(failed_, "gemma4_wide", "cpu"); }
+TEST(cuda_gemma4_fixture_wide_heads) { NEED_CUDA_DEVICE(); gemma4_fixture(failed_, "gemma4_wide", "cuda"); }
 TEST(cuda_gemma4_fixture_text) { NEED_CUDA_DEVICE(); gemma4_fixture(failed_, "gemma4_text", "cuda"); }
 TEST(cuda_gemma4_fixture_multimodal_layout) { NEED_CUDA_DEVICE(); gemma4_fixture(failed_, "gemma4_mm", "cuda"); }
 TEST(cuda_gemma4_fixture_spec) { NEED_CUDA_DEVICE(); gemma4_fixture(failed_, "gemma4_spec", "cuda"); }

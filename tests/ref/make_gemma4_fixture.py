@@ -28,6 +28,8 @@
 #   gemma4_mm    Gemma4ForConditionalGeneration (text tower under model.language_model.*, no vision/audio tower):
 #                vocab 96, hidden 32, 4 layers s f s f, heads 2, KV 1 x 32 (sliding), full layers 64 wide with their own v_proj,
 #                sliding_window 7, partial 0.5, per-layer embeddings (4), no soft-cap, tied
+#   gemma4_wide  Gemma4ForCausalLM with Gemma-4's real head sizes (256 sliding, 512 full, k_eq_v, proportional RoPE 0.25)
+#                on a tiny model (vocab 32, hidden 16, 2 layers s f, one head): the kernels' wide-head paths
 #   gemma4_spec  Gemma4ForCausalLM with a vocabulary of 8 (speculative decoding tests, where random drafts get
 #                accepted): 4 layers s f s f, k_eq_v, one KV-shared layer, per-layer embeddings, soft-cap 2
 import json, math, os, struct, sys
@@ -107,6 +109,10 @@ CHECKPOINTS = {
     "gemma4_spec": {"architectures": ["Gemma4ForCausalLM"], **text_config(vocab_size=8, vocab_size_per_layer_input=8, num_hidden_layers=4,
                     layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=1, final_logit_softcapping=2.0,
                     eos_token_id=[]), "dtype": "bfloat16"},
+    "gemma4_wide": {"architectures": ["Gemma4ForCausalLM"], **text_config(vocab_size=32, vocab_size_per_layer_input=32, hidden_size=16,
+                    intermediate_size=16, num_hidden_layers=2, num_attention_heads=1, num_key_value_heads=1, head_dim=256, global_head_dim=512,
+                    num_global_key_value_heads=1, layer_types=["sliding_attention", "full_attention"], num_kv_shared_layers=0,
+                    use_double_wide_mlp=False, hidden_size_per_layer_input=4, final_logit_softcapping=30.0), "dtype": "bfloat16"},
 }
 
 def text_of(cfg):
