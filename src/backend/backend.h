@@ -242,6 +242,14 @@ struct bs_backend {
     void (*accept_sampled_to)(bs_backend *be, const float *p, const float *q, const int32_t *drafts_be, int n, int V,
                               const double *u, int32_t *out_be);
 
+    // Optional (NULL: one qk_norm_rope_store per span, bs_qk_norm_rope_store_spans): the attention inputs' step
+    // of every span's rows in one call (q/k norm and RoPE at the span's positions, its K/V rows into its own
+    // cache through its kv view); equal per row to those calls. q [batch rows][n_heads * hd], k and v
+    // [batch rows][n_kv * hd].
+    void (*qk_norm_rope_store_spans)(bs_backend *be, float *q, float *k, const float *v, const bs_row_span *spans, int n_spans,
+                                     int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps,
+                                     const float *inv_freq);
+
     // Optional (NULL: one attention call per span, bs_attention_spans): causal attention of every span's
     // query rows q[row0 ..] against its own cache rows [0, pos0 + i + 1) (its kv view), in one call; equal
     // per row to those calls. out and q are [batch rows][n_heads * hd].
@@ -340,11 +348,15 @@ static inline void bs_attention_spans(bs_backend *be, float *out, const float *q
     }
 }
 
-// q/k norm + RoPE at each span's positions and its new K/V rows into its cache (bs_qk_norm_rope_store per
-// span; q [rows][n_heads*hd], k and v [rows][n_kv*hd]).
+// q/k norm + RoPE at each span's positions and its new K/V rows into its cache (the backend's span op, else
+// bs_qk_norm_rope_store per span; q [rows][n_heads*hd], k and v [rows][n_kv*hd]).
 static inline void bs_qk_norm_rope_store_spans(bs_backend *be, float *q, float *k, const float *v, const bs_row_span *spans, int n_spans,
                                                int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps,
                                                const float *inv_freq) {
+    if (be->qk_norm_rope_store_spans) {
+        be->qk_norm_rope_store_spans(be, q, k, v, spans, n_spans, n_heads, n_kv, hd, q_norm, k_norm, eps, inv_freq);
+        return;
+    }
     size_t qw = (size_t)n_heads * hd, kw = (size_t)n_kv * hd;
     for (int i = 0; i < n_spans; i++) {
         const bs_row_span *s = &spans[i];

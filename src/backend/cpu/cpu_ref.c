@@ -234,7 +234,9 @@ static void cpu_dyn_conv(bs_backend *be, float *y, const float *x, int n, int di
         for (int c = 0; c < dim; c++) {
             float s = 0;
             for (int tau = 0; tau < taps && tau <= reach; tau++)
-                s += (base[(size_t)tau * dim + c] + d[tau * groups + c / group]) * x[(size_t)(t - tau) * dim + c];
+                // fmaf, not `s += a * b`: whether the compiler fuses that depends on flags; the CUDA kernel
+                // fuses explicitly, so the two agree bit for bit (tests/test_dflash2_ops.c).
+                s = fmaf(base[(size_t)tau * dim + c] + d[tau * groups + c / group], x[(size_t)(t - tau) * dim + c], s);
             y[(size_t)t * dim + c] = acc ? y[(size_t)t * dim + c] + s : s;
         }
     }

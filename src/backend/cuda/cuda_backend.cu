@@ -316,7 +316,10 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     be->dyn_conv = cu_dyn_conv; be->topk = cu_topk;
     be->sample_rows = cu_sample_rows; be->sample_rows_to = cu_sample_rows_to; be->accept_sampled = cu_accept_sampled; be->accept_sampled_to = cu_accept_sampled_to;
     be->store_kv = cu_store_kv; be->matmul_multi = cu_matmul_multi; be->swiglu_matmul = cu_swiglu_matmul;
-    if (fuse_enabled()) { be->qk_norm_rope_store = cu_qk_norm_rope_store; be->qkv_norm_rope_store = cu_qkv_norm_rope_store; }
+    if (fuse_enabled()) {
+        be->qk_norm_rope_store = cu_qk_norm_rope_store; be->qkv_norm_rope_store = cu_qkv_norm_rope_store;
+        be->qk_norm_rope_store_spans = cu_qk_norm_rope_store_spans;
+    }
     be->record_begin = cu_record_begin; be->record_end = cu_record_end; be->replay = cu_replay; be->record_free = cu_record_free;
     be->destroy = cu_destroy;
     if (bs_tuning_get()->cuda_profile && !prof_active()) prof_install(be);

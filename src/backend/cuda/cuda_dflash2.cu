@@ -4,7 +4,7 @@
 // DFlash 2's two ops (backend.h dyn_conv and topk; docs/dflash2.md). Both are small next to the layer's
 // matmuls, so they are written for clarity and batch invariance, not tuned.
 
-// One thread per output element; the taps in order, each product and sum in fp32 as the CPU's loop.
+// One thread per output element; the taps in order, each tap one fused multiply-add in fp32 as the CPU's loop.
 __global__ void dyn_conv_kernel(float *y, const float *x, int n, int dim, int block, int taps, const float *base, const float *dyn,
                                 int dyn_stride, int group, int acc) {
     pdl_enter();
@@ -15,7 +15,7 @@ __global__ void dyn_conv_kernel(float *y, const float *x, int n, int dim, int bl
         const float *d = dyn + (size_t)t * dyn_stride;
         float s = 0.f;
         for (int tau = 0; tau < taps && tau <= reach; tau++)
-            s = __fadd_rn(s, __fmul_rn(__fadd_rn(base[(size_t)tau * dim + c], d[tau * groups + c / group]), x[i - (size_t)tau * dim]));
+            s = __fmaf_rn(__fadd_rn(base[(size_t)tau * dim + c], d[tau * groups + c / group]), x[i - (size_t)tau * dim], s);
         y[i] = acc ? __fadd_rn(y[i], s) : s;
     }
 }
