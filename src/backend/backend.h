@@ -139,6 +139,13 @@ struct bs_backend {
     void (*swiglu)(bs_backend *be, float *h, const float *gate, const float *up, size_t n);
     // y[i] += x[i]
     void (*add)(bs_backend *be, float *y, const float *x, size_t n);
+    // Gemma-4's elementwise steps (src/model/gemma4.c), fp32 as PyTorch computes them:
+    // h[i] = gelu_tanh(gate[i]) * up[i], gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (h may alias gate)
+    void (*gelu_mul)(bs_backend *be, float *h, const float *gate, const float *up, size_t n);
+    // y[i] *= s
+    void (*scale)(bs_backend *be, float *y, float s, size_t n);
+    // y[i] = cap * tanh(y[i] / cap)   (the final-logit soft-cap)
+    void (*softcap)(bs_backend *be, float *y, float cap, size_t n);
     // out[n][table.cols] = table[ids[i]] widened (ids: host array, already range-checked)
     void (*embed)(bs_backend *be, float *out, const bs_mat *table, const int32_t *ids, int n);
     // dst rows of width floats at stride dst_stride <- src rows at src_stride (both in floats)

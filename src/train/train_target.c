@@ -177,6 +177,8 @@ static void target_free(bs_train_task *t) {
 static int create(target **out, const bs_qwen3_config *cfg, int trainable, bs_err *err) {
     *out = NULL;
     if (cfg->sliding_window) return bs_fail(err, "target: sliding-window attention is not supported in training");
+    // The trainer's layer (train_layer.c) is Qwen3's and Llama's; Gemma-4 targets run in the engine only.
+    if (cfg->arch == BS_ARCH_GEMMA4) return bs_fail(err, "target: training does not support Gemma-4 targets (docs/gemma4.md)");
     target *m = calloc(1, sizeof *m);
     if (!m) return bs_fail(err, "out of memory");
     m->cfg = *cfg;

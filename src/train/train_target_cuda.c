@@ -62,6 +62,7 @@ static int load_config(bs_qwen3_config *c, double *init_range, const char *cfg, 
         bs_fail(err, "%s: architectures[0] is \"%s\"; the target trainer trains \"Qwen3ForCausalLM\" and \"LlamaForCausalLM\"", what,
                 a0->valuestring);
     else if (bs_qwen3_config_parse(c, root, what, err) || bs_json_num(root, "initializer_range", 0, init_range, what, err)) {}
+    else if (c->arch == BS_ARCH_GEMMA4) bs_fail(err, "%s: the target trainer trains Qwen3 and Llama targets, not Gemma-4 (docs/gemma4.md)", what);
     else if (c->sliding_window) bs_fail(err, "%s: sliding-window attention is not supported", what);
     else if (c->head_dim > 4096) bs_fail(err, "%s: head_dim %d is larger than the trainer's RoPE table (4096)", what, c->head_dim);
     else if (!(*init_range > 0 && *init_range < 10)) bs_fail(err, "%s: initializer_range %g outside (0, 10)", what, *init_range);

@@ -145,11 +145,46 @@ __global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, in
     }
 }
 
+// Heads wider than a warp's ATT_MAX_HD (Gemma-4's 512-wide full-attention heads): one block of 256 threads per
+// (row, head); the same arithmetic as the CPU reference (norm, then the pair (i, i + hd/2) turned by pos * inv_freq[i]).
+#define WIDE_MAX_HD 2048
+__global__ void __launch_bounds__(256) head_norm_rope_wide_kernel(float *x, int n_heads, int hd, const void *nw, int dt, float eps, posarg pos0,
+                                                                  const float *inv_freq) {
+    pdl_enter();
+    __shared__ float sh[32];
+    const int r = blockIdx.x / n_heads, half = hd / 2;
+    float *v = x + (size_t)blockIdx.x * hd;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) ss += v[i] * v[i];
+    float inv = nw ? 1.0f / sqrtf(block_sum(ss, sh) / hd + eps) : 1.0f;
+    const int pos = pv(pos0) + r;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float x0 = v[i], x1 = v[i + half];
+        if (nw) { x0 = x0 * inv * ld_elem(nw, dt, i); x1 = x1 * inv * ld_elem(nw, dt, i + half); }
+        float a = (float)pos * inv_freq[i], cs = cosf(a), sn = sinf(a);
+        v[i] = x0 * cs - x1 * sn;
+        v[i + half] = x1 * cs + x0 * sn;
+    }
+}
+
+static void head_norm_rope_wide(cuda_impl *c, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, const float *inv_freq) {
+    if (hd > WIDE_MAX_HD || hd % 2) CU_DECLINE(c, "head_norm_rope: head_dim %d unsupported (even, <= %d)", hd, WIDE_MAX_HD);
+    launch_k(c, "head_norm_rope wide", head_norm_rope_wide_kernel, dim3(n * n_heads), dim3(256), 0, x, n_heads, hd,
+             (const void *)(norm_w ? norm_w->data : NULL), norm_w ? (int)norm_w->dtype : 0, eps, P(c, pos0), inv_freq);
+}
+
 void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                                   const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
                                   const bs_kv_view *kv) {
     cuda_impl *c = CI(be);
     if (n <= 0 || ablated("qknrs")) return;
+    if (hd > ATT_MAX_HD) {   // wide heads: the three steps (backend.h: they must agree with the fused op, which they are here)
+        REQUIRE_ROW_MAJOR(c, q_norm, "qk_norm_rope_store"); REQUIRE_ROW_MAJOR(c, k_norm, "qk_norm_rope_store");
+        head_norm_rope_wide(c, q, n, n_heads, hd, q_norm, eps, pos0, inv_freq);
+        head_norm_rope_wide(c, k, n, n_kv, hd, k_norm, eps, pos0, inv_freq);
+        cu_store_kv(be, kv, pos0, k, v, n, n_kv * hd);
+        return;
+    }
     REQUIRE_ROW_MAJOR(c, q_norm, "qk_norm_rope_store"); REQUIRE_ROW_MAJOR(c, k_norm, "qk_norm_rope_store");
     REQUIRE_HEAD_DIM(c, hd);
     int warps = n * (n_heads + 2 * n_kv);
@@ -191,13 +226,13 @@ __global__ void qk_norm_rope_store_spans_kernel(float *q, float *k, const float 
     }
 }
 
-// One span, or a recording (whose positions must be position arguments): the per-span op.
+// One span, a recording (whose positions must be position arguments) or wide heads: the per-span op.
 void cu_qk_norm_rope_store_spans(bs_backend *be, float *q, float *k, const float *v, const bs_row_span *spans, int n_spans, int n_heads,
                                  int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, const float *inv_freq) {
     cuda_impl *c = CI(be);
     const size_t qw = (size_t)n_heads * hd, kw = (size_t)n_kv * hd;
     if (n_spans <= 0 || ablated("qknrs")) return;
-    if (n_spans == 1 || c->capturing) {
+    if (n_spans == 1 || c->capturing || hd > ATT_MAX_HD) {   // (heads past ATT_MAX_HD: the per-span op's wide kernels)
         for (int i = 0; i < n_spans; i++) {
             const bs_row_span *s = &spans[i];
             cu_qk_norm_rope_store(be, q + s->row0 * qw, k + s->row0 * kw, v + s->row0 * kw, s->n, n_heads, n_kv, hd, q_norm, k_norm, eps,
@@ -240,6 +275,7 @@ void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, con
     cuda_impl *c = CI(be);
     if (n <= 0) return;
     REQUIRE_ROW_MAJOR(c, norm_w, "head_norm_rope");
+    if (hd > ATT_MAX_HD) { head_norm_rope_wide(c, x, n, n_heads, hd, norm_w, eps, pos0, inv_freq); return; }
     REQUIRE_HEAD_DIM(c, hd);
     int warps = n * n_heads;
     launch_k(c, "head_norm_rope", head_norm_rope_kernel, dim3((warps + 7) / 8), dim3(256), 0, x, n, n_heads, hd, norm_w ? norm_w->data : NULL,
