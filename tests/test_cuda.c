@@ -938,12 +938,13 @@ TEST(cuda_greedy_spec_equals_plain) {
     bs_kv_free(&kv); bs_engine_close(e);
 }
 
-// A head_dim the CUDA kernels do not take (320 > 256) is the backend's fault, not the process's end: the
+// A head_dim the CUDA kernels do not take (2112: past the wide-head kernels' 2048, which Gemma-4's 512-wide
+// heads brought; 320 was the case until they did) is the backend's fault, not the process's end: the
 // forward returns an error naming it, the process goes on, and the next forward says the same; the same
 // model runs on the CPU. Through the public API the request fails with the message.
 TEST(cuda_unsupported_head_dim_is_an_error) {
     NEED_CUDA_DEVICE();
-    const char *dir = tu_make_target(64, 128, 1, 2, 1, 320, 128, 1, 1, 7);
+    const char *dir = tu_make_target(64, 128, 1, 2, 1, 2112, 128, 1, 1, 7);
     CHECK(dir, "make-random failed");
     bs_engine *eg, *ec; bs_err err = {0};
     CHECK(bs_engine_open(&ec, dir, "cpu", &err) == 0, "%s", err.msg);
@@ -955,12 +956,12 @@ TEST(cuda_unsupported_head_dim_is_an_error) {
     float *lg = eg->be->alloc(eg->be, sizeof(float) * 64, &err);
     CHECK(lg, "%s", err.msg);
     bs_fwd_out fc = { .logits = lc }, fg = { .logits = lg };
-    CHECK(bs_qwen3_forward(&ec->target, &kc, ids, 4, &fc, &err) == 0, "the CPU runs head_dim 320: %s", err.msg);
+    CHECK(bs_qwen3_forward(&ec->target, &kc, ids, 4, &fc, &err) == 0, "the CPU runs head_dim 2112: %s", err.msg);
     for (int i = 0; i < 2; i++) {
         bs_err ferr = {0};
         CHECK(bs_kv_rollback(&kg, 0, &err) == 0, "%s", err.msg);
-        CHECK(bs_qwen3_forward(&eg->target, &kg, ids, 4, &fg, &ferr) != 0, "forward %d on CUDA with head_dim 320 reported success", i);
-        CHECK(strstr(ferr.msg, "head_dim 320") && strstr(ferr.msg, "cuda"), "forward %d: %s", i, ferr.msg);
+        CHECK(bs_qwen3_forward(&eg->target, &kg, ids, 4, &fg, &ferr) != 0, "forward %d on CUDA with head_dim 2112 reported success", i);
+        CHECK(strstr(ferr.msg, "head_dim 2112") && strstr(ferr.msg, "cuda"), "forward %d: %s", i, ferr.msg);
     }
     eg->be->free(eg->be, lg);
     bs_kv_free(&kc); bs_kv_free(&kg);
@@ -970,7 +971,7 @@ TEST(cuda_unsupported_head_dim_is_an_error) {
     blockspec_params p = blockspec_default_params();
     p.n_new = 4;
     int32_t out[4]; size_t n_out;
-    CHECK(blockspec_generate(bs, ids, 4, &p, out, 4, &n_out, NULL, NULL, NULL, msg, sizeof msg) != 0 && strstr(msg, "head_dim 320"), "%s", msg);
+    CHECK(blockspec_generate(bs, ids, 4, &p, out, 4, &n_out, NULL, NULL, NULL, msg, sizeof msg) != 0 && strstr(msg, "head_dim 2112"), "%s", msg);
     blockspec_close(bs);
 }
 
