@@ -135,6 +135,21 @@ void blockspec_request_free(blockspec *bs, blockspec_request *r);
 int blockspec_tokenize(blockspec *bs, const char *text, int32_t **ids, size_t *n, char *err, size_t err_len);
 int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **text, char *err, size_t err_len);
 
+// ---- A tokenizer alone (no weights): `blockspec tokenize`, corpus tools ----
+// path: a tokenizer.json file, or a folder holding one (and optionally tokenizer_config.json). The calls
+// only read it: any thread may use one at any time. Returns 0, or -1 with a message in err.
+typedef struct blockspec_tokenizer blockspec_tokenizer;
+int  blockspec_tokenizer_open(blockspec_tokenizer **out, const char *path, char *err, size_t err_len);
+void blockspec_tokenizer_close(blockspec_tokenizer *t);
+// text[0..len) to ids (malloc'ed): special tokens written in the text are recognised; add_special 1 adds the
+// post-processor's special tokens too (as blockspec_tokenize does), 0 leaves them out.
+int  blockspec_tokenizer_encode(const blockspec_tokenizer *t, const char *text, size_t len, int add_special, int32_t **ids, size_t *n,
+                                char *err, size_t err_len);
+// ids to text (malloc'ed, NUL-terminated; *len its length): skip_special 1 drops special tokens (as
+// blockspec_detokenize does).
+int  blockspec_tokenizer_decode(const blockspec_tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **text, size_t *len,
+                                char *err, size_t err_len);
+
 // ---- For servers: chat rendering, streamed text, speculative counters ----
 // blockspec_tokenize, blockspec_detokenize, blockspec_chat_render, blockspec_vocab_size and
 // blockspec_max_context only read what was loaded: any thread may call them at any time, without the lock
