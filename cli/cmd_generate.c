@@ -251,20 +251,16 @@ static cJSON *stats_json(const blockspec_stats *st, const blockspec_spec_counts 
 }
 
 // --json: the output ids, the text (with a tokenizer), why it stopped and the statistics, as one line.
-static void print_json(blockspec *bs, const blockspec_request *r, int has_tok, int speculative) {
+static void print_json(blockspec *bs, const blockspec_request *r, const blockspec_stats *st, const blockspec_spec_counts *c, int speculative) {
     size_t n;
     const int32_t *ids = blockspec_request_tokens(r, &n);
-    blockspec_stats st;
-    blockspec_spec_counts c;
-    blockspec_request_stats(r, &st);
-    blockspec_request_spec_counts(r, &c);
     cJSON *j = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(j, "output_ids");
     for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
     char *txt = NULL, terr[256];
-    if (has_tok && blockspec_detokenize(bs, ids, n, &txt, terr, sizeof terr) == 0) cJSON_AddStringToObject(j, "text", txt);
+    if (!blockspec_tokenizer_error(bs) && blockspec_detokenize(bs, ids, n, &txt, terr, sizeof terr) == 0) cJSON_AddStringToObject(j, "text", txt);
     free(txt);
-    cJSON_AddStringToObject(j, "finish_reason", st.finish_reason);
-    cJSON_AddItemToObject(j, "stats", stats_json(&st, &c, speculative));
+    cJSON_AddStringToObject(j, "finish_reason", st->finish_reason);
+    cJSON_AddItemToObject(j, "stats", stats_json(st, c, speculative));
     char *line = cJSON_PrintUnformatted(j);
     printf("%s\n", line);
     free(line); cJSON_Delete(j);
@@ -315,14 +311,12 @@ int cmd_generate(int argc, char **argv) {
                 a.ctx, blockspec_max_context(bs), blockspec_max_context(bs));
     if (run_request(&a, bs, &r, err, sizeof err)) goto out;
     if (!a.json) printf("\n");
-    if (a.stats) {
-        blockspec_stats st;
-        blockspec_spec_counts c;
-        blockspec_request_stats(r, &st);
-        blockspec_request_spec_counts(r, &c);
-        print_stats(&st, &c, a.drafter != NULL);
-    }
-    if (a.json) print_json(bs, r, !blockspec_tokenizer_error(bs), a.drafter != NULL);
+    blockspec_stats st;
+    blockspec_spec_counts c;
+    blockspec_request_stats(r, &st);
+    blockspec_request_spec_counts(r, &c);
+    if (a.stats) print_stats(&st, &c, a.drafter != NULL);
+    if (a.json) print_json(bs, r, &st, &c, a.drafter != NULL);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "blockspec generate: %s\n", err);
