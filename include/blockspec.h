@@ -151,10 +151,10 @@ int  blockspec_tokenizer_decode(const blockspec_tokenizer *t, const int32_t *ids
                                 char *err, size_t err_len);
 
 // ---- For servers: chat rendering, streamed text, speculative counters ----
-// blockspec_tokenize, blockspec_detokenize, blockspec_chat_render, blockspec_vocab_size and
-// blockspec_max_context only read what was loaded: any thread may call them at any time, without the lock
-// (a server tokenizes on its connection threads while its engine thread steps). A detokenizer belongs to
-// one thread at a time.
+// blockspec_tokenize, blockspec_detokenize, blockspec_chat_render(_as), blockspec_tokenizer_error,
+// blockspec_vocab_size and blockspec_max_context only read what was loaded: any thread may call them at any
+// time, without the lock (a server tokenizes on its connection threads while its engine thread steps). A
+// detokenizer belongs to one thread at a time.
 
 // Renders messages with the model's chat template (tokenizer_config.json's, recognised natively: Qwen3 and
 // ChatML), adding the assistant's generation prompt. enable_thinking 0: Qwen3's empty <think></think>
