@@ -80,3 +80,11 @@ int cli_each_line(const char *path, cli_line_fn fn, void *ctx, char *err, size_t
     free(text);
     return rc;
 }
+
+void cli_print_warnings(const blockspec *bs) {
+    for (const char *w = blockspec_warnings(bs); w && *w;) {
+        size_t n = strcspn(w, "\n");
+        fprintf(stderr, "blockspec: warning: %.*s\n", (int)n, w);
+        w += n + (w[n] == '\n');
+    }
+}

@@ -16,6 +16,8 @@ int cli_float(const char *flag, const char *s, double lo, double hi, double *out
 // threshold without the threshold schedule, or the threshold schedule without a threshold is an error
 // (printed, prefixed by cmd). 0 and *out, or -1.
 int cli_schedule_arg(const char *cmd, const char *name, double conf_thr, blockspec_schedule *out);
+// What loading found suspicious (blockspec_warnings) on stderr, one "blockspec: warning: " line each.
+void cli_print_warnings(const blockspec *bs);
 // Calls fn for every non-blank line of a text file (JSON lines: --prompts, --trace), with its 1-based line
 // number; stops at the first non-zero return. 0, or -1 with a message in err (a file that cannot be read is
 // named by the library's reader).

@@ -15,6 +15,7 @@
 #include "cli/replay_drafter.h"
 #include "runtime/profile.h"
 #include "runtime/runtime.h"
+#include "util/threadpool.h"
 #include "util/timer.h"
 
 typedef struct figures { double total_tps, user_tps, tau, verified, proposed, plain; long tokens; } figures;
@@ -72,6 +73,13 @@ out:
     return rc;
 }
 
+// cli_measure_fn over the engine this bench opened itself (ctx: the const bs_engine *).
+static int measure_engine(void *ctx, const int *rows, int n, int ctx_rows, int block, int reps, double *sps, char *err, size_t len) {
+    bs_err e = {0};
+    if (bs_profile_forwards(ctx, rows, n, ctx_rows, block, reps, sps, &e)) { snprintf(err, len, "%s", e.msg); return -1; }
+    return 0;
+}
+
 static int by_value(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
 static double median(double *v, int n) { qsort(v, n, sizeof *v, by_value); return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2; }
 
@@ -112,8 +120,8 @@ int bench_trace(const bench_trace_opts *o) {
         char dev[512], shape[256];
         // The target's tables only: the replay drafter costs nothing (a drafter table in a given file is dropped).
         cli_cost_opts co = { .file = o->profile, .max_rows = max_c * (K + 1), .max_seqs = max_c, .ctx = 256, .block = K + 1, .reps = 3,
-                             .measure = cli_measure_engine, .measure_ctx = e };
-        cli_cost_device_key(e->be->name, dev, sizeof dev);
+                             .measure = measure_engine, .measure_ctx = e };
+        cli_cost_device_key(e->be->name, bs_pool_size(), dev, sizeof dev);
         if (bs_model_shape(e, shape, sizeof shape)) snprintf(shape, sizeof shape, "unknown");
         co.device = dev; co.shape = shape;
         if (cli_costs_get(&co, &costs, cerr, sizeof cerr)) { bs_fail(&err, "%s", cerr); goto out; }

@@ -1,22 +1,20 @@
 // blockspec generate -m DIR (--prompt-ids 1,2,3 | -p TEXT | --prompt-file F) [-d DRAFTER] -n N
 //                    [--temp T --top-k K --top-p P --seed S] [--print-ids] [--stats] [--json] ...
+//
+// Through the public API only (include/blockspec.h): one prompt is one submitted request, stepped to its
+// end; --prompts FILE is many (cli/generate_prompts.c). io/json.h is the one library header beside it: the
+// file reader for --prompt-file (a leaf with no model logic).
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "io/weight_check.h"
+#include "blockspec.h"
 #include "cli/args.h"
 #include "cli/builtin_model.h"
 #include "cli/commands.h"
 #include "cli/cost_model.h"
 #include "cli/generate_prompts.h"
-#include "engine/engine.h"
-#include "io/chat.h"
 #include "io/json.h"
-#include "model/dflash.h"
-#include "runtime/profile.h"
-#include "runtime/schedule.h"
-#include "spec/spec_loop.h"
 
 static void usage(void) {
     fprintf(stderr,
@@ -73,17 +71,16 @@ typedef struct gen_args {
     long max_concurrency;
     int chat, no_think;
     int32_t *prompt; int n_prompt;
-    long n_new, ctx, draft_max, threads, kv_rows;
-    double conf_thr;
-    bs_sampling sampling;
+    long n_new, ctx, draft_max, threads, kv_rows, top_k, seed;
+    double conf_thr, temp, top_p;
     int print_ids, stats, json, ignore_eos, drafter_fp8, no_calibration, no_graphs;
     blockspec_schedule sched;
 } gen_args;
 
 static int parse(int argc, char **argv, gen_args *a) {
-    const char *v; long l; double d;
+    const char *v;
     memset(a, 0, sizeof *a);
-    a->device = "cpu"; a->n_new = 64; a->sampling.top_p = 1.0f; a->max_concurrency = 8;
+    a->device = "cpu"; a->n_new = 64; a->top_p = 1.0; a->max_concurrency = 8;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (!strcmp(o, "-m")) { if (!(a->model = cli_value(argc, argv, &i))) return 2; }
@@ -94,10 +91,10 @@ static int parse(int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "-c")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1 << 24, &a->ctx)) return 2; }
         else if (!strcmp(o, "--draft-max")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 64, &a->draft_max)) return 2; }
         else if (!strcmp(o, "--confidence-threshold")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 0, 1, &a->conf_thr)) return 2; }
-        else if (!strcmp(o, "--temp")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 0, 100, &d)) return 2; a->sampling.temperature = (float)d; }
-        else if (!strcmp(o, "--top-k")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1 << 24, &l)) return 2; a->sampling.top_k = (int)l; }
-        else if (!strcmp(o, "--top-p")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 1e-6, 1, &d)) return 2; a->sampling.top_p = (float)d; }
-        else if (!strcmp(o, "--seed")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1L << 62, &l)) return 2; a->sampling.seed = (uint64_t)l; }
+        else if (!strcmp(o, "--temp")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 0, 100, &a->temp)) return 2; }
+        else if (!strcmp(o, "--top-k")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1 << 24, &a->top_k)) return 2; }
+        else if (!strcmp(o, "--top-p")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(o, v, 1e-6, 1, &a->top_p)) return 2; }
+        else if (!strcmp(o, "--seed")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 0, 1L << 62, &a->seed)) return 2; }
         else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) { if (!(a->text = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--prompts")) { if (!(a->prompts = cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(o, "--max-concurrency")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 4096, &a->max_concurrency)) return 2; }
@@ -146,112 +143,153 @@ static int parse(int argc, char **argv, gen_args *a) {
     return 0;
 }
 
-// Turns the text prompt (optionally wrapped in the chat template) into ids.
-static int tokenize_prompt(gen_args *a, const bs_engine *e, bs_err *err) {
+// The request's settings from the command line (every --prompts line's defaults, too).
+static blockspec_params request_params(const gen_args *a) {
+    blockspec_params p = blockspec_default_params();
+    p.n_new = (int)a->n_new;
+    p.temperature = (float)a->temp; p.top_k = (int)a->top_k; p.top_p = (float)a->top_p; p.seed = (uint64_t)a->seed;
+    p.draft_max = (int)a->draft_max;
+    p.confidence_threshold = (float)a->conf_thr;
+    p.stop_at_eos = !a->ignore_eos;
+    return p;
+}
+
+// The prompt's text: -p, or --prompt-file, optionally wrapped as a user message in the chat template.
+// *text is malloc'ed.
+static int prompt_text(const gen_args *a, blockspec *bs, char **text, char *err, size_t len) {
+    bs_err e = {0};
+    size_t n;
+    if (a->prompt_file) { if (!(*text = bs_read_file(a->prompt_file, &n, &e))) { snprintf(err, len, "%s", e.msg); return -1; } }
+    else if (!(*text = strdup(a->text))) { snprintf(err, len, "out of memory"); return -1; }
+    if (!a->chat) return 0;
+    blockspec_chat_message msgs[2];
+    size_t m = 0;
+    if (a->system) msgs[m++] = (blockspec_chat_message){ "system", a->system };
+    msgs[m++] = (blockspec_chat_message){ "user", *text };
+    char *rendered = NULL;
+    int rc = blockspec_chat_render_as(bs, a->chat_template, msgs, m, !a->no_think, &rendered, err, len);
+    free(*text);
+    *text = rendered;
+    return rc;
+}
+
+// Turns the text prompt into ids (--prompt-ids need nothing).
+static int tokenize_prompt(gen_args *a, blockspec *bs, char *err, size_t len) {
     if (a->n_prompt) return 0;
-    if (!e->tok) return bs_fail(err, "%s: %s", a->model, e->tok_error[0] ? e->tok_error : "no tokenizer.json in this folder: pass --prompt-ids instead");
-    size_t len = 0;
-    char *text = NULL, *rendered = NULL;
-    if (a->prompt_file) { if (!(text = bs_read_file(a->prompt_file, &len, err))) return -1; }
-    else { text = strdup(a->text); len = strlen(text); }
-    if (a->chat) {
-        bs_chat_msg msgs[2]; size_t n = 0;
-        if (a->system) msgs[n++] = (bs_chat_msg){ "system", a->system, NULL };
-        msgs[n++] = (bs_chat_msg){ "user", text, NULL };
-        bs_chat_opts o = { BS_CHAT_AUTO, 1, !a->no_think };
-        if (a->chat_template && bs_chat_kind_parse(a->chat_template, &o.kind, err)) { free(text); return -1; }
-        if (bs_chat_render(e->tok, msgs, n, &o, &rendered, err)) { free(text); return -1; }
-        free(text);
-        text = rendered; len = strlen(text);
-    }
-    size_t n_ids = 0;
-    int32_t *ids = NULL;
-    int rc = bs_tokenizer_encode(e->tok, text, len, &ids, &n_ids, err);
+    const char *why = blockspec_tokenizer_error(bs);
+    if (why) { snprintf(err, len, "%s: %s", a->model, why[0] ? why : "no tokenizer.json in this folder: pass --prompt-ids instead"); return -1; }
+    char *text = NULL;
+    if (prompt_text(a, bs, &text, err, len)) return -1;
+    size_t n = 0;
+    int rc = blockspec_tokenize(bs, text, &a->prompt, &n, err, len);
     free(text);
     if (rc) return -1;
-    if (!n_ids) { free(ids); return bs_fail(err, "the prompt encodes to no tokens"); }
-    a->prompt = ids; a->n_prompt = (int)n_ids;
+    if (!n) { snprintf(err, len, "the prompt encodes to no tokens"); return -1; }
+    a->n_prompt = (int)n;
     return 0;
 }
 
 // Streams the output: ids, or text through the streaming detokeniser.
-typedef struct printer { int print_ids, n; bs_detok *dt; } printer;
+typedef struct printer { int print_ids, n; blockspec_detokenizer *dt; } printer;
 
 static int on_token(void *ctx, int32_t t) {
     printer *p = ctx;
     if (p->print_ids) { printf("%s%d", p->n++ ? "," : "", t); fflush(stdout); }
     else if (p->dt) {
         char buf[1024];
-        int n = bs_detok_push(p->dt, t, buf, sizeof buf);
+        int n = blockspec_detokenizer_push(p->dt, t, buf, sizeof buf);
         if (n > 0) { fwrite(buf, 1, (size_t)n, stdout); fflush(stdout); }
     }
     return 0;
 }
 
-// Decoding speed, the same on both paths: the tokens after the first (which the prefill's logits give) per
+// Decoding speed, the same for both kinds: the tokens after the first (which the prefill's logits give) per
 // second after the prefill.
-static double decode_rate(int n_generated, double t) { return n_generated > 1 && t > 0 ? (n_generated - 1) / t : 0.0; }
+static double decode_rate(const blockspec_stats *st) { return st->n_generated > 1 && st->t_generate > 0 ? (st->n_generated - 1) / st->t_generate : 0.0; }
 
-static void print_stats(const gen_args *a, const bs_session *s, const bs_spec_stats *st, int speculative) {
+// speculative: a drafter is loaded (its rounds, times and acceptance are reported).
+static void print_stats(const blockspec_stats *st, const blockspec_spec_counts *c, int speculative) {
+    double t_gen = st->t_generate, other = t_gen - st->t_target - st->t_drafter;
+    fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s)\n", st->n_prompt, st->t_prefill, st->n_prompt / (st->t_prefill > 0 ? st->t_prefill : 1e-9));
     if (!speculative) {
-        const bs_gen_stats *g = &s->stats;
-        fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s)\n", g->n_prompt, g->t_prefill, g->n_prompt / (g->t_prefill > 0 ? g->t_prefill : 1e-9));
-        fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s)\n", g->n_generated, g->t_decode, decode_rate(g->n_generated, g->t_decode));
+        fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s)\n", st->n_generated, t_gen, decode_rate(st));
         return;
     }
-    double t_gen = st->t_total - st->t_prefill, other = t_gen - st->t_target - st->t_draft;
-    fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s)\n", st->n_prompt, st->t_prefill, st->n_prompt / (st->t_prefill > 0 ? st->t_prefill : 1e-9));
     fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s), %d rounds, tau %.3f (tokens per round)\n", st->n_generated, t_gen,
-            decode_rate(st->n_generated, t_gen), st->rounds, bs_spec_tau(st));
+            decode_rate(st), st->rounds, st->tau);
     fprintf(stderr, "time:    target %.1f%%, drafter %.1f%%, other %.1f%%\n", 100 * st->t_target / (t_gen > 0 ? t_gen : 1),
-            100 * st->t_draft / (t_gen > 0 ? t_gen : 1), 100 * other / (t_gen > 0 ? t_gen : 1));
+            100 * st->t_drafter / (t_gen > 0 ? t_gen : 1), 100 * other / (t_gen > 0 ? t_gen : 1));
     fprintf(stderr, "acceptance by draft position (accepted / verified):");
-    for (int k = 0; k < BS_MAX_DRAFT && st->pos_tried[k]; k++)
-        fprintf(stderr, " %d:%.2f", k + 1, (double)st->pos_accepted[k] / st->pos_tried[k]);
+    for (int k = 0; k < c->n_pos && c->pos_tried[k]; k++) fprintf(stderr, " %d:%.2f", k + 1, (double)c->pos_accepted[k] / c->pos_tried[k]);
     fprintf(stderr, "\n");
 }
 
-static cJSON *stats_json(const bs_session *s, const bs_spec_stats *st, int speculative) {
+static cJSON *stats_json(const blockspec_stats *st, const blockspec_spec_counts *c, int speculative) {
     cJSON *j = cJSON_CreateObject();
-    if (!speculative) {
-        cJSON_AddNumberToObject(j, "n_prompt", s->stats.n_prompt);
-        cJSON_AddNumberToObject(j, "n_generated", s->stats.n_generated);
-        cJSON_AddNumberToObject(j, "t_prefill_s", s->stats.t_prefill);
-        cJSON_AddNumberToObject(j, "t_decode_s", s->stats.t_decode);
-        cJSON_AddNumberToObject(j, "decode_tok_per_s", decode_rate(s->stats.n_generated, s->stats.t_decode));
-        return j;
-    }
     cJSON_AddNumberToObject(j, "n_prompt", st->n_prompt);
     cJSON_AddNumberToObject(j, "n_generated", st->n_generated);
+    if (!speculative) {
+        cJSON_AddNumberToObject(j, "t_prefill_s", st->t_prefill);
+        cJSON_AddNumberToObject(j, "t_decode_s", st->t_generate);
+        cJSON_AddNumberToObject(j, "decode_tok_per_s", decode_rate(st));
+        return j;
+    }
     cJSON_AddNumberToObject(j, "rounds", st->rounds);
-    cJSON_AddNumberToObject(j, "tau", bs_spec_tau(st));
-    cJSON_AddNumberToObject(j, "drafted", (double)st->drafted);
-    cJSON_AddNumberToObject(j, "accepted", (double)st->accepted);
+    cJSON_AddNumberToObject(j, "tau", st->tau);
+    cJSON_AddNumberToObject(j, "drafted", (double)c->drafted);
+    cJSON_AddNumberToObject(j, "accepted", (double)c->accepted);
     cJSON_AddNumberToObject(j, "t_prefill_s", st->t_prefill);
-    cJSON_AddNumberToObject(j, "t_total_s", st->t_total);
+    cJSON_AddNumberToObject(j, "t_total_s", st->t_prefill + st->t_generate);
     cJSON_AddNumberToObject(j, "t_target_s", st->t_target);
-    cJSON_AddNumberToObject(j, "t_drafter_s", st->t_draft);
-    cJSON_AddNumberToObject(j, "decode_tok_per_s", decode_rate(st->n_generated, st->t_total - st->t_prefill));
+    cJSON_AddNumberToObject(j, "t_drafter_s", st->t_drafter);
+    cJSON_AddNumberToObject(j, "decode_tok_per_s", decode_rate(st));
     cJSON *pa = cJSON_AddArrayToObject(j, "acceptance_by_position");
-    for (int k = 0; k < BS_MAX_DRAFT && st->pos_tried[k]; k++) cJSON_AddItemToArray(pa, cJSON_CreateNumber((double)st->pos_accepted[k] / st->pos_tried[k]));
+    for (int k = 0; k < c->n_pos && c->pos_tried[k]; k++) cJSON_AddItemToArray(pa, cJSON_CreateNumber((double)c->pos_accepted[k] / c->pos_tried[k]));
     cJSON *al = cJSON_AddArrayToObject(j, "acceptance_lengths");
-    for (int i = 0; i < st->n_lengths; i++) cJSON_AddItemToArray(al, cJSON_CreateNumber(st->acceptance_lengths[i]));
+    for (int i = 0; i < c->n_lengths; i++) cJSON_AddItemToArray(al, cJSON_CreateNumber(c->acceptance_lengths[i]));
     return j;
 }
 
-// --prompts FILE: through the public runtime API (cli/generate_prompts.c).
+// --json: the output ids, the text (with a tokenizer), why it stopped and the statistics, as one line.
+static void print_json(blockspec *bs, const blockspec_request *r, const blockspec_stats *st, const blockspec_spec_counts *c, int speculative) {
+    size_t n;
+    const int32_t *ids = blockspec_request_tokens(r, &n);
+    cJSON *j = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(j, "output_ids");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+    char *txt = NULL, terr[256];
+    if (!blockspec_tokenizer_error(bs) && blockspec_detokenize(bs, ids, n, &txt, terr, sizeof terr) == 0) cJSON_AddStringToObject(j, "text", txt);
+    free(txt);
+    cJSON_AddStringToObject(j, "finish_reason", st->finish_reason);
+    cJSON_AddItemToObject(j, "stats", stats_json(st, c, speculative));
+    char *line = cJSON_PrintUnformatted(j);
+    printf("%s\n", line);
+    free(line); cJSON_Delete(j);
+}
+
+// --prompts FILE: many requests together (cli/generate_prompts.c).
 static int generate_prompts(const gen_args *a) {
     cli_prompts_opts o = { .model = a->model, .drafter = a->drafter, .device = a->device, .draft_vocab = a->draft_vocab,
                            .prompts_file = a->prompts, .drafter_fp8 = a->drafter_fp8, .max_concurrency = (int)a->max_concurrency,
                            .no_calibration = a->no_calibration, .threads = (int)a->threads, .no_graphs = a->no_graphs, .kv_rows = (int)a->kv_rows, .sched = a->sched, .cost_model = a->cost_model, .trace = a->trace,
-                           .defaults = blockspec_default_params() };
-    o.defaults.confidence_threshold = (float)a->conf_thr;
-    o.defaults.n_new = (int)a->n_new;
-    o.defaults.temperature = a->sampling.temperature; o.defaults.top_k = a->sampling.top_k; o.defaults.top_p = a->sampling.top_p;
-    o.defaults.seed = a->sampling.seed;
-    o.defaults.draft_max = (int)a->draft_max;
-    o.defaults.stop_at_eos = !a->ignore_eos;
+                           .defaults = request_params(a) };
     return cli_generate_prompts(&o);
+}
+
+// One request, submitted and stepped to its end, its tokens streamed as they come.
+static int run_request(gen_args *a, blockspec *bs, blockspec_request **r, char *err, size_t len) {
+    if (a->draft_vocab && !a->drafter) { snprintf(err, len, "--draft-vocab needs a drafter (-d DIR)"); return -1; }
+    // The cost model (alg1 / async) for one sequence of the verify block; plain decoding has no schedule.
+    int drafts = a->draft_max ? (int)a->draft_max : blockspec_drafter_block(bs);
+    if (a->drafter && cli_set_schedule(bs, a->sched, a->cost_model, 1, 1 + drafts, (int)a->draft_max, err, len)) return -1;
+    int has_tok = !blockspec_tokenizer_error(bs);
+    printer pr = { .print_ids = !a->json && (a->print_ids || !has_tok), .dt = !a->json && has_tok ? blockspec_detokenizer_new(bs) : NULL };
+    blockspec_params p = request_params(a);
+    p.n_ctx = (int)a->ctx;
+    int rc = blockspec_submit(bs, a->prompt, (size_t)a->n_prompt, &p, on_token, &pr, r, err, len);
+    while (!rc && !blockspec_request_done(*r)) rc = blockspec_step(bs, err, len) < 0 ? -1 : 0;
+    if (!rc && pr.dt && !pr.print_ids) { char buf[64]; int n = blockspec_detokenizer_flush(pr.dt, buf, sizeof buf); if (n > 0) fwrite(buf, 1, (size_t)n, stdout); }
+    if (pr.dt) blockspec_detokenizer_free(pr.dt);
+    return rc;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -259,80 +297,31 @@ int cmd_generate(int argc, char **argv) {
     int rc = parse(argc, argv, &a);
     if (rc) { free(a.prompt); return rc; }
     if (a.prompts) return generate_prompts(&a);
-    bs_err err = {0};
-    bs_engine *e = NULL;
-    bs_session s = {0};
-    bs_drafter *d = NULL;
-    bs_spec_stats st = {0};
-    int32_t *out = NULL;
-    int n_out = 0;
-    cli_costs costs = { 0 };   // the cost model (alg1 / async)
+    char err[2048] = "";
+    blockspec *bs = NULL;
+    blockspec_request *r = NULL;
     rc = 1;
-    bs_engine_opts eo = { .threads = (int)a.threads, .no_graphs = a.no_graphs, .kv_rows = a.kv_rows };
-    if (bs_engine_open_opts(&e, a.model, a.device, &eo, &err) || tokenize_prompt(&a, e, &err)) goto out;
-    if (e->weight_warning[0]) fprintf(stderr, "blockspec: warning: %s\n", e->weight_warning);
-    if (e->setup_warning[0]) fprintf(stderr, "blockspec: warning: %s\n", e->setup_warning);
-    // Without -c, the KV cache is sized for this request (prompt + output + one verify block), or for the
-    // model's whole context with -n -1.
-    if (bs_session_init(&s, e, a.ctx ? (int)a.ctx : a.n_new < 0 ? e->cfg.max_position : bs_request_ctx(&e->cfg, a.n_prompt, (int)a.n_new),
-                        &a.sampling, &err)) goto out;
-    // The output's capacity: the request's count, or (-n -1) what the context holds. A request that does not
-    // fit is refused here by the decoders, with the same message for plain and speculative decoding.
-    long cap = a.n_new >= 0 ? a.n_new : (long)s.kv.max_ctx - a.n_prompt + 1;
-    if (!(out = malloc(sizeof(int32_t) * (cap > 0 ? cap : 1)))) { bs_fail(&err, "out of memory"); goto out; }
-    if (a.ctx > s.kv.max_ctx)   // the session reports the context it got: say when -c was capped
+    // A draft vocabulary without a drafter is refused below, with the command line's words.
+    blockspec_open_options oo = { .draft_vocab = a.drafter ? a.draft_vocab : NULL, .drafter_fp8 = a.drafter_fp8, .no_calibration = a.no_calibration,
+                                  .threads = (int)a.threads, .no_graphs = a.no_graphs, .kv_rows = (int)a.kv_rows };
+    if (blockspec_open_ex(&bs, a.model, a.drafter, a.device, &oo, err, sizeof err) || tokenize_prompt(&a, bs, err, sizeof err)) goto out;
+    cli_print_warnings(bs);
+    if (a.ctx > blockspec_max_context(bs))   // the context is capped there: say so
         fprintf(stderr, "blockspec: warning: -c %ld is above the model's max_position_embeddings (%d); using a context of %d\n",
-                a.ctx, e->cfg.max_position, s.kv.max_ctx);
-    bs_drafter_opts dop = { .lossy_weights = a.drafter_fp8 ? 1 : -1, .draft_vocab = a.draft_vocab, .no_calibration = a.no_calibration };
-    if (a.draft_vocab && !a.drafter) { bs_fail(&err, "--draft-vocab needs a drafter (-d DIR)"); goto out; }
-    if (a.drafter && bs_drafter_open_opts(&d, a.drafter, e, s.kv.max_ctx, &dop, &err)) goto out;
-    if (d && d->warning[0]) fprintf(stderr, "blockspec: warning: %s\n", d->warning);
-    if (a.drafter) { char w[512]; if (bs_weights_check_path(a.drafter, w, sizeof w, &err) > 0) fprintf(stderr, "blockspec: warning: %s\n", w); }
-    bs_detok dt;
-    if (e->tok) bs_detok_init(&dt, e->tok, 1);
-    printer pr = { .print_ids = !a.json && (a.print_ids || !e->tok), .n = 0, .dt = !a.json && e->tok ? &dt : NULL };
-    if (d && bs_sched_needs_sps((bs_sched_mode)a.sched)) {
-        char dev[512], shape[256], cerr[1024];
-        int block = 1 + (a.draft_max ? (int)a.draft_max : d->max_drafts);
-        cli_engine_drafter ed = { e, d };
-        cli_cost_opts co = { .file = a.cost_model, .max_rows = block, .max_seqs = 1, .ctx = 256, .block = block, .reps = 3, .drafts = block - 1,
-                             .drafter = d->shape[0] ? d->shape : d->name, .measure = cli_measure_engine, .measure_ctx = e,
-                             .measure_draft = cli_measure_engine_draft, .measure_draft_ctx = &ed };
-        cli_cost_device_key(e->be->name, dev, sizeof dev);
-        if (bs_model_shape(e, shape, sizeof shape)) snprintf(shape, sizeof shape, "unknown");
-        co.device = dev; co.shape = shape;
-        if (cli_costs_get(&co, &costs, cerr, sizeof cerr)) { bs_fail(&err, "%s", cerr); goto out; }
-    }
-    if (d) {
-        bs_spec_sched sch = { (int)a.sched, costs.sps, costs.n_sps, costs.block, costs.sps1, costs.n_sps1, costs.dps, costs.n_dps };
-        bs_spec_opts o = { .draft_max = (int)a.draft_max, .confidence_threshold = (float)a.conf_thr, .stop_at_eos = !a.ignore_eos, .sched = &sch };
-        if (bs_generate_spec(&s, d, a.prompt, a.n_prompt, (int)a.n_new, &o, out, &n_out, on_token, &pr, &st, &err)) goto out;
-    } else if (bs_generate_plain(&s, a.prompt, a.n_prompt, (int)a.n_new, !a.ignore_eos, out, &n_out, on_token, &pr, &err)) goto out;
-    if (pr.dt && !pr.print_ids) { char buf[64]; int n = bs_detok_flush(&dt, buf, sizeof buf); if (n > 0) fwrite(buf, 1, (size_t)n, stdout); }
+                a.ctx, blockspec_max_context(bs), blockspec_max_context(bs));
+    if (run_request(&a, bs, &r, err, sizeof err)) goto out;
     if (!a.json) printf("\n");
-    if (a.stats) print_stats(&a, &s, &st, d != NULL);
-    if (a.json) {
-        cJSON *j = cJSON_CreateObject(), *ids = cJSON_AddArrayToObject(j, "output_ids");
-        for (int i = 0; i < n_out; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(out[i]));
-        if (e->tok) {
-            char *txt = NULL; size_t tl = 0;
-            if (bs_tokenizer_decode(e->tok, out, (size_t)n_out, 1, &txt, &tl, &err) == 0) cJSON_AddStringToObject(j, "text", txt);
-            free(txt);
-        }
-        cJSON_AddStringToObject(j, "finish_reason", bs_finish_name(d ? st.finish : s.stats.finish));
-        cJSON_AddItemToObject(j, "stats", stats_json(&s, &st, d != NULL));
-        char *txt = cJSON_PrintUnformatted(j);
-        printf("%s\n", txt);
-        free(txt); cJSON_Delete(j);
-    }
+    blockspec_stats st;
+    blockspec_spec_counts c;
+    blockspec_request_stats(r, &st);
+    blockspec_request_spec_counts(r, &c);
+    if (a.stats) print_stats(&st, &c, a.drafter != NULL);
+    if (a.json) print_json(bs, r, &st, &c, a.drafter != NULL);
     rc = 0;
 out:
-    if (rc) fprintf(stderr, "blockspec generate: %s\n", err.msg);
-    if (d) d->free(d);
-    cli_costs_free(&costs);
-    bs_spec_stats_free(&st);
-    if (s.eng) bs_session_free(&s);
-    bs_engine_close(e);
-    free(out); free(a.prompt);
+    if (rc) fprintf(stderr, "blockspec generate: %s\n", err);
+    if (r) blockspec_request_free(bs, r);
+    blockspec_close(bs);
+    free(a.prompt);
     return rc;
 }

@@ -105,8 +105,8 @@ int cmd_serve(int argc, char **argv) {
     char err[1024];
     blockspec_open_options oo = { .no_calibration = no_calibration, .threads = (int)threads, .no_graphs = no_graphs, .kv_rows = (int)kv_rows };
     if (blockspec_open_ex(&bs, model, drafter, device, &oo, err, sizeof err)) { fprintf(stderr, "blockspec serve: %s\n", err); return 1; }
-    if (blockspec_warnings(bs)) fprintf(stderr, "blockspec: warning: %s\n", blockspec_warnings(bs));
-    if (cli_set_schedule(bs, sched, cost_model, o.max_running, o.defaults.draft_max, err, sizeof err)) {
+    cli_print_warnings(bs);
+    if (cli_set_schedule(bs, sched, cost_model, o.max_running, cli_batch_block(o.defaults.draft_max), o.defaults.draft_max, err, sizeof err)) {
         fprintf(stderr, "blockspec serve: %s\n", err);
         blockspec_close(bs);
         return 1;

@@ -1,12 +1,14 @@
-// blockspec tokenize: text -> ids (comma-separated on one line), or --decode ids -> text.
+// blockspec tokenize: text -> ids (comma-separated on one line), or --decode ids -> text. Through the
+// public API's tokenizer-alone calls (no weights are loaded); io/json.h reads --prompt-file. --corpus is
+// the training data tool (cli/cmd_tokenize_corpus.c).
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
+#include <time.h>
+#include "blockspec.h"
 #include "cli/commands.h"
 #include "io/json.h"
-#include "io/tokenizer.h"
-#include "util/timer.h"
 
 static void usage(void) {
     fprintf(stderr,
@@ -20,7 +22,9 @@ static void usage(void) {
         "       blockspec tokenize --corpus OUT -m DIR FILE...   (a training corpus: --corpus --help)\n");
 }
 
-static int decode_list(const bs_tokenizer *t, const char *list, int skip_special) {
+static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
+
+static int decode_list(const blockspec_tokenizer *t, const char *list, int skip_special) {
     size_t cap = 16, n = 0; int32_t *ids = malloc(cap * sizeof *ids);
     const char *p = list;
     while (ids && *p) {
@@ -32,8 +36,8 @@ static int decode_list(const bs_tokenizer *t, const char *list, int skip_special
         p = end;
         while (*p == ',' || *p == ' ') p++;
     }
-    bs_err err; char *text; size_t len;
-    if (!ids || bs_tokenizer_decode(t, ids, n, skip_special, &text, &len, &err)) { fprintf(stderr, "blockspec tokenize: %s\n", ids ? err.msg : "out of memory"); free(ids); return 1; }
+    char err[512], *text; size_t len;
+    if (!ids || blockspec_tokenizer_decode(t, ids, n, skip_special, &text, &len, err, sizeof err)) { fprintf(stderr, "blockspec tokenize: %s\n", ids ? err : "out of memory"); free(ids); return 1; }
     fwrite(text, 1, len, stdout); fputc('\n', stdout);
     free(text); free(ids);
     return 0;
@@ -58,39 +62,39 @@ int cmd_tokenize(int argc, char **argv) {
         else { fprintf(stderr, "blockspec tokenize: unknown or incomplete option '%s'\n", a); usage(); return 2; }
     }
     if (!model || (!decode && !!prompt == !!file)) { usage(); return 2; }
-    bs_err err; bs_tokenizer *t;
-    if (bs_tokenizer_load(&t, model, &err)) { fprintf(stderr, "blockspec tokenize: %s\n", err.msg); return 1; }
-    if (decode) { int rc = decode_list(t, decode, skip_special); bs_tokenizer_free(t); return rc; }
+    char err[512]; bs_err ferr; blockspec_tokenizer *t;
+    if (blockspec_tokenizer_open(&t, model, err, sizeof err)) { fprintf(stderr, "blockspec tokenize: %s\n", err); return 1; }
+    if (decode) { int rc = decode_list(t, decode, skip_special); blockspec_tokenizer_close(t); return rc; }
     size_t len = prompt ? strlen(prompt) : 0;
-    char *text = prompt ? NULL : bs_read_file(file, &len, &err);   // regular files only: a FIFO would block
-    if (file && !text) { fprintf(stderr, "blockspec tokenize: %s\n", err.msg); bs_tokenizer_free(t); return 1; }
+    char *text = prompt ? NULL : bs_read_file(file, &len, &ferr);   // regular files only: a FIFO would block
+    if (file && !text) { fprintf(stderr, "blockspec tokenize: %s\n", ferr.msg); blockspec_tokenizer_close(t); return 1; }
     const char *s = prompt ? prompt : text;
     int32_t *ids; size_t n;
     int rc = 0;
     if (bench) {
-        double t0 = bs_now(), el; size_t reps = 0, ntok = 0;
+        double t0 = now_s(), el; size_t reps = 0, ntok = 0;
         do {
             ntok = 0;
             for (size_t off = 0; off < len && !rc;) {
                 size_t end = chunk && off + chunk < len ? off + chunk : len;
                 while (end < len && ((unsigned char)s[end] & 0xc0) == 0x80) end++;
-                if (bs_tokenizer_encode_ex(t, s + off, end - off, add_special, &ids, &n, &err)) rc = 1;
+                if (blockspec_tokenizer_encode(t, s + off, end - off, add_special, &ids, &n, err, sizeof err)) rc = 1;
                 else { ntok += n; free(ids); }
                 off = end;
             }
             if (rc) break;
             reps++;
-            el = bs_now() - t0;
+            el = now_s() - t0;
         } while (el < bench_s);
         if (!rc) printf("bytes=%zu tokens=%zu reps=%zu seconds=%.3f MB/s=%.2f\n", len, ntok, reps, el, len * reps / el / 1e6);
-    } else if (bs_tokenizer_encode_ex(t, s, len, add_special, &ids, &n, &err)) rc = 1;
+    } else if (blockspec_tokenizer_encode(t, s, len, add_special, &ids, &n, err, sizeof err)) rc = 1;
     else {
         for (size_t i = 0; i < n; i++) printf(i ? ",%d" : "%d", ids[i]);
         printf("\n");
         free(ids);
     }
-    if (rc) fprintf(stderr, "blockspec tokenize: %s\n", err.msg);
+    if (rc) fprintf(stderr, "blockspec tokenize: %s\n", err);
     free(text);
-    bs_tokenizer_free(t);
+    blockspec_tokenizer_close(t);
     return rc;
 }

@@ -6,12 +6,10 @@
 #include <sys/stat.h>
 #include "cli/cost_model.h"
 #include "io/json.h"
-#include "runtime/profile.h"
-#include "util/threadpool.h"
 
 #define PROFILE_FORMAT "blockspec-profile-1"
 
-void cli_cost_device_key(const char *device_name, char *buf, size_t len) {
+void cli_cost_device_key(const char *device_name, int threads, char *buf, size_t len) {
     if (strcmp(device_name, "cpu") && strncmp(device_name, "cpu-", 4)) { snprintf(buf, len, "%s", device_name); return; }
     char model[256] = "unknown";
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -25,7 +23,7 @@ void cli_cost_device_key(const char *device_name, char *buf, size_t len) {
         }
     }
     if (f) fclose(f);
-    snprintf(buf, len, "%s %s %dt", device_name, model, bs_pool_size());
+    snprintf(buf, len, "%s %s %dt", device_name, model, threads);
 }
 
 char *cli_cost_cache_path(const char *device, const char *shape, const char *drafter, int mkdirs) {
@@ -273,7 +271,7 @@ int cli_measure_handle_draft(void *ctx, const int *seqs, int n, int ctx_rows, in
 }
 
 void cli_cost_keys(blockspec *bs, cli_cost_opts *o, char *dev, size_t dev_len, char *shape, size_t shape_len, char *drafter, size_t drafter_len) {
-    cli_cost_device_key(blockspec_device_name(bs), dev, dev_len);
+    cli_cost_device_key(blockspec_device_name(bs), blockspec_threads(bs), dev, dev_len);
     if (blockspec_model_shape(bs, shape, shape_len)) snprintf(shape, shape_len, "unknown");
     o->device = dev; o->shape = shape;
     o->drafter = blockspec_drafter_shape(bs, drafter, drafter_len) ? NULL : drafter;
@@ -285,24 +283,11 @@ blockspec_cost_model cli_costs_public(const cli_costs *c) {
     return (blockspec_cost_model){ c->sps, (size_t)c->n_sps, c->block, c->sps1, (size_t)c->n_sps1, c->dps, (size_t)c->n_dps };
 }
 
-int cli_measure_engine(void *ctx, const int *rows, int n, int ctx_rows, int block, int reps, double *sps, char *err, size_t len) {
-    bs_err e = {0};
-    if (bs_profile_forwards(ctx, rows, n, ctx_rows, block, reps, sps, &e)) { snprintf(err, len, "%s", e.msg); return -1; }
-    return 0;
-}
-
-int cli_measure_engine_draft(void *ctx, const int *seqs, int n, int ctx_rows, int drafts, int reps, double *pps, char *err, size_t len) {
-    const cli_engine_drafter *ed = ctx;
-    bs_err e = {0};
-    if (bs_profile_drafter(ed->e, ed->d, seqs, n, ctx_rows, drafts, reps, pps, &e)) { snprintf(err, len, "%s", e.msg); return -1; }
-    return 0;
-}
-
-int cli_set_schedule(blockspec *bs, blockspec_schedule sched, const char *cost_model, int max_concurrency, int draft_max, char *err, size_t len) {
+int cli_set_schedule(blockspec *bs, blockspec_schedule sched, const char *cost_model, int max_concurrency, int block, int draft_max,
+                     char *err, size_t len) {
     cli_costs c = { 0 };
     if (sched == BLOCKSPEC_SCHEDULE_ALG1 || sched == BLOCKSPEC_SCHEDULE_ASYNC) {
         char dev[512], shape[256], drafter[256];
-        int block = 1 + (draft_max ? draft_max : 16);
         cli_cost_opts co = { .file = cost_model, .max_rows = max_concurrency * block, .max_seqs = max_concurrency, .ctx = 256, .block = block,
                              .reps = 3, .drafts = draft_max };
         cli_cost_keys(bs, &co, dev, sizeof dev, shape, sizeof shape, drafter, sizeof drafter);

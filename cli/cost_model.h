@@ -1,5 +1,5 @@
 // The schedulers' cost model on the command line (docs/scheduling.md), measured by the library
-// (blockspec_profile / blockspec_profile_drafter, or bs_profile_* on an engine) and cached here in a JSON
+// (blockspec_profile / blockspec_profile_drafter; the trace bench passes its own measure) and cached here in a JSON
 // file per device, target shape and drafter shape: $XDG_CACHE_HOME/blockspec/profile-<device>-<shape>[-<drafter>].json
 // ($HOME/.cache without XDG_CACHE_HOME). Three tables: the target's verify forwards by rows (rows in
 // sequences of `block`), its plain forwards by one-row sequences, and the drafter's passes by sequences.
@@ -58,7 +58,7 @@ int cli_cost_load(const char *path, const char *want_device, const char *want_sh
 // than [A-Za-z0-9._-] become '_'. NULL when neither XDG_CACHE_HOME nor HOME is set. Malloc'ed. mkdirs: create the folder.
 char *cli_cost_cache_path(const char *device, const char *shape, const char *drafter, int mkdirs);
 // The device part of the key: the library's name, plus for "cpu" the CPU model and the thread count.
-void cli_cost_device_key(const char *device_name, char *buf, size_t len);
+void cli_cost_device_key(const char *device_name, int threads, char *buf, size_t len);
 
 #include "blockspec.h"
 // cli_measure_fn / cli_measure_draft_fn over a blockspec handle (ctx: the blockspec *).
@@ -69,12 +69,10 @@ int cli_measure_handle_draft(void *ctx, const int *seqs, int n, int ctx_rows, in
 void cli_cost_keys(blockspec *bs, cli_cost_opts *o, char *dev, size_t dev_len, char *shape, size_t shape_len, char *drafter, size_t drafter_len);
 // The public form of the tables (pointing into c).
 blockspec_cost_model cli_costs_public(const cli_costs *c);
-// cli_measure_fn over an engine the command opened itself (ctx: the const bs_engine *), and
-// cli_measure_draft_fn over its drafter (ctx: a cli_engine_drafter *).
-int cli_measure_engine(void *ctx, const int *rows, int n, int ctx_rows, int block, int reps, double *sps, char *err, size_t len);
-struct bs_engine; struct bs_drafter;
-typedef struct cli_engine_drafter { const struct bs_engine *e; struct bs_drafter *d; } cli_engine_drafter;
-int cli_measure_engine_draft(void *ctx, const int *seqs, int n, int ctx_rows, int drafts, int reps, double *pps, char *err, size_t len);
 // Sets bs's schedule; for alg1 / async with its cost model (cost_model FILE, else the cache or a measurement)
-// sized for max_concurrency blocks of draft_max + 1 rows (draft_max 0: 16). 0, or -1 with a message in err.
-int cli_set_schedule(blockspec *bs, blockspec_schedule sched, const char *cost_model, int max_concurrency, int draft_max, char *err, size_t len);
+// sized for max_concurrency sequences of `block` rows (anchor + drafts), the drafter measured drafting
+// draft_max tokens (0: its block). 0, or -1 with a message in err.
+int cli_set_schedule(blockspec *bs, blockspec_schedule sched, const char *cost_model, int max_concurrency, int block, int draft_max,
+                     char *err, size_t len);
+// The verify block a batch of requests is measured for: draft_max + 1 rows (draft_max 0: 16 + 1).
+static inline int cli_batch_block(int draft_max) { return 1 + (draft_max ? draft_max : 16); }

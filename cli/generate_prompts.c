@@ -166,10 +166,10 @@ int cli_generate_prompts(const cli_prompts_opts *o) {
     blockspec_open_options oo = { .draft_vocab = o->draft_vocab, .drafter_fp8 = o->drafter_fp8, .no_calibration = o->no_calibration,
                                   .threads = o->threads, .no_graphs = o->no_graphs, .kv_rows = o->kv_rows };
     if (blockspec_open_ex(&bs, o->model, o->drafter, o->device, &oo, err, sizeof err)) goto out;
-    const char *w = blockspec_warnings(bs);
-    if (w) fprintf(stderr, "blockspec: warning: %s\n", w);
+    cli_print_warnings(bs);
     if (read_prompts(bs, o->prompts_file, &o->defaults, &pl, &n, err, sizeof err)) goto out;
-    if (cli_set_schedule(bs, o->sched, o->cost_model, o->max_concurrency, o->defaults.draft_max, err, sizeof err)) goto out;
+    if (cli_set_schedule(bs, o->sched, o->cost_model, o->max_concurrency, cli_batch_block(o->defaults.draft_max), o->defaults.draft_max,
+                         err, sizeof err)) goto out;
     if (o->trace) {
         if (!(tr.f = fopen(o->trace, "w"))) { snprintf(err, sizeof err, "%s: cannot write the trace", o->trace); goto out; }
         if (!(tr.rounds = calloc(n, sizeof(int)))) { snprintf(err, sizeof err, "out of memory"); goto out; }

@@ -43,6 +43,8 @@ typedef struct blockspec_stats {
     const char *finish_reason;            // why it stopped: "length" (n_new reached), "eos", "stop" (the callback
                                           // returned non-zero), "context" (n_new -1: the context is full) or
                                           // "cancelled" (blockspec_cancel)
+    double t_target, t_drafter;           // speculative decoding: seconds of t_generate in the target's verify
+                                          // forwards (with the acceptance test) and in the drafter; 0 for plain
 } blockspec_stats;
 
 // Called for every generated token (id) or piece of text; return non-zero to stop.
@@ -133,11 +135,26 @@ void blockspec_request_free(blockspec *bs, blockspec_request *r);
 int blockspec_tokenize(blockspec *bs, const char *text, int32_t **ids, size_t *n, char *err, size_t err_len);
 int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **text, char *err, size_t err_len);
 
+// ---- A tokenizer alone (no weights): `blockspec tokenize`, corpus tools ----
+// path: a tokenizer.json file, or a folder holding one (and optionally tokenizer_config.json). The calls
+// only read it: any thread may use one at any time. Returns 0, or -1 with a message in err.
+typedef struct blockspec_tokenizer blockspec_tokenizer;
+int  blockspec_tokenizer_open(blockspec_tokenizer **out, const char *path, char *err, size_t err_len);
+void blockspec_tokenizer_close(blockspec_tokenizer *t);
+// text[0..len) to ids (malloc'ed): special tokens written in the text are recognised; add_special 1 adds the
+// post-processor's special tokens too (as blockspec_tokenize does), 0 leaves them out.
+int  blockspec_tokenizer_encode(const blockspec_tokenizer *t, const char *text, size_t len, int add_special, int32_t **ids, size_t *n,
+                                char *err, size_t err_len);
+// ids to text (malloc'ed, NUL-terminated; *len its length): skip_special 1 drops special tokens (as
+// blockspec_detokenize does).
+int  blockspec_tokenizer_decode(const blockspec_tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **text, size_t *len,
+                                char *err, size_t err_len);
+
 // ---- For servers: chat rendering, streamed text, speculative counters ----
-// blockspec_tokenize, blockspec_detokenize, blockspec_chat_render, blockspec_vocab_size and
-// blockspec_max_context only read what was loaded: any thread may call them at any time, without the lock
-// (a server tokenizes on its connection threads while its engine thread steps). A detokenizer belongs to
-// one thread at a time.
+// blockspec_tokenize, blockspec_detokenize, blockspec_chat_render(_as), blockspec_tokenizer_error,
+// blockspec_vocab_size and blockspec_max_context only read what was loaded: any thread may call them at any
+// time, without the lock (a server tokenizes on its connection threads while its engine thread steps). A
+// detokenizer belongs to one thread at a time.
 
 // Renders messages with the model's chat template (tokenizer_config.json's, recognised natively: Qwen3 and
 // ChatML), adding the assistant's generation prompt. enable_thinking 0: Qwen3's empty <think></think>
@@ -145,6 +162,13 @@ int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **tex
 typedef struct blockspec_chat_message { const char *role; const char *content; } blockspec_chat_message;
 int blockspec_chat_render(blockspec *bs, const blockspec_chat_message *msgs, size_t n, int enable_thinking, char **text,
                           char *err, size_t err_len);
+// The same with a named template ("qwen3" or "chatml"; NULL: the model's), for a model whose template is
+// not recognised; an unknown name is an error naming the known ones.
+int blockspec_chat_render_as(blockspec *bs, const char *template_name, const blockspec_chat_message *msgs, size_t n,
+                             int enable_thinking, char **text, char *err, size_t err_len);
+// NULL when the folder's tokenizer is loaded; else why there is none: "" when the folder has no
+// tokenizer.json, or what made its tokenizer.json unusable (the text and chat calls then fail with it).
+const char *blockspec_tokenizer_error(const blockspec *bs);
 
 // A streaming detokenizer: feed the ids as they come; it returns the text that is complete so far (a UTF-8
 // character split across tokens is held until whole; special tokens are skipped). NULL: no tokenizer.
@@ -165,6 +189,8 @@ typedef struct blockspec_spec_counts {
     int n_pos;
     const long *pos_tried, *pos_accepted;
     int kv_rows;                 // KV rows this request's cache holds now (its pages x rows per page; 0 once it ended)
+    int n_lengths;               // speculative rounds so far, and per round the tokens it emitted (drafts accepted
+    const int *acceptance_lengths;   // + 1): valid until the request is freed
 } blockspec_spec_counts;
 void blockspec_request_spec_counts(const blockspec_request *r, blockspec_spec_counts *c);
 // The target's vocabulary size: prompt ids must lie in [0, it).
@@ -216,6 +242,10 @@ int blockspec_profile_drafter(blockspec *bs, const int *seqs, size_t n, int ctx,
 // The drafter's shape ("dspark-L3-H512-I1536-A8x4x64-B4-V8192-bf16"): with the device and the target's, the
 // key of a cached drafter table. 0, or -1 without a drafter (or when buf is too small).
 int blockspec_drafter_shape(const blockspec *bs, char *buf, size_t len);
+// The drafts the drafter proposes per round (its block), or 0 without a drafter.
+int blockspec_drafter_block(const blockspec *bs);
+// Worker threads of the process's pool (the CPU kernels and the host sampler): part of a CPU cost model's key.
+int blockspec_threads(const blockspec *bs);
 // The device the handle runs on ("cpu", "cuda:0 (NVIDIA H200)", ...) and the target's shape
 // ("L36-H4096-I12288-A32x8x128-V151936-bf16"): together they key a cached cost model.
 const char *blockspec_device_name(const blockspec *bs);

@@ -1,6 +1,7 @@
 // The public API (include/blockspec.h) as an embedder uses it: plain and speculative generation
 // agree, errors come back as messages, text round-trips through a tokenizer (public_api_text_round_trip).
 #include <pthread.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include "harness.h"
@@ -341,4 +342,63 @@ TEST(public_api_drafter_warning_returned) {
     int ok = w && strstr(w, "trained for a 99-layer target");
     blockspec_close(bs);
     CHECK(ok, "no warning about the target's layers: %s", w ? w : "(none)");
+}
+
+// Issue 25's additions for the command line: the tokenizer alone agrees with the handle's (add_special and
+// skip_special as documented), a folder without tokenizer.json says so through blockspec_tokenizer_error,
+// chat rendering by a named template (an unknown name is refused naming the known ones), the drafter's
+// block, and a request's timing split and acceptance lengths (one per round, covering its tokens).
+TEST(public_api_cli_additions) {
+    struct stat sb;
+    if (stat("models/blockspec-30m", &sb) || stat("models/blockspec-30m-dspark", &sb)) SKIP("no built-in model in models/");
+    char err[512];
+    blockspec *bs;
+    blockspec_tokenizer *t;
+    CHECK(blockspec_open(&bs, "models/blockspec-30m", "models/blockspec-30m-dspark", "cpu", err, sizeof err) == 0, "%s", err);
+    CHECK(blockspec_tokenizer_open(&t, "models/blockspec-30m/tokenizer.json", err, sizeof err) == 0, "%s", err);
+    CHECK(!blockspec_tokenizer_error(bs) && blockspec_drafter_block(bs) == 4, "tokenizer error %s, block %d", blockspec_tokenizer_error(bs),
+          blockspec_drafter_block(bs));
+    const char *text = "static int main(void) <|endoftext|>";
+    int32_t *a, *b;
+    size_t na, nb, len;
+    char *back;
+    CHECK(blockspec_tokenize(bs, text, &a, &na, err, sizeof err) == 0 && blockspec_tokenizer_encode(t, text, strlen(text), 1, &b, &nb, err, sizeof err) == 0, "%s", err);
+    CHECK(na == nb && !memcmp(a, b, na * sizeof *a), "the tokenizer alone gave %zu ids, the handle %zu", nb, na);
+    CHECK(blockspec_tokenizer_decode(t, b, nb, 0, &back, &len, err, sizeof err) == 0 && !strcmp(back, text) && len == strlen(text), "%s", back);
+    free(back);
+    CHECK(blockspec_tokenizer_decode(t, b, nb, 1, &back, &len, err, sizeof err) == 0 && !strcmp(back, "static int main(void) "), "%s", back);
+    free(back); free(a); free(b);
+    blockspec_tokenizer_close(t);
+    CHECK(blockspec_tokenizer_open(&t, "/nonexistent", err, sizeof err) != 0 && !t && strstr(err, "/nonexistent"), "%s", err);
+    blockspec_chat_message m[1] = { { "user", "hi" } };
+    char *chat = NULL;
+    CHECK(blockspec_chat_render_as(bs, "chatml", m, 1, 1, &chat, err, sizeof err) == 0 &&
+          !strcmp(chat, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), "%s", chat ? chat : err);
+    free(chat);
+    CHECK(blockspec_chat_render_as(bs, "bogus", m, 1, 1, &chat, err, sizeof err) != 0 && !chat && strstr(err, "qwen3, chatml"), "%s", err);
+    blockspec_params p = blockspec_default_params();
+    p.n_new = 40; p.stop_at_eos = 0; p.draft_max = 4;
+    int32_t prompt[2] = { 636, 419 };
+    blockspec_request *r;
+    CHECK(blockspec_submit(bs, prompt, 2, &p, NULL, NULL, &r, err, sizeof err) == 0, "%s", err);
+    while (blockspec_step(bs, err, sizeof err) > 0) {}
+    blockspec_stats st;
+    blockspec_spec_counts c;
+    blockspec_request_stats(r, &st);
+    blockspec_request_spec_counts(r, &c);
+    int sum = 0;
+    for (int i = 0; i < c.n_lengths; i++) sum += c.acceptance_lengths[i];
+    // The first token comes from the prefill; the last round may accept past n_new (only what fits is emitted).
+    CHECK(c.n_lengths == st.rounds && sum >= st.n_generated - 1 && sum < st.n_generated - 1 + 5, "%d lengths over %d rounds sum to %d (%d tokens)",
+          c.n_lengths, st.rounds, sum, st.n_generated);
+    CHECK(st.t_target > 0 && st.t_drafter > 0 && st.t_target + st.t_drafter <= st.t_generate, "target %g + drafter %g s of %g", st.t_target,
+          st.t_drafter, st.t_generate);
+    blockspec_request_free(bs, r);
+    blockspec_close(bs);
+    // A folder with weights but no tokenizer.json: "" (the fixture target).
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
+    CHECK(blockspec_open(&bs, dir, NULL, "cpu", err, sizeof err) == 0, "%s", err);
+    CHECK(blockspec_tokenizer_error(bs) && !blockspec_tokenizer_error(bs)[0] && blockspec_drafter_block(bs) == 0);
+    blockspec_close(bs);
 }

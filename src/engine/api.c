@@ -10,6 +10,7 @@
 #include "runtime/profile.h"
 #include "runtime/runtime.h"
 #include "spec/spec_loop.h"
+#include "util/threadpool.h"
 
 // The loaded target and drafter are shared by every request: each request's state (KV cache, drafter
 // context, RNG) is its own sequence. Submitted requests run in the handle's runtime (made on first use).
@@ -83,8 +84,8 @@ int blockspec_open_ex(blockspec **out, const char *target_dir, const char *draft
     char w[512] = "";
     snprintf(bs->warnings, sizeof bs->warnings, "%s", bs->eng->weight_warning);
     if (bs->eng->setup_warning[0]) add_warning(bs, bs->eng->setup_warning);
-    if (drafter_dir && bs_weights_check_path(drafter_dir, w, sizeof w, &e) > 0) add_warning(bs, w);
     if (bs->drafter && bs->drafter->warning[0]) add_warning(bs, bs->drafter->warning);
+    if (drafter_dir && bs_weights_check_path(drafter_dir, w, sizeof w, &e) > 0) add_warning(bs, w);
     *out = bs;
     return 0;
 }
@@ -178,7 +179,8 @@ void blockspec_request_stats(const blockspec_request *r, blockspec_stats *st) {
     pthread_mutex_lock(&r->bs->mu);
     const bs_spec_stats *s = &r->seq.st;
     double t_gen = bs_seq_done(&r->seq) ? s->t_total - s->t_prefill : 0;
-    *st = (blockspec_stats){ s->n_prompt, r->seq.n_out, s->rounds, bs_spec_tau(s), s->t_prefill, t_gen, bs_finish_name(s->finish) };
+    *st = (blockspec_stats){ s->n_prompt, r->seq.n_out, s->rounds, bs_spec_tau(s), s->t_prefill, t_gen, bs_finish_name(s->finish),
+                             s->t_target, s->t_draft };
     pthread_mutex_unlock(&r->bs->mu);
 }
 
@@ -226,7 +228,7 @@ static int generate_locked(blockspec *bs, const int32_t *prompt, size_t n_prompt
         bs_spec_opts o = { p->draft_max, p->confidence_threshold, p->stop_at_eos, &sch };
         if (bs_generate_spec(&s, d, prompt, (int)n_prompt, want, &o, out, &n, on_token, ctx, &st, &e)) goto out;
         if (stats) *stats = (blockspec_stats){ st.n_prompt, st.n_generated, st.rounds, bs_spec_tau(&st), st.t_prefill, st.t_total - st.t_prefill,
-                                               bs_finish_name(st.finish) };
+                                               bs_finish_name(st.finish), st.t_target, st.t_draft };
         bs_spec_stats_free(&st);
     } else {
         if (bs_generate_plain(&s, prompt, (int)n_prompt, want, p->stop_at_eos, out, &n, on_token, ctx, &e)) goto out;
@@ -287,19 +289,26 @@ int blockspec_detokenize(blockspec *bs, const int32_t *ids, size_t n, char **tex
 }
 
 const char *blockspec_warnings(const blockspec *bs) { return bs->warnings[0] ? bs->warnings : NULL; }
+const char *blockspec_tokenizer_error(const blockspec *bs) { return bs->eng->tok ? NULL : bs->eng->tok_error; }
 int blockspec_max_context(const blockspec *bs) { return bs->eng->cfg.max_position; }
 
 // ---- For servers ----
 
 int blockspec_chat_render(blockspec *bs, const blockspec_chat_message *msgs, size_t n, int enable_thinking, char **text,
                           char *err, size_t err_len) {
+    return blockspec_chat_render_as(bs, NULL, msgs, n, enable_thinking, text, err, err_len);
+}
+
+int blockspec_chat_render_as(blockspec *bs, const char *template_name, const blockspec_chat_message *msgs, size_t n,
+                             int enable_thinking, char **text, char *err, size_t err_len) {
     bs_err e = {0};
     *text = NULL;
     if (!bs->eng->tok) return fail(err, err_len, bs->eng->tok_error[0] ? bs->eng->tok_error : "this model folder has no tokenizer.json");
+    bs_chat_opts o = { BS_CHAT_AUTO, 1, enable_thinking };
+    if (template_name && bs_chat_kind_parse(template_name, &o.kind, &e)) return fail(err, err_len, e.msg);
     bs_chat_msg *m = calloc(n ? n : 1, sizeof *m);
     if (!m) return fail(err, err_len, "out of memory");
     for (size_t i = 0; i < n; i++) m[i] = (bs_chat_msg){ msgs[i].role, msgs[i].content, NULL };
-    bs_chat_opts o = { BS_CHAT_AUTO, 1, enable_thinking };
     int rc = bs_chat_render(bs->eng->tok, m, n, &o, text, &e);
     free(m);
     return rc ? fail(err, err_len, e.msg) : 0;
@@ -324,7 +333,7 @@ void blockspec_request_spec_counts(const blockspec_request *r, blockspec_spec_co
     for (int k = 0; k < BS_MAX_DRAFT; k++) if (s->pos_tried[k]) n_pos = k + 1;
     const bs_page_table *t = r->seq.kv ? &r->seq.kv->pages : NULL;
     *c = (blockspec_spec_counts){ s->rounds, s->drafted, s->accepted, n_pos, s->pos_tried, s->pos_accepted,
-                                  t && t->pool ? t->n_held * t->pool->page_rows : 0 };
+                                  t && t->pool ? t->n_held * t->pool->page_rows : 0, s->n_lengths, s->acceptance_lengths };
     pthread_mutex_unlock(&r->bs->mu);
 }
 
@@ -464,6 +473,9 @@ int blockspec_drafter_shape(const blockspec *bs, char *buf, size_t len) {
     int n = snprintf(buf, len, "%s", bs->drafter->shape[0] ? bs->drafter->shape : bs->drafter->name);
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
+
+int blockspec_drafter_block(const blockspec *bs) { return bs->drafter ? bs->drafter->max_drafts : 0; }
+int blockspec_threads(const blockspec *bs) { return bs_pool_size(); }
 
 const char *blockspec_device_name(const blockspec *bs) { return bs->eng->be->name; }
 

@@ -4,22 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "io/chat.h"
+#include "util/sbuf.h"
 
-typedef struct { char *s; size_t n, cap; int oom; } sbuf;
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + n + 1) c *= 2;
-        char *p = realloc(b->s, c);
-        if (!p) { b->oom = 1; return; }
-        b->s = p; b->cap = c;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
 
 int bs_chat_kind_parse(const char *name, bs_chat_kind *kind, bs_err *err) {
     if (!strcmp(name, "qwen3")) *kind = BS_CHAT_QWEN3;
@@ -63,14 +49,14 @@ int bs_chat_render(const bs_tokenizer *tok, const bs_chat_msg *m, size_t n, cons
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
             return bs_fail(err, "chat message %zu: role \"%s\" is not system, user, assistant or tool", i, r);
     }
-    sbuf b = { 0 };
+    bs_sbuf b = { 0 };
     if (kind == BS_CHAT_CHATML) {
         for (size_t i = 0; i < n; i++) {
-            puts_(&b, "<|im_start|>"); puts_(&b, m[i].role); puts_(&b, "\n"); puts_(&b, m[i].content); puts_(&b, "<|im_end|>\n");
+            bs_sbuf_puts(&b, "<|im_start|>"); bs_sbuf_puts(&b, m[i].role); bs_sbuf_puts(&b, "\n"); bs_sbuf_puts(&b, m[i].content); bs_sbuf_puts(&b, "<|im_end|>\n");
         }
-        if (o->add_generation_prompt) puts_(&b, "<|im_start|>assistant\n");
+        if (o->add_generation_prompt) bs_sbuf_puts(&b, "<|im_start|>assistant\n");
     } else {
-        if (n && !strcmp(m[0].role, "system")) { puts_(&b, "<|im_start|>system\n"); puts_(&b, m[0].content); puts_(&b, "<|im_end|>\n"); }
+        if (n && !strcmp(m[0].role, "system")) { bs_sbuf_puts(&b, "<|im_start|>system\n"); bs_sbuf_puts(&b, m[0].content); bs_sbuf_puts(&b, "<|im_end|>\n"); }
         // The last user message that is not a tool response: reasoning after it is shown.
         long last_query = (long)n - 1;
         for (long i = (long)n - 1; i >= 0; i--) {
@@ -80,7 +66,7 @@ int bs_chat_render(const bs_tokenizer *tok, const bs_chat_msg *m, size_t n, cons
         for (size_t i = 0; i < n; i++) {
             const char *r = m[i].role, *c = m[i].content;
             if (!strcmp(r, "user") || (!strcmp(r, "system") && i > 0)) {
-                puts_(&b, "<|im_start|>"); puts_(&b, r); puts_(&b, "\n"); puts_(&b, c); puts_(&b, "<|im_end|>\n");
+                bs_sbuf_puts(&b, "<|im_start|>"); bs_sbuf_puts(&b, r); bs_sbuf_puts(&b, "\n"); bs_sbuf_puts(&b, c); bs_sbuf_puts(&b, "<|im_end|>\n");
             } else if (!strcmp(r, "assistant")) {
                 const char *content = c, *reason = ""; size_t cl = strlen(c), rl = 0;
                 if (m[i].reasoning_content) { reason = m[i].reasoning_content; rl = strlen(reason); }
@@ -97,26 +83,26 @@ int bs_chat_render(const bs_tokenizer *tok, const bs_chat_msg *m, size_t n, cons
                     reason = st; rl = fl - (size_t)(st - c);
                     lstrip_nl(&reason, &rl);
                 }
-                puts_(&b, "<|im_start|>assistant\n");
+                bs_sbuf_puts(&b, "<|im_start|>assistant\n");
                 if ((long)i > last_query && (i == n - 1 || rl > 0)) {
                     const char *rs = reason; size_t rsl = rl;
                     lstrip_nl(&rs, &rsl); rstrip_nl(rs, &rsl);
-                    puts_(&b, "<think>\n"); put(&b, rs, rsl); puts_(&b, "\n</think>\n\n");
+                    bs_sbuf_puts(&b, "<think>\n"); bs_sbuf_put(&b, rs, rsl); bs_sbuf_puts(&b, "\n</think>\n\n");
                     lstrip_nl(&content, &cl);
                 }
-                put(&b, content, cl);
-                puts_(&b, "<|im_end|>\n");
+                bs_sbuf_put(&b, content, cl);
+                bs_sbuf_puts(&b, "<|im_end|>\n");
             } else if (!strcmp(r, "system")) {
                 // the first system message was written above
             } else {   // tool
-                if (i == 0 || strcmp(m[i - 1].role, "tool")) puts_(&b, "<|im_start|>user");
-                puts_(&b, "\n<tool_response>\n"); puts_(&b, c); puts_(&b, "\n</tool_response>");
-                if (i == n - 1 || strcmp(m[i + 1].role, "tool")) puts_(&b, "<|im_end|>\n");
+                if (i == 0 || strcmp(m[i - 1].role, "tool")) bs_sbuf_puts(&b, "<|im_start|>user");
+                bs_sbuf_puts(&b, "\n<tool_response>\n"); bs_sbuf_puts(&b, c); bs_sbuf_puts(&b, "\n</tool_response>");
+                if (i == n - 1 || strcmp(m[i + 1].role, "tool")) bs_sbuf_puts(&b, "<|im_end|>\n");
             }
         }
         if (o->add_generation_prompt) {
-            puts_(&b, "<|im_start|>assistant\n");
-            if (!o->enable_thinking) puts_(&b, "<think>\n\n</think>\n\n");
+            bs_sbuf_puts(&b, "<|im_start|>assistant\n");
+            if (!o->enable_thinking) bs_sbuf_puts(&b, "<think>\n\n</think>\n\n");
         }
     }
     if (b.oom) { free(b.s); return bs_fail(err, "out of memory rendering the chat"); }

@@ -7,6 +7,45 @@
 #include "runtime/profile.h"
 #include "util/timer.h"
 
+// A measured call: prepare (untimed; may be NULL), then run, timed between device syncs.
+typedef struct timed_call { int (*prepare)(void *ctx, bs_err *err); int (*run)(void *ctx, bs_err *err); void *ctx; } timed_call;
+
+// *best = the least time of reps runs after `warmup` untimed ones (a shape's first run may pay for warm-up;
+// a device records a drafter pass as a graph the second time it sees it).
+static int best_time(bs_backend *be, const timed_call *c, int warmup, int reps, double *best, bs_err *err) {
+    *best = 1e30;
+    for (int rep = 0; rep < warmup + reps; rep++) {
+        if (c->prepare && c->prepare(c->ctx, err)) return -1;
+        be->sync(be);
+        double t0 = bs_now();
+        if (c->run(c->ctx, err)) return -1;
+        be->sync(be);
+        double t = bs_now() - t0;
+        if (rep >= warmup && t < *best) *best = t;
+    }
+    return 0;
+}
+
+// One verify-shaped forward: b rows over m sequences of `block` rows, each cache back at its ctx rows.
+typedef struct verify_shape {
+    const bs_engine *e; bs_qwen3_ws *ws; bs_kv_cache *kv; bs_seq_rows *sr; const int32_t *ids; bs_fwd_out *out;
+    int ctx, block, b, m;
+} verify_shape;
+
+static int verify_prepare(void *ctx, bs_err *err) {
+    verify_shape *v = ctx;
+    for (int s = 0; s < v->m; s++) {
+        if (bs_kv_rollback(&v->kv[s], v->ctx, err)) return -1;
+        v->sr[s] = (bs_seq_rows){ &v->kv[s], v->ids, v->b - s * v->block < v->block ? v->b - s * v->block : v->block, 0 };
+    }
+    return 0;
+}
+
+static int verify_run(void *ctx, bs_err *err) {
+    verify_shape *v = ctx;
+    return bs_qwen3_forward_batch(&v->e->target, v->ws, v->sr, v->m, v->out, err);
+}
+
 int bs_profile_forwards(const bs_engine *e, const int *rows, int n, int ctx, int block, int reps, double *sps, bs_err *err) {
     const bs_qwen3_config *c = &e->cfg;
     bs_backend *be = e->be;
@@ -37,20 +76,9 @@ int bs_profile_forwards(const bs_engine *e, const int *rows, int n, int ctx, int
     if (bs_qwen3_forward_batch(&e->target, &ws, sr, n_seq, &pre, err)) goto out;
     bs_fwd_out all = { .logits = logits, .logits_all = 1 };
     for (int i = 0; i < n; i++) {
-        int b = rows[i], m = (b + block - 1) / block;
-        double best = 1e30;
-        for (int rep = 0; rep < reps + 1; rep++) {   // one more: the first of a shape may pay for warm-up
-            for (int s = 0; s < m; s++) {
-                if (bs_kv_rollback(&kv[s], ctx, err)) goto out;
-                sr[s] = (bs_seq_rows){ &kv[s], ids, b - s * block < block ? b - s * block : block, 0 };
-            }
-            be->sync(be);
-            double t0 = bs_now();
-            if (bs_qwen3_forward_batch(&e->target, &ws, sr, m, &all, err)) goto out;
-            be->sync(be);
-            double t = bs_now() - t0;
-            if (rep > 0 && t < best) best = t;
-        }
+        verify_shape v = { e, &ws, kv, sr, ids, &all, ctx, block, rows[i], (rows[i] + block - 1) / block };
+        double best;
+        if (best_time(be, &(timed_call){ verify_prepare, verify_run, &v }, 1, reps, &best, err)) goto out;
         sps[i] = 1 / best;
     }
     rc = 0;
@@ -62,14 +90,19 @@ out:
     return rc;
 }
 
-// One timed drafter pass over the first m contexts (the runtime's calls: propose alone, else propose_batch).
-static int draft_pass(bs_drafter *d, int m, bs_drafter_ctx **c, const int32_t *anchors, const int *max_n, const bs_sampling **smp,
-                      bs_rng **rng, bs_draft *out, bs_err *err) {
-    if (m == 1 || !d->propose_batch) {
-        for (int s = 0; s < m; s++) if (d->propose(d, c[s], anchors[s], max_n[s], smp[s], rng[s], &out[s], err)) return -1;
+// One drafter pass over the first m contexts (the runtime's calls: propose alone, else propose_batch).
+typedef struct draft_shape {
+    bs_drafter *d; int m; bs_drafter_ctx **c; const int32_t *anchors; const int *max_n; const bs_sampling **smp; bs_rng **rng; bs_draft *out;
+} draft_shape;
+
+static int draft_pass(void *ctx, bs_err *err) {
+    draft_shape *p = ctx;
+    bs_drafter *d = p->d;
+    if (p->m == 1 || !d->propose_batch) {
+        for (int s = 0; s < p->m; s++) if (d->propose(d, p->c[s], p->anchors[s], p->max_n[s], p->smp[s], p->rng[s], &p->out[s], err)) return -1;
         return 0;
     }
-    return d->propose_batch(d, m, c, anchors, max_n, smp, rng, out, err);
+    return d->propose_batch(d, p->m, p->c, p->anchors, p->max_n, p->smp, p->rng, p->out, err);
 }
 
 int bs_profile_drafter(const bs_engine *e, bs_drafter *d, const int *seqs, int n, int ctx, int drafts, int reps, double *pps, bs_err *err) {
@@ -107,15 +140,9 @@ int bs_profile_drafter(const bs_engine *e, bs_drafter *d, const int *seqs, int n
         smp[n_ctx] = &greedy;
     }
     for (int i = 0; i < n; i++) {
-        double best = 1e30;
-        for (int rep = 0; rep < reps + 2; rep++) {   // two more: a device records a pass the second time it sees it
-            be->sync(be);
-            double t0 = bs_now();
-            if (draft_pass(d, seqs[i], cp, anchors, max_n, smp, rp, out, err)) goto out;
-            be->sync(be);
-            double t = bs_now() - t0;
-            if (rep > 1 && t < best) best = t;
-        }
+        draft_shape p = { d, seqs[i], cp, anchors, max_n, smp, rp, out };
+        double best;
+        if (best_time(be, &(timed_call){ NULL, draft_pass, &p }, 2, reps, &best, err)) goto out;
         pps[i] = 1 / best;
     }
     rc = 0;

@@ -7,6 +7,7 @@
 #include "train/bpe_train.h"
 #include "io/json.h"   // bs_read_file
 #include "io/tokenizer_internal.h"
+#include "util/sbuf.h"
 #include "util/timer.h"
 
 const char *bs_bpe_train_regex(void) { return bs_qwen2_regex(); }
@@ -206,70 +207,56 @@ static int count_words(trainer *T, bs_tok_map *words, const char *text, size_t l
 
 // The output text, written directly: building it as a cJSON tree took several allocations per token and
 // merge (a node, its key, its value) only to print them once.
-typedef struct { char *s; size_t n, cap; int oom; } sbuf;
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 4096;
-        while (c < b->n + n + 1) c *= 2;
-        char *p = realloc(b->s, c);
-        if (!p) { b->oom = 1; return; }
-        b->s = p; b->cap = c;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-}
-static void sb_lit(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-static void sb_int(sbuf *b, size_t v) { char num[24]; sb_put(b, num, (size_t)snprintf(num, sizeof num, "%zu", v)); }
+static void sb_int(bs_sbuf *b, size_t v) { char num[24]; bs_sbuf_put(b, num, (size_t)snprintf(num, sizeof num, "%zu", v)); }
 // A JSON string, escaped as cJSON prints one (the files stay byte for byte what they were): quote and
 // backslash, \b \f \n \r \t, other bytes below 0x20 as \u00xx; every other byte as it is.
-static void sb_str(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
+static void sb_str(bs_sbuf *b, const char *s) {
+    bs_sbuf_put(b, "\"", 1);
     for (const char *run = s;; s++) {
         unsigned char c = (unsigned char)*s;
         if (c > 31 && c != '"' && c != '\\') continue;
-        sb_put(b, run, (size_t)(s - run));
+        bs_sbuf_put(b, run, (size_t)(s - run));
         if (!c) break;
         char esc[8];
         const char *short_esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\b' ? "\\b" : c == '\f' ? "\\f"
                               : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
         if (!short_esc) { snprintf(esc, sizeof esc, "\\u%04x", c); short_esc = esc; }
-        sb_lit(b, short_esc);
+        bs_sbuf_puts(b, short_esc);
         run = s + 1;
     }
-    sb_put(b, "\"", 1);
+    bs_sbuf_put(b, "\"", 1);
 }
 
 // tokenizer.json: NFC, the Split regex then ByteLevel, the special tokens as added tokens, the vocab and merges.
 static int write_json(trainer *T, const bs_bpe_train_opts *o, int32_t (*merges)[2], size_t n_merges, const char *path, bs_err *err) {
     static const char *byte_level = "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":false,\"use_regex\":false}";
-    sbuf b = { 0 };
-    sb_lit(&b, "{\"added_tokens\":[");
+    bs_sbuf b = { 0 };
+    bs_sbuf_puts(&b, "{\"added_tokens\":[");
     for (size_t i = 0; i < o->n_special; i++) {
-        sb_lit(&b, i ? ",{\"id\":" : "{\"id\":"); sb_int(&b, i);
-        sb_lit(&b, ",\"content\":"); sb_str(&b, o->special[i]);
-        sb_lit(&b, ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}");
+        bs_sbuf_puts(&b, i ? ",{\"id\":" : "{\"id\":"); sb_int(&b, i);
+        bs_sbuf_puts(&b, ",\"content\":"); sb_str(&b, o->special[i]);
+        bs_sbuf_puts(&b, ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}");
     }
-    sb_lit(&b, "],\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":{\"type\":\"NFC\"},"
+    bs_sbuf_puts(&b, "],\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":{\"type\":\"NFC\"},"
                "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"pattern\":{\"Regex\":");
     sb_str(&b, bs_bpe_train_regex());
-    sb_lit(&b, "},\"type\":\"Split\",\"behavior\":\"Isolated\",\"invert\":false},"); sb_lit(&b, byte_level);
-    sb_lit(&b, "]},\"post_processor\":"); sb_lit(&b, byte_level);
-    sb_lit(&b, ",\"decoder\":"); sb_lit(&b, byte_level);
-    sb_lit(&b, ",\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":\"\","
+    bs_sbuf_puts(&b, "},\"type\":\"Split\",\"behavior\":\"Isolated\",\"invert\":false},"); bs_sbuf_puts(&b, byte_level);
+    bs_sbuf_puts(&b, "]},\"post_processor\":"); bs_sbuf_puts(&b, byte_level);
+    bs_sbuf_puts(&b, ",\"decoder\":"); bs_sbuf_puts(&b, byte_level);
+    bs_sbuf_puts(&b, ",\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":\"\","
                "\"end_of_word_suffix\":\"\",\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":false,\"vocab\":{");
     // Special tokens sit in the model vocab too, as Hugging Face's trainer writes them: tokenizers gives an added
     // token the vocab's id when it is there, and otherwise the next id after the vocab's count.
     for (size_t i = 0; i < T->tok_ids.n; i++) {
-        if (i) sb_put(&b, ",", 1);
-        sb_str(&b, tok_str(T, (int32_t)i)); sb_put(&b, ":", 1); sb_int(&b, i);
+        if (i) bs_sbuf_put(&b, ",", 1);
+        sb_str(&b, tok_str(T, (int32_t)i)); bs_sbuf_put(&b, ":", 1); sb_int(&b, i);
     }
-    sb_lit(&b, "},\"merges\":[");
+    bs_sbuf_puts(&b, "},\"merges\":[");
     for (size_t i = 0; i < n_merges; i++) {
-        sb_lit(&b, i ? ",[" : "["); sb_str(&b, tok_str(T, merges[i][0]));
-        sb_put(&b, ",", 1); sb_str(&b, tok_str(T, merges[i][1])); sb_put(&b, "]", 1);
+        bs_sbuf_puts(&b, i ? ",[" : "["); sb_str(&b, tok_str(T, merges[i][0]));
+        bs_sbuf_put(&b, ",", 1); sb_str(&b, tok_str(T, merges[i][1])); bs_sbuf_put(&b, "]", 1);
     }
-    sb_lit(&b, "]}}");
+    bs_sbuf_puts(&b, "]}}");
     if (b.oom) { free(b.s); return bs_fail(err, "out of memory writing %s", path); }
     FILE *f = fopen(path, "wb");
     int rc = 0;
