@@ -20,3 +20,6 @@ void fx_join_ids(const int32_t *ids, long n, char *buf, size_t cap);
 void fx_check_target_fixture(int *failed_, const char *device);
 // The same check on any target folder and its NAME.expect.safetensors (same tensor names; e.g. tests/ref/llama).
 void fx_check_target_fixture_at(int *failed_, const char *device, const char *model_dir, const char *expect_file);
+// The same for checkpoint REF/NAME and REF/NAME.expect.safetensors of a reference folder (tests/ref/llama,
+// tests/ref/gemma4); SKIPs with `missing` when the vectors are not there.
+void fx_check_ref_fixture(int *failed_, const char *device, const char *ref, const char *name, const char *missing);

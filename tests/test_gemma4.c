@@ -19,13 +19,7 @@
 #define GEMMA4_REF "tests/ref/gemma4"
 
 static void gemma4_fixture(int *failed_, const char *name, const char *dev) {
-    char dir[512], file[512];
-    snprintf(dir, sizeof dir, GEMMA4_REF "/%s", name);
-    snprintf(file, sizeof file, GEMMA4_REF "/%s.expect.safetensors", name);
-    FILE *f = fopen(file, "rb");
-    if (!f) SKIP("tests/ref/gemma4 has no reference vectors (python3 tests/ref/make_gemma4_fixture.py makes them)");
-    fclose(f);
-    fx_check_target_fixture_at(failed_, dev, dir, file);
+    fx_check_ref_fixture(failed_, dev, GEMMA4_REF, name, "tests/ref/gemma4 has no reference vectors (python3 tests/ref/make_gemma4_fixture.py makes them)");
 }
 
 TEST(gemma4_fixture_text_cpu_reference) { gemma4_fixture(failed_, "gemma4_text", "cpu-ref"); }

@@ -461,13 +461,7 @@ TEST(llama_tokenizer_hand_built) {
 
 // transformers' LlamaForCausalLM vectors (tests/ref/make_llama_fixture.py, tests/ref/llama/README.md).
 static void llama_fixture(int *failed_, const char *name, const char *dev) {
-    char dir[512], file[512];
-    snprintf(dir, sizeof dir, LLAMA_REF "/%s", name);
-    snprintf(file, sizeof file, LLAMA_REF "/%s.expect.safetensors", name);
-    FILE *f = fopen(file, "rb");
-    if (!f) SKIP("tests/ref/llama has no reference vectors yet (made on the GPU machine by tests/ref/make_llama_fixture.py)");
-    fclose(f);
-    fx_check_target_fixture_at(failed_, dev, dir, file);
+    fx_check_ref_fixture(failed_, dev, LLAMA_REF, name, "tests/ref/llama has no reference vectors yet (made on the GPU machine by tests/ref/make_llama_fixture.py)");
 }
 
 TEST(llama_fixture_llama3_cpu_reference) { llama_fixture(failed_, "llama3", "cpu-ref"); }

@@ -100,6 +100,16 @@ void fx_check_target_fixture_at(int *failed_, const char *dev, const char *model
     bs_engine_close(e);
 }
 
+void fx_check_ref_fixture(int *failed_, const char *device, const char *ref, const char *name, const char *missing) {
+    char dir[512], file[512];
+    snprintf(dir, sizeof dir, "%s/%s", ref, name);
+    snprintf(file, sizeof file, "%s/%s.expect.safetensors", ref, name);
+    FILE *f = fopen(file, "rb");
+    if (!f) SKIP(missing);
+    fclose(f);
+    fx_check_target_fixture_at(failed_, device, dir, file);
+}
+
 void fx_check_target_fixture(int *failed_, const char *dev) {
     char dir[1024], file[1024];
     snprintf(dir, sizeof dir, "%s/target", bs_fixtures_dir());
