@@ -139,6 +139,10 @@ struct bs_backend {
     void (*swiglu)(bs_backend *be, float *h, const float *gate, const float *up, size_t n);
     // y[i] += x[i]
     void (*add)(bs_backend *be, float *y, const float *x, size_t n);
+    // h[i] = gelu_tanh(gate[i]) * up[i] for i < n (h may alias gate), gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi)
+    // (x + 0.044715 x^3))) in fp32: MLX's gelu_approx, the gated-GELU FFN of the seed's DSpark v1 drafter
+    // (src/model/dspark_v1.c). Optional (NULL: a model that needs it refuses the backend at load).
+    void (*gelu_mul)(bs_backend *be, float *h, const float *gate, const float *up, size_t n);
     // out[n][table.cols] = table[ids[i]] widened (ids: host array, already range-checked)
     void (*embed)(bs_backend *be, float *out, const bs_mat *table, const int32_t *ids, int n);
     // dst rows of width floats at stride dst_stride <- src rows at src_stride (both in floats)

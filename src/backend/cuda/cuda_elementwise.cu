@@ -14,10 +14,22 @@ __global__ void add_kernel(float *y, const float *x, size_t n) {
     pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] += x[i];
 }
+// ref_gelu_mul's expression (cpu_ref.c): MLX's gelu_approx times up.
+__global__ void gelu_mul_kernel(float *h, const float *g, const float *u, size_t n) {
+    pdl_enter();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float x = g[i];
+        h[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i];
+    }
+}
 static int ew_blocks(size_t n) { size_t b = (n + 255) / 256; return b > 4096 ? 4096 : (int)(b ? b : 1); }
 void cu_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
     if (!n) return;
     launch_k(CI(be), "swiglu", swiglu_kernel, dim3(ew_blocks(n)), dim3(256), 0, h, g, u, n);
+}
+void cu_gelu_mul(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
+    if (!n) return;
+    launch_k(CI(be), "gelu_mul", gelu_mul_kernel, dim3(ew_blocks(n)), dim3(256), 0, h, g, u, n);
 }
 void cu_add(bs_backend *be, float *y, const float *x, size_t n) {
     if (!n) return;

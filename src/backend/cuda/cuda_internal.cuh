@@ -224,6 +224,7 @@ void cu_attention(bs_backend *be, float *out, const float *q, const bs_kv_view *
                   int n_kv, int hd, int n_keys, int q_pos0, int causal, int window);
 void cu_attention_spans(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads, int n_kv, int hd);
 void cu_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n);
+void cu_gelu_mul(bs_backend *be, float *h, const float *g, const float *u, size_t n);
 void cu_add(bs_backend *be, float *y, const float *x, size_t n);
 void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n);
 void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width);
