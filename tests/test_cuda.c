@@ -544,6 +544,10 @@ TEST(cuda_op_rmsnorm_rope_elementwise) {
         CHECK(rel_err(g, r, n) < 1e-5, "swiglu: %g", rel_err(g, r, n));
         ref->add(ref, r, b, n); be->add(be, da, db, n); free(g); g = down(be, da, n);
         CHECK(rel_err(g, r, n) < 1e-5, "add: %g", rel_err(g, r, n));
+        // gelu_mul (the seed's DSpark v1 FFN): a fresh upload of a, then h = gelu_tanh(a) * b in place
+        be->upload(be, da, a, 4 * n);
+        ref->gelu_mul(ref, r, a, b, n); be->gelu_mul(be, da, da, db, n); free(g); g = down(be, da, n);
+        CHECK(rel_err(g, r, n) < 1e-5, "gelu_mul: %g", rel_err(g, r, n));
         free(a); free(b); free(r); free(g); be->free(be, da); be->free(be, db);
     }
     // embed (bf16 tables: 128 columns, which the backend stores tiled for its GEMM, then 72, row-major),

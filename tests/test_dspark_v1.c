@@ -365,3 +365,24 @@ TEST(dspark_v1_bad_input) {
     }
     bs_engine_close(e);
 }
+
+// gelu_mul against the tanh-GELU formula in double (both CPU backends; the CUDA kernel: tests/test_cuda.c).
+TEST(dspark_v1_gelu_mul_op) {
+    const char *devs[] = { "cpu", "cpu-ref" };
+    for (int b = 0; b < 2; b++) {
+        bs_err err = {0};
+        bs_backend *be = bs_backend_by_name(devs[b], &err);
+        CHECK(be && be->gelu_mul, "%s: %s", devs[b], err.msg);
+        enum { N = 41 };
+        float g[N], u[N], h[N];
+        for (int i = 0; i < N; i++) { g[i] = -6.0f + 0.3f * i; u[i] = 0.5f + 0.05f * i; }
+        be->gelu_mul(be, h, g, u, N);
+        for (int i = 0; i < N; i++) {
+            double x = g[i], want = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+            CHECK_NEAR(h[i], want, 1e-6 * fabs(want) + 1e-7, "%s: gelu_mul(%g, %g)", devs[b], g[i], u[i]);
+        }
+        be->gelu_mul(be, g, g, u, N);   // in place (h aliasing gate)
+        CHECK(!memcmp(g, h, sizeof h), "%s: gelu_mul in place differs", devs[b]);
+        be->destroy(be);
+    }
+}
