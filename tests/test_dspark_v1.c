@@ -386,3 +386,41 @@ TEST(dspark_v1_gelu_mul_op) {
         be->destroy(be);
     }
 }
+
+// A calibration.json beside the adapter scales its confidence logits (c_k = sigmoid(z_k / T_k + b_k),
+// docs/calibration.md), as for DeepSpec's DSpark; --no-calibration (no_calibration) keeps the raw ones; a file
+// for another number of positions is refused.
+TEST(dspark_v1_calibration) {
+    if (access(REF "/dspark_v1.expect.safetensors", R_OK)) SKIP(REF " is missing");
+    bs_err err = {0};
+    bs_engine *e;
+    CHECK(bs_engine_open(&e, TARGET, "cpu", &err) == 0, "%s", err.msg);
+    const char *tmp = bs_test_tmpdir("dsv1cal");
+    CHECK(tmp);
+    char dir[600], cal[700];
+    snprintf(dir, sizeof dir, "%s/a", tmp);
+    snprintf(cal, sizeof cal, "%s/calibration.json", dir);
+    CHECK(mkdir(dir, 0755) == 0 && write_variant(dir, NULL, NULL, "F32", NULL, NULL) == 0);
+    CHECK(tu_write_text(cal, "{\"version\": 1, \"temperatures\": [2, 2, 0.5, 1, 4], \"biases\": [0, 0.5, 0, -1, 0]}") == 0);
+    const float T[5] = { 2, 2, 0.5f, 1, 4 }, b[5] = { 0, 0.5f, 0, -1, 0 };
+    int32_t prompt[6] = { 3, 1, 4, 1, 5, 9 };
+    for (int raw = 0; raw < 2; raw++) {
+        bs_drafter_opts o = { .lossy_weights = -1, .no_calibration = raw };
+        bs_drafter_ctx dc;
+        bs_drafter *d = tu_drafter_with_context(e, dir, &o, &dc, prompt, 6, &err);
+        CHECK(d, "%s", err.msg);
+        float z[BS_MAX_DRAFT];
+        bs_dspark_v1_inspect ins = { .conf_logits = z };
+        bs_draft dr;
+        CHECK(bs_dspark_v1_forward_block(d, &dc, 7, 5, NULL, NULL, &dr, &ins, &err) == 0 && dr.n == 5 && dr.has_conf, "%s", err.msg);
+        for (int k = 0; k < 5; k++) {
+            double want = 1 / (1 + exp(-(raw ? z[k] : z[k] / T[k] + b[k])));
+            CHECK_NEAR(dr.conf[k], want, 1e-6, "%s confidence %d", raw ? "raw" : "calibrated", k);
+        }
+        tu_drafter_free(d, &dc);
+    }
+    CHECK(tu_write_text(cal, "{\"version\": 1, \"temperatures\": [2, 2]}") == 0);
+    const char *words[] = { "calibration.json", NULL };
+    expect_open_error(failed_, e, dir, "calibration for 2 positions", words);
+    bs_engine_close(e);
+}
