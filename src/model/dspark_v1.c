@@ -353,6 +353,15 @@ static void backbone(dspark_v1 *m, int32_t anchor) {
 
 static float sigmoidf_(float z) { return 1.0f / (1.0f + expf(-z)); }
 
+// What this drafter reads of the target, all here and in backbone() (docs/dspark-v1.md, "What a Gemma-4 target
+// must provide"): the tap (taps[0] = n_layers: after the final norm), the raw embedding table (backbone) and
+// this head. U = hout . lm_head^T is the target's logit space for Qwen3 and Llama, whose heads have no soft-cap;
+// a target whose head soft-caps its logits (Gemma: cap * tanh(U / cap)) must apply the same cap here, or the
+// drafts live in another space than the target's p (still lossless, but poorly accepted).
+static void target_head(dspark_v1 *m, float *logits, const float *hout, int n) {
+    m->be->matmul(m->be, logits, hout, n, &m->target->lm_head, 0);
+}
+
 int bs_dspark_v1_forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
                                bs_draft *out, const bs_dspark_v1_inspect *ins, bs_err *err) {
     memset(out, 0, sizeof *out);
@@ -382,7 +391,7 @@ int bs_dspark_v1_forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor
     // U_k: out_proj to the target's width, then the target's own LM head (no final norm: the seed's hidden is
     // handed to logitsFromHidden as it comes out of out_proj).
     be->matmul(be, m->hout, h, n, &m->out_proj, 0);
-    be->matmul(be, m->logits, m->hout, n, &m->target->lm_head, 0);
+    target_head(m, m->logits, m->hout, n);
     if (ins && ins->base_logits) be->download(be, ins->base_logits, m->logits, sizeof(float) * n * V);
 
     // The walk: L_k = U_k + W2^T W1[x_{k-1}], x_0 the anchor, each step drawn from (or the argmax of) L_k processed
