@@ -236,11 +236,12 @@ static int write_variant(const char *dir, const char *drop, const char *grow, co
         if (g) shape[0]++;
         size_t m = n + (g ? row : 0);
         const char *dt = !only || !strcmp(only, t->name) ? dtype : "F32";
-        int half = strcmp(dt, "F32") != 0;
+        int half = strcmp(dt, "F32") && strcmp(dt, "I32");
         char *b = calloc(m, half ? 2 : 4);
         const float *src = t->data;
         for (size_t k = 0; k < n; k++) {
-            if (!half) ((float *)b)[k] = src[k];
+            if (!strcmp(dt, "I32")) ((int32_t *)b)[k] = (int32_t)src[k];
+            else if (!half) ((float *)b)[k] = src[k];
             else ((uint16_t *)b)[k] = !strcmp(dt, "BF16") ? bs_f32_to_bf16(src[k]) : bs_f32_to_f16(src[k]);
         }
         bufs[i] = b;
@@ -296,7 +297,7 @@ TEST(dspark_v1_bad_input) {
     struct { const char *what, *drop, *grow, *dtype, *json; const char *words[4]; } cases[] = {
         { "missing tensor", "markov.w2", NULL, "F32", NULL, { "markov.w2", "missing", "[8, 256]", NULL } },
         { "missing layer tensor", "bb.1.down", NULL, "F32", NULL, { "bb.1.down", "missing", NULL } },
-        { "wrong shape", NULL, "conf.w", "F32", NULL, { "conf.w", "40", NULL } },
+        { "wrong shape", NULL, "conf.w", "F32", NULL, { "conf.w", "[41, 1], expected [40, 1] from", "dspark.json" } },
         { "wrong shape (pos_emb)", NULL, "pos_emb", "F32", NULL, { "pos_emb", NULL } },
         { "dDraft not divisible", NULL, NULL, "F32", v1_json(js, sizeof js, 5, 32, 2, 5, 8, 2, 64, 256, ""), { "config.dDraft", "config.nHeads", "divisible", NULL } },
     };
@@ -305,6 +306,10 @@ TEST(dspark_v1_bad_input) {
         expect_open_error(failed_, e, dir, cases[i].what, cases[i].words);
         if (*failed_) return;
     }
+    // an integer tensor is refused by name
+    CHECK(write_variant(dir, NULL, NULL, "I32", "out_norm", NULL) == 0);
+    expect_open_error(failed_, e, dir, "integer tensor", (const char *const[]){ "out_norm", "dtype I32", NULL });
+    if (*failed_) return;
     // dspark.json against the target, and its fields
     struct { const char *what, *json; const char *words[4]; } jcases[] = {
         { "hidden size", v1_json((char[1024]){0}, 1024, 5, 32, 2, 4, 8, 2, 96, 256, ""), { "dims.hiddenSize", "96", "64", NULL } },
@@ -326,8 +331,7 @@ TEST(dspark_v1_bad_input) {
         expect_open_error(failed_, e, dir, jcases[i].what, jcases[i].words);
         if (*failed_) return;
     }
-    // Stored dtypes: BF16 and F16 weights load and draft close to the F32 ones (their rounding apart); an integer
-    // tensor is refused by name.
+    // Stored dtypes: BF16 and F16 weights load and draft close to the F32 ones (their rounding apart).
     float *ref = NULL;
     const char *dts[] = { "F32", "BF16", "F16" };
     for (int k = 0; k < 3; k++) {

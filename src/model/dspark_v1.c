@@ -67,12 +67,20 @@ static void add_warning(dspark_v1 *m, const char *fmt, ...) {
 
 // The host view of a tensor of the seed's shape (rows 0: a vector of cols), errors naming the folder and the tensor.
 static int host_view(dspark_v1 *m, const char *name, int64_t rows, int64_t cols, bs_mat *host, bs_err *err) {
-    if (!bs_checkpoint_find(m->ck, name)) {
-        if (rows) return bs_fail(err, "drafter %s: missing tensor '%s' (dspark.json implies [%lld, %lld])", m->dir, name, (long long)rows, (long long)cols);
-        return bs_fail(err, "drafter %s: missing tensor '%s' (dspark.json implies [%lld])", m->dir, name, (long long)cols);
+    char want[64], have[160];
+    if (rows) snprintf(want, sizeof want, "[%lld, %lld]", (long long)rows, (long long)cols);
+    else snprintf(want, sizeof want, "[%lld]", (long long)cols);
+    const bs_tensor_info *t = bs_checkpoint_find(m->ck, name);
+    if (!t) return bs_fail(err, "drafter %s: missing tensor '%s' (%s implies %s)", m->dir, name, BS_DSPARK_V1_FILE, want);
+    // The shape first, so that the message names dspark.json (bs_checkpoint_mat's would name config.json).
+    int ok = t->n_dims == (rows ? 2 : 1) && t->shape[0] == (rows ? rows : cols) && (!rows || t->shape[1] == cols);
+    if (!ok) {
+        int len = snprintf(have, sizeof have, "[");
+        for (int d = 0; d < t->n_dims && len < (int)sizeof have - 24; d++) len += snprintf(have + len, sizeof have - len, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        snprintf(have + len, sizeof have - len, "]");
+        return bs_fail(err, "%s: tensor '%s' has shape %s, expected %s from %s/%s", t->file, name, have, want, m->dir, BS_DSPARK_V1_FILE);
     }
-    if (bs_checkpoint_mat(m->ck, name, rows, cols, host, err)) return bs_wrap(err, "drafter %s (shapes from its dspark.json)", m->dir);
-    return 0;
+    return bs_checkpoint_mat(m->ck, name, rows, cols, host, err);   // (the dtype: F32, BF16 or F16)
 }
 
 static int keep_host(dspark_v1 *m, void *p, bs_err *err) {
@@ -198,7 +206,7 @@ int bs_dspark_v1_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int m
     m->iface.free = v1_free;
     bs_dspark_v1_config *c = &m->cfg;
     if (bs_dspark_v1_config_load(c, dir, err) || check_target(m, o, err)) goto fail;
-    if (bs_checkpoint_open(&m->ck, dir, err)) { bs_wrap(err, "drafter %s", dir); goto fail; }
+    if (bs_checkpoint_open(&m->ck, dir, err)) goto fail;   // (its message names the folder)
     m->G = c->gamma; m->S = c->gamma + 1; m->D = c->d_draft; m->nh = c->n_heads; m->hd = c->d_draft / c->n_heads;
     m->I = c->ff_mult * c->d_draft; m->r = c->markov_rank; m->H = c->hidden_size; m->V = c->vocab_size;
     m->max_ctx = max_ctx > 0 ? max_ctx : target->cfg.max_position;
