@@ -28,7 +28,8 @@
 #  1. The context vector. The seed taps "the final post-norm hidden from model.forwardHidden" at "each anchor";
 #     at inference hCtx is handed in beside anchorTok = "the bonus token", which the target has not run yet. Here:
 #     the hidden state of the row BEFORE the anchor (the row whose logits produced it), the only one available
-#     when drafting; blockspec reads the last committed context row (tap n_layers: after the final norm).
+#     when drafting; blockspec reads the last committed context row (tap n_layers: after the final norm). (The
+#     seed's training loop, which would say which row it paired with each anchor, is not in the seed.)
 #  2. The head. #baseLogits calls model.logitsFromHidden(out_proj(h)), "shared head (+softcap)", on a hidden that
 #     comes from out_proj: no target final norm is applied (the seed's hidden already stands for a post-norm one).
 #     The Gemma-4 head's final soft-cap applies in that call; a Qwen3 / Llama head has none.
