@@ -40,12 +40,13 @@ typedef struct dspark_v1 {
     float *seq0;                     // [S][D]: pos[0], pos[1], mask_emb[j] + pos[j + 2]: the rows before the projections
     float *hctx, *emb;               // [H] the context vector, [H] the anchor's embedding row
     float *x, *xn, *q, *k, *v, *att, *gate, *up;   // [S][D] ([S][I] for gate, up)
-    float *hout, *logits, *he, *conf_out;          // [G][H], [G][V], [G][D + r], [G]
+    float *hout, *logits, *he;                     // [G][H], [G][V], [G][D + r]
 } dspark_v1;
 
 typedef struct v1_ctx {
     bs_page_table pages;
     float *qdist;                    // [G][V] the walk's processed distributions (bs_draft.q)
+    int32_t *picks;                  // backend [2G]: the walk's drafts, then the confidence logits (one download)
 } v1_ctx;
 
 static void v1_free(bs_drafter *d);
@@ -159,7 +160,8 @@ static int check_target(dspark_v1 *m, const bs_drafter_opts *o, bs_err *err) {
         return bs_fail(err, "drafter %s: the target is stored R1-rotated (docs/rotation.md); a DSpark v1 drafter does not bind to a rotated target", m->dir);
     if (o && o->draft_vocab)
         return bs_fail(err, "drafter %s: a draft vocabulary (%s) is not supported with a DSpark v1 drafter", m->dir, o->draft_vocab);
-    if (!m->be->gelu_mul) return bs_fail(err, "drafter %s: the %s backend has no gelu_mul op (the drafter's FFN)", m->dir, m->be->name);
+    if (!m->be->gelu_mul || !m->be->argmax_to || !m->be->embed_from)
+        return bs_fail(err, "drafter %s: the %s backend lacks gelu_mul, argmax_to or embed_from (the drafter's FFN and walk)", m->dir, m->be->name);
     if (c->eps != t->rms_eps)
         add_warning(m, "drafter %s: dims.eps %g differs from the target's rms_norm_eps %g; the drafter's norms use its own", m->dir, c->eps, t->rms_eps);
     if (!c->param_names_ok)
@@ -236,7 +238,7 @@ int bs_dspark_v1_open(bs_drafter **out, const char *dir, bs_qwen3 *target, int m
     ALLOC_BE(m->hctx, H); ALLOC_BE(m->emb, H);
     ALLOC_BE(m->x, S * D); ALLOC_BE(m->xn, S * D); ALLOC_BE(m->q, S * D); ALLOC_BE(m->k, S * D); ALLOC_BE(m->v, S * D);
     ALLOC_BE(m->att, S * D); ALLOC_BE(m->gate, (size_t)S * I); ALLOC_BE(m->up, (size_t)S * I);
-    ALLOC_BE(m->hout, (size_t)G * H); ALLOC_BE(m->logits, (size_t)G * V); ALLOC_BE(m->he, (size_t)G * (D + r)); ALLOC_BE(m->conf_out, G);
+    ALLOC_BE(m->hout, (size_t)G * H); ALLOC_BE(m->logits, (size_t)G * V); ALLOC_BE(m->he, (size_t)G * (D + r));
 
     bs_drafter *d = &m->iface;
     d->name = "dspark-v1";
@@ -259,7 +261,7 @@ static void v1_free(bs_drafter *d) {
     if (!d) return;
     dspark_v1 *m = d->impl;
     bs_backend *be = m->be;
-    float *bufs[] = { m->seq0, m->hctx, m->emb, m->x, m->xn, m->q, m->k, m->v, m->att, m->gate, m->up, m->hout, m->logits, m->he, m->conf_out };
+    float *bufs[] = { m->seq0, m->hctx, m->emb, m->x, m->xn, m->q, m->k, m->v, m->att, m->gate, m->up, m->hout, m->logits, m->he };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be->free(be, bufs[i]);
     bs_kv_pool_free(&m->ctx_pool);
     free(m->layers);
@@ -278,6 +280,7 @@ static void v1_ctx_free(bs_drafter *d, bs_drafter_ctx *dc) {
     if (!x) return;
     bs_page_table_free(&x->pages);
     if (x->qdist) m->be->free(m->be, x->qdist);
+    if (x->picks) m->be->free(m->be, x->picks);
     free(x);
     dc->impl = NULL;
 }
@@ -290,7 +293,8 @@ static int v1_ctx_init(bs_drafter *d, bs_drafter_ctx *dc, int max_ctx, bs_err *e
     if (!x) return -1;
     dc->impl = x;
     if (bs_page_table_init(&x->pages, &m->ctx_pool, max_ctx, err) ||
-        !(x->qdist = m->be->alloc(m->be, sizeof(float) * (size_t)m->G * m->V, err))) {
+        !(x->qdist = m->be->alloc(m->be, sizeof(float) * (size_t)m->G * m->V, err)) ||
+        !(x->picks = m->be->alloc(m->be, sizeof(int32_t) * 2 * (size_t)m->G, err))) {
         v1_ctx_free(d, dc);
         return bs_wrap(err, "drafter context for %d positions", max_ctx);
     }
@@ -402,28 +406,31 @@ int bs_dspark_v1_forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor
     target_head(m, m->logits, m->hout, n);
     if (ins && ins->base_logits) be->download(be, ins->base_logits, m->logits, sizeof(float) * n * V);
 
-    // The walk: L_k = U_k + W2^T W1[x_{k-1}], x_0 the anchor, each step drawn from (or the argmax of) L_k processed
-    // by the request's sampling, the distribution kept as q_k. he row k = [h_k ; W1[x_{k-1}]] (the confidence input).
+    // The walk: L_k = U_k + W2^T W1[x_{k-1}], x_0 the anchor, each step the argmax of, or a draw from, L_k processed
+    // by the request's sampling (q_k kept). The picks stay in backend memory (argmax_to / the sampler's _to form)
+    // and the next step gathers its W1 row from there (embed_from), so a round waits on the host once, not once
+    // per draft; the uniforms are drawn first, in step order. he row k = [h_k ; W1[x_{k-1}]] (the confidence input).
+    int32_t *picks = x->picks;
+    float *conf_out = (float *)(x->picks + m->G);
+    double u[BS_MAX_DRAFT];
+    if (!bs_sampling_greedy(s)) for (int k = 0; k < n; k++) u[k] = ins && ins->uniforms ? ins->uniforms[k] : bs_rng_uniform(rng);
     be->copy_rows(be, m->he, D + r, h, D, n, D);
-    int32_t prev = anchor;
     for (int k = 0; k < n; k++) {
         float *e = m->he + (size_t)k * (D + r) + D, *row = m->logits + (size_t)k * V;
-        be->embed(be, e, &m->w1, &prev, 1);
+        if (k == 0) be->embed(be, e, &m->w1, &anchor, 1);
+        else be->embed_from(be, e, &m->w1, picks + k - 1, 1);
         be->matmul(be, row, e, 1, &m->w2, 1);
-        int32_t t;
-        if (bs_sampling_greedy(s)) be->argmax(be, &t, row, 1, V);
-        else {
-            double u = ins && ins->uniforms ? ins->uniforms[k] : bs_rng_uniform(rng);
-            bs_sample_rows(be, s, x->qdist + (size_t)k * V, row, 1, V, &u, &t);
-        }
-        out->tokens[k] = prev = t;
+        if (bs_sampling_greedy(s)) be->argmax_to(be, picks + k, row, 1, V, NULL);
+        else bs_sample_rows_to(be, s, x->qdist + (size_t)k * V, row, 1, V, &u[k], picks + k);
     }
-    if (ins && ins->step_logits) be->download(be, ins->step_logits, m->logits, sizeof(float) * n * V);
-
     // c_k = sigmoid(conf.w . [h_k ; W1[x_{k-1}]] + conf.b) (calibrated: sigmoid(z / T_k + b_k), docs/calibration.md)
+    be->matmul(be, conf_out, m->he, n, &m->conf_w, 0);
+    int32_t got[2 * BS_MAX_DRAFT];
+    be->download(be, got, picks, sizeof(int32_t) * 2 * m->G);
+    if (ins && ins->step_logits) be->download(be, ins->step_logits, m->logits, sizeof(float) * n * V);
     float cl[BS_MAX_DRAFT];
-    be->matmul(be, m->conf_out, m->he, n, &m->conf_w, 0);
-    be->download(be, cl, m->conf_out, sizeof(float) * n);
+    memcpy(out->tokens, got, sizeof(int32_t) * n);
+    memcpy(cl, got + m->G, sizeof(float) * n);
     for (int k = 0; k < n; k++) {
         cl[k] += m->conf_b;
         out->conf[k] = sigmoidf_(m->calibrated ? cl[k] / m->conf_T[k] + m->conf_bias[k] : cl[k]);
