@@ -44,6 +44,8 @@ static void usage(void) {
         "  --seed S             anchor and sequence draws (default 0)\n"
         "  --bins N             equal-width bins of the ECE and the reliability tables (default 10)\n"
         "  --min-samples N      rounds a position needs to be fitted (default 30)\n"
+        "  --holdout-frac F     keep the last round(F x sequences) of the draw out of the fit and report the\n"
+        "                       fitted calibration's ECE on their rounds too (default 0: in-sample only)\n"
         "  --device D           cpu (default), cpu-ref, cuda[:N]\n");
 }
 
@@ -52,6 +54,7 @@ typedef struct cal_args {
     int n_data;
     long anchors, max_seqs, seq_len, draft_max, seed, bins, min_samples, generate, prompt_len;
     int bias;
+    double holdout_frac;
 } cal_args;
 
 static int parse(int argc, char **argv, cal_args *a) {
@@ -79,6 +82,15 @@ static int parse(int argc, char **argv, cal_args *a) {
         else if (!strcmp(o, "--bins")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1000, &a->bins)) return 2; }
         else if (!strcmp(o, "--min-samples")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(o, v, 1, 1 << 24, &a->min_samples)) return 2; }
         else if (!strcmp(o, "--bias")) a->bias = 1;
+        else if (!strcmp(o, "--holdout-frac")) {
+            char *end;
+            if (!(v = cli_value(argc, argv, &i))) return 2;
+            a->holdout_frac = strtod(v, &end);
+            if (*end || !(a->holdout_frac >= 0 && a->holdout_frac < 1)) {
+                fprintf(stderr, "blockspec calibrate: --holdout-frac %s: expected a number in [0, 1)\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); exit(0); }
         else { fprintf(stderr, "blockspec calibrate: unknown option %s\n", o); usage(); return 2; }
     }
@@ -186,6 +198,31 @@ static void print_tables(const bs_sts_data *sd, const double *T, const double *B
         }
     }
     free(a); free(lab); free(b0); free(b1);
+}
+
+// The fitted calibration judged on rounds the fit never saw: per position the binned ECE of a_k, raw and
+// calibrated, printed; mean[0], mean[1]: their means over the positions reached.
+static int heldout_ece(const bs_sts_data *hd, const double *T, const double *B, int bins, int n_seqs, double mean[2], bs_err *err) {
+    double *a = malloc(sizeof(double) * hd->n_rounds);
+    uint8_t *lab = malloc(hd->n_rounds);
+    if (!a || !lab) { free(a); free(lab); return bs_fail(err, "out of memory"); }
+    printf("\nheld out of the fit: %d rounds on %d sequences\n  pos        n  survival  ECE raw  ECE calibrated\n", hd->n_rounds, n_seqs);
+    int counted = 0;
+    for (int k = 0; k < hd->K; k++) {
+        int n = bs_sts_cumulative(hd, NULL, NULL, k, a, lab);
+        if (!n) continue;
+        int surv = 0;
+        for (int r = 0; r < n; r++) surv += lab[r];
+        double e0 = bs_sts_ece(a, lab, n, bins, NULL);
+        bs_sts_cumulative(hd, T, B, k, a, lab);
+        double e1 = bs_sts_ece(a, lab, n, bins, NULL);
+        printf("  %3d %8d  %8.4f  %6.2f%%  %6.2f%%\n", k + 1, n, (double)surv / n, 100 * e0, 100 * e1);
+        mean[0] += e0; mean[1] += e1; counted++;
+    }
+    if (counted) { mean[0] /= counted; mean[1] /= counted; }
+    printf("  mean ECE over positions: raw %.2f%%, calibrated %.2f%%\n", 100 * mean[0], 100 * mean[1]);
+    free(a); free(lab);
+    return 0;
 }
 
 static cJSON *result_json(const cal_args *a, int gamma, int K, int n_seqs, const bs_sts_data *sd, const double *T, const double *B,
@@ -319,7 +356,11 @@ int cmd_calibrate(int argc, char **argv) {
                 n_win, a.anchors, K);
     if (a.generate && (!(gen = malloc(sizeof(int32_t) * L)) || !(gmask = calloc(L, 1)))) { bs_fail(&err, "out of memory"); goto out; }
     int step = n_seqs / 10 > 0 ? n_seqs / 10 : 1;
+    // The held-out sequences are the draw's last ones: their rounds follow the fitted ones'.
+    int n_hold = (int)(a.holdout_frac * n_seqs + 0.5), fit_rounds = -1;
+    if (n_hold >= n_seqs) n_hold = n_seqs - 1;
     for (int i = 0; i < n_seqs; i++) {
+        if (i == n_seqs - n_hold) fit_rounds = rounds.n;
         const window *w = &win[i];
         const source *s = &src[w->src];
         const int32_t *ids = (s->c ? s->c->ids : s->ids) + w->start;
@@ -335,12 +376,16 @@ int cmd_calibrate(int argc, char **argv) {
     }
     if (!rounds.n) { bs_fail(&err, "no anchor positions in the held-out data (every token masked out, or end-of-sequence tokens only)"); goto out; }
 
-    bs_sts_data sd = { rounds.n, K, rounds.z, rounds.y, rounds.n_valid };
+    if (fit_rounds < 0) fit_rounds = rounds.n;
+    if (!fit_rounds) { bs_fail(&err, "no rounds left to fit after holding out %d of %d sequences", n_hold, n_seqs); goto out; }
+    bs_sts_data sd = { fit_rounds, K, rounds.z, rounds.y, rounds.n_valid };
+    bs_sts_data hd = { rounds.n - fit_rounds, K, rounds.z + (size_t)fit_rounds * K, rounds.y + (size_t)fit_rounds * K,
+                       rounds.n_valid ? rounds.n_valid + fit_rounds : NULL };
     bs_sts_opts so = { (int)a.min_samples, (int)a.bins, a.bias };
     if (bs_sts_fit(&sd, &so, T, B, pos, &err)) goto out;
 
     printf("Sequential Temperature Scaling%s of %s (target %s): %d rounds on %d held-out sequences\n", a.bias ? " with a bias" : "", a.drafter,
-           a.model, rounds.n, n_seqs);
+           a.model, fit_rounds, n_seqs - n_hold);
     printf("c_k = sigmoid(z_k / T_k%s); a_k = prod_{i<=k} c_i against survival through k; ECE over %ld equal-width bins\n\n", a.bias ? " + b_k" : "",
            a.bins);
     printf("  pos        n  survival  mean c_k  mean a_k raw  mean a_k STS         T%s  ECE raw  ECE STS  status\n", a.bias ? "         b" : "");
@@ -372,8 +417,17 @@ int cmd_calibrate(int argc, char **argv) {
             break;
         }
     print_tables(&sd, T, a.bias ? B : NULL, pos, (int)a.bins);
+    double hece[2] = { 0, 0 };
+    if (hd.n_rounds > 0 && heldout_ece(&hd, T, a.bias ? B : NULL, (int)a.bins, n_hold, hece, &err)) goto out;
 
-    j = result_json(&a, gamma, K, n_seqs, &sd, T, B, pos, ece0, ece1);
+    j = result_json(&a, gamma, K, n_seqs - n_hold, &sd, T, B, pos, ece0, ece1);
+    if (j && hd.n_rounds > 0) {
+        cJSON *h = cJSON_AddObjectToObject(j, "held_out");
+        cJSON_AddNumberToObject(h, "sequences", n_hold);
+        cJSON_AddNumberToObject(h, "rounds", hd.n_rounds);
+        cJSON_AddNumberToObject(h, "mean_ece_before", hece[0]);
+        cJSON_AddNumberToObject(h, "mean_ece_after", hece[1]);
+    }
     // atomic (bs_json_write_file): a drafter folder never holds a half-written calibration
     if (!j || bs_json_write_file(j, out_path, &err)) goto out;
     printf("\nwrote %s\n", out_path);

@@ -19,7 +19,7 @@ static void usage(void) {
         "  over sequences of K rows (default 5: an anchor and 4 drafts) each after an N-row context (default 256);\n"
         "  the same with 1..ceil(B/K) sequences of one row (a plain decoding step); and with a drafter, its passes\n"
         "  per second over 1..ceil(B/K) sequences drafting K-1 tokens each. The best of R (default 3) per count;\n"
-        "  1..16 each, then every 8 to 128, every 32 after. The tables are cached for --schedule alg1|async\n"
+        "  1..16 each, then every 8 to 128, every 32 after, each also one past. The tables are cached for --schedule alg1|async\n"
         "  ($XDG_CACHE_HOME/blockspec/profile-<device>-<shape>[-<drafter>].json, else ~/.cache/blockspec/...);\n"
         "  --out FILE writes them there too (generate / bench --cost-model FILE read it).\n"
         "  -m: the built-in target by default, with the built-in drafter unless -d none. --json: the file's JSON\n"

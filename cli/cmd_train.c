@@ -31,14 +31,16 @@ static void usage_common(void) {
 
 static void usage_target(void) {
     fprintf(stderr, "usage: blockspec train-target (--config CONFIG.json | --init DIR) --tokenizer DIR --data CORPUS --out DIR [options]\n"
-                    "  Trains a Qwen3 target with next-token cross-entropy.\n");
+                    "  Trains a Qwen3 or Llama-3.x target (the config's architectures: Qwen3ForCausalLM, LlamaForCausalLM;\n"
+                    "  llama3 RoPE scaling from rope_scaling / rope_parameters) with next-token cross-entropy.\n");
     usage_common();
 }
 
 static void usage_drafter(void) {
     fprintf(stderr,
         "usage: blockspec train-drafter -m TARGET --arch dspark|dflash|zlab-dflash --data CORPUS --out DIR [options]\n"
-        "  Trains a block drafter against the frozen TARGET, online.\n"
+        "  Trains a block drafter against the frozen TARGET (Qwen3 or Llama-3.x), online. The drafter's layers are\n"
+        "  Qwen3's (q/k norm) with the target's RoPE (theta, llama3 scaling), as z-lab's and DeepSpec's.\n"
         "  --layers N (5)  --block B (7)  --markov-rank R (dspark 256, else 0)  --markov-head vanilla|gated|rnn\n"
         "  --no-confidence  --taps 1,9,17  --anchors N (512)  --gamma X (4)  --ce X --l1 X --conf X (dspark 0.1/0.9/1.0,\n"
         "  else 1/0/0)  --mask-id N  --init DIR (start from a drafter checkpoint)\n"

@@ -44,7 +44,7 @@ void cli_costs_free(cli_costs *c);
 // The tables: --cost-model FILE (as it is), else the cache when it covers max_rows / max_seqs (and has a
 // drafter table when o->drafter is set), else measured now and cached (a note on stderr says so).
 int cli_costs_get(const cli_cost_opts *o, cli_costs *c, char *err, size_t len);
-// Measures every table (the grid of counts: 1..16 each, then every 8 to 128, then every 32, and the last).
+// Measures every table (the grid of counts: 1..16 each, then every 8 to 128, then every 32, each also one past, and the last).
 int cli_cost_measure(const cli_cost_opts *o, cli_profile_points *p, char *err, size_t len);
 // Writes the points as the profile JSON (atomically); prints nothing.
 int cli_cost_save(const char *path, const cli_cost_opts *o, const cli_profile_points *p, char *err, size_t len);

@@ -464,6 +464,26 @@ TEST(calibrate_cli_end_to_end) {
     CHECK(j, "%s", err.msg);
     CHECK(bs_calibration_parse(&cal, j, 7, path, &err) == 0 && cJSON_GetArraySize(cJSON_GetObjectItem(j, "biases")) == 7, "%s", err.msg);
     cJSON_Delete(j);
+    // --holdout-frac: the draw's last sequences stay out of the fit; their rounds are judged separately and the
+    // fit's rounds are the rest (same seed: the same 20 sequences and anchors as the --bias run above).
+    snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/held.bsc --max-seqs 20 --anchors 6 --bias --holdout-frac 0.25 --out %s/h.json",
+             bs_cli_path(), m, d, m, m);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 0 && strstr(out, "held out of the fit"), "`%s`: %s", cmd, out);
+    snprintf(path, sizeof path, "%s/h.json", m);
+    cJSON *hj = bs_json_load(path, &err), *bj;
+    CHECK(hj, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/b.json", m);
+    bj = bs_json_load(path, &err);
+    CHECK(bj, "%s", err.msg);
+    const cJSON *ho = cJSON_GetObjectItem(hj, "held_out");
+    CHECK(ho && cJSON_GetObjectItem(ho, "sequences")->valuedouble == 5 && cJSON_GetObjectItem(hj, "sequences")->valuedouble == 15);
+    CHECK(cJSON_GetObjectItem(hj, "rounds")->valuedouble + cJSON_GetObjectItem(ho, "rounds")->valuedouble ==
+              cJSON_GetObjectItem(bj, "rounds")->valuedouble, "fit %g + held out %g vs %g rounds", cJSON_GetObjectItem(hj, "rounds")->valuedouble,
+          cJSON_GetObjectItem(ho, "rounds")->valuedouble, cJSON_GetObjectItem(bj, "rounds")->valuedouble);
+    CHECK(cJSON_GetObjectItem(ho, "mean_ece_after")->valuedouble >= 0);
+    cJSON_Delete(hj); cJSON_Delete(bj);
+    snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/held.bsc --holdout-frac 1", bs_cli_path(), m, d, m);
+    CHECK(bs_test_run(cmd, 1, out, sizeof out) == 2 && strstr(out, "--holdout-frac"), "%s", out);
     // --generate: prompts continued by the target, the anchors in the continuation.
     snprintf(cmd, sizeof cmd, "%s calibrate -m %s -d %s --data %s/held.bsc --generate 20 --prompt-len 6 --max-seqs 5 --anchors 4 --out %s/g.json",
              bs_cli_path(), m, d, m, m);

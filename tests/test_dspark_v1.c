@@ -13,6 +13,7 @@
 #include "io/dspark_v1_config.h"
 #include "io/json.h"
 #include "util/dtype.h"
+#include "backend/affine.h"
 #include "model/dspark_v1.h"
 
 #define REF "tests/ref/dspark_v1"
@@ -427,4 +428,112 @@ TEST(dspark_v1_calibration) {
     const char *words[] = { "calibration.json", NULL };
     expect_open_error(failed_, e, dir, "calibration for 2 positions", words);
     bs_engine_close(e);
+}
+
+// ---- a Gemma-4 target (tests/ref/gemma4, docs/gemma4.md): the adapter attaches as to any target -------------
+
+#define GEMMA4_SPEC "tests/ref/gemma4/gemma4_spec"   // vocabulary 8, H 32, final_logit_softcapping 2, tied, PLE
+#define GEMMA4_TEXT "tests/ref/gemma4/gemma4_text"
+
+// A random DSpark v1 adapter (make-random, bf16) for the target in target_dir, written to a fresh folder in *out.
+static int make_v1_for(const char *target_dir, int G, char out[600]) {
+    bs_err err = {0};
+    bs_qwen3_config c;
+    const char *tmp = bs_test_tmpdir("dsv1g");
+    if (!tmp || bs_qwen3_config_load(&c, target_dir, &err)) return -1;
+    char cfg[700], cmd[2000];
+    snprintf(cfg, sizeof cfg, "%s/v1.json", tmp);
+    snprintf(out, 600, "%s/v1", tmp);
+    if (write_v1_json(cfg, c.hidden_size, c.vocab_size, G, 32, 2, 4, 8, 2, target_dir)) return -1;
+    snprintf(cmd, sizeof cmd, "%s make-random -c %s --out %s --seed 9 > /dev/null", bs_cli_path(), cfg, out);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+// U_k is the Gemma-4 target's own logit of out_proj(h_k): its (tied) head, then its soft-cap, recomputed here on
+// the host from the checkpoint's table; the context vector is the target's tap after its final norm.
+static void gemma4_head(int *failed_, const char *dev) {
+    if (access(GEMMA4_SPEC "/config.json", R_OK)) SKIP("no Gemma-4 reference target in tests/ref/gemma4");
+    char v1[600];
+    CHECK(make_v1_for(GEMMA4_SPEC, 5, v1) == 0, "make-random failed");
+    bs_err err = {0};
+    bs_engine *e;
+    CHECK(bs_engine_open(&e, GEMMA4_SPEC, dev, &err) == 0, "%s", err.msg);
+    float cap = e->cfg.gemma.final_softcap;
+    CHECK(cap > 0, "the fixture target has no soft-cap");
+    int32_t prompt[7] = { 1, 5, 2, 7, 3, 3, 6 };
+    bs_drafter_ctx dc;
+    bs_drafter *d = tu_drafter_with_context(e, v1, NULL, &dc, prompt, 7, &err);
+    CHECK(d, "%s", err.msg);
+    CHECK(d->taps[0] == e->cfg.n_layers, "tap %d, want %d (after the final norm)", d->taps[0], e->cfg.n_layers);
+    int H = e->cfg.hidden_size, V = e->cfg.vocab_size, n = d->max_drafts;
+    float *hin = malloc(sizeof(float) * n * H), *U = malloc(sizeof(float) * n * V), *row = malloc(sizeof(float) * H);
+    bs_dspark_v1_inspect ins = { .head_in = hin, .base_logits = U };
+    bs_draft dr;
+    CHECK(bs_dspark_v1_forward_block(d, &dc, 4, n, NULL, NULL, &dr, &ins, &err) == 0 && dr.n == n, "%s", err.msg);
+    double worst = 0, raw_max = 0;
+    for (int k = 0; k < n; k++)
+        for (int v = 0; v < V; v++) {
+            bs_mat_row_f32(&e->target.lm_head_host, v, row);
+            double dot = 0;
+            for (int i = 0; i < H; i++) dot += (double)row[i] * hin[(size_t)k * H + i];
+            double want = cap * tanh(dot / cap), diff = fabs(want - U[(size_t)k * V + v]);
+            if (diff > worst) worst = diff;
+            if (fabs(dot) > raw_max) raw_max = fabs(dot);
+        }
+    printf("  gemma4_spec on %s: U_k within %.2g of cap * tanh(head / cap) (cap %g, raw head logits up to %.3g)\n", dev, worst, cap, raw_max);
+    CHECK(worst < 1e-4, "U_k is not the target's soft-capped head: %g", worst);
+    free(hin); free(U); free(row);
+    tu_drafter_free(d, &dc);
+    bs_engine_close(e);
+}
+TEST(dspark_v1_gemma4_head) { gemma4_head(failed_, "cpu"); }
+TEST(dspark_v1_gemma4_head_cuda) {
+    NEED_CUDA_DEVICE();
+    gemma4_head(failed_, "cuda");
+}
+
+static void gemma4_greedy(int *failed_, const char *dev) {
+    if (access(GEMMA4_SPEC "/config.json", R_OK)) SKIP("no Gemma-4 reference targets in tests/ref/gemma4");
+    const char *targets[] = { GEMMA4_SPEC, GEMMA4_TEXT };
+    for (int t = 0; t < 2; t++) {
+        char v1[600];
+        CHECK(make_v1_for(targets[t], 4 + t, v1) == 0, "make-random failed");
+        tu_greedy_spec_equals_plain(failed_, dev, targets[t], v1, NULL, 8, 50 + t);
+        if (*failed_) return;
+    }
+}
+TEST(dspark_v1_gemma4_greedy_spec_equals_plain) { gemma4_greedy(failed_, "cpu"); }
+TEST(dspark_v1_gemma4_greedy_spec_equals_plain_cuda) {
+    NEED_CUDA_DEVICE();
+    gemma4_greedy(failed_, "cuda");
+}
+
+// Sampling with a Gemma-4 target (vocabulary 8, soft-capped logits): the first three tokens are distributed as
+// the target's, with the walk's q.
+static void gemma4_sampling(int *failed_, const char *dev, long runs) {
+    if (access(GEMMA4_SPEC "/config.json", R_OK)) SKIP("no Gemma-4 reference target in tests/ref/gemma4");
+    char v1[600];
+    CHECK(make_v1_for(GEMMA4_SPEC, 4, v1) == 0, "make-random failed");
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, GEMMA4_SPEC, dev, &err) == 0, "%s", err.msg);
+    bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 0.7f, 5, 0.9f, 0 } };
+    for (int c = 0; c < 2; c++) {
+        bs_drafter *d;
+        CHECK(bs_drafter_open(&d, v1, e, 64, &err) == 0, "%s", err.msg);
+        double ar = 0; long imp = 0;
+        double pv = tu_spec_sampling_pvalue(e, d, &cfgs[c], runs, &ar, &imp);
+        d->free(d);
+        printf("  %s gemma4_spec + dspark v1, T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", dev, cfgs[c].temperature,
+               cfgs[c].top_k, cfgs[c].top_p, pv, ar);
+        CHECK(pv >= 0, "a run failed");
+        CHECK(imp == 0, "%ld draws of impossible outcomes", imp);
+        CHECK(ar > 0.02, "acceptance %.2f: the drafts are never accepted, the test checks little", ar);
+        CHECK(pv > 1e-4, "sampling with a Gemma-4 target and the DSpark v1 walk's q is not distributed as the target (p = %g)", pv);
+    }
+    bs_engine_close(e);
+}
+TEST(dspark_v1_gemma4_sampling_lossless) { gemma4_sampling(failed_, "cpu-ref", 10000); }
+TEST(dspark_v1_gemma4_sampling_lossless_cuda) {
+    NEED_CUDA_DEVICE();
+    gemma4_sampling(failed_, "cuda", 6000);
 }

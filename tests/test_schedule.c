@@ -74,6 +74,29 @@ TEST(sched_alg1_early_break) {
     CHECK(bs_schedule(&a, in, 1, l, cand) == 4 && l[0] == 4, "%d", l[0]);
 }
 
+// A step of greedy sequences takes the whole path's best point over the measured table; one with a sampling
+// sequence keeps the early break over the hull. Step times 1 up to 3 rows, then 2.5 (a GEMM tile's step);
+// survivals .95^k. Measured: Theta = 2.85 at 3 rows (k = 2), at most 6.73 / 2.5 = 2.69 past the step. The
+// hull prices 4 rows at 1.3: 3.71 / 1.3 = 2.854 > 2.8525, so the early break takes k = 3 (4 rows, 2.5 s).
+TEST(sched_alg1_greedy_steps_see_the_stairs) {
+    double sps[8] = { 1, 1, 1, 0.4, 0.4, 0.4, 0.4, 0.4 }, hull[8];
+    memcpy(hull, sps, sizeof sps);
+    bs_sched_convexify(hull, 8);
+    CHECK_NEAR(1 / hull[3], 1.3, 1e-9);
+    float c[7] = { 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f };
+    bs_sched_in in[1] = { { 7, c, 0 } };
+    int l[1];
+    bs_sched_cand cand[8];
+    bs_sched_args a = { BS_SCHED_ALG1, sps, 8, 0, -1 };
+    a.sps_hull = hull;
+    CHECK(bs_schedule(&a, in, 1, l, cand) == 3 && l[0] == 3, "sampling: early break over the hull: %d", l[0]);
+    a.all_greedy = 1;
+    CHECK(bs_schedule(&a, in, 1, l, cand) == 2 && l[0] == 2, "greedy: the measured table's best point: %d", l[0]);
+    // The plan before the drafts (async budget, whether to draft) reads the measured table as well.
+    a.all_greedy = 0;
+    CHECK(bs_sched_plan_budget(&a, in, 1, cand) == 2);
+}
+
 // Ties between requests go to the lower index; a request with no drafts (plain, or no room) is a row and a
 // token; a zero confidence ends its request's candidates.
 TEST(sched_alg1_ties_and_empty) {

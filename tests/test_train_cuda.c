@@ -1,4 +1,4 @@
-// The GPU target trainer (src/train/cuda, train_cuda.h) on tiny Qwen3 models: gradients against central
+// The GPU target trainer (src/train/cuda, train_cuda.h) on tiny Qwen3 and Llama-3.x models: gradients against central
 // finite differences of its own loss (exact fp32 GEMMs), the loss falling over 20 AdamW steps, the export
 // loading in the engine with the same logits, AdamW against a double-precision host AdamW, bad input.
 // Without a GPU (or in a build without CUDA) every test here is SKIPPED with the reason.
@@ -14,16 +14,21 @@
 #include "io/safetensors.h"
 #include <sys/stat.h>
 
-// vocab 61, 2 layers, 4 query heads on 2 K/V heads (GQA), head_dim 8, MLP 48.
-static char *tiny_cfg(int tied, double init_range) {
+// vocab 61, 2 layers, 4 query heads on 2 K/V heads (GQA), head_dim 8, MLP 48. llama: the same shape as a
+// Llama-3.1 style model (no q/k norm, llama3 RoPE with original_max 8: every region of the rule within 16 tokens).
+static char *tiny_cfg_arch(int tied, double init_range, int llama) {
     static char buf[1024];
     snprintf(buf, sizeof buf,
-             "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 61, \"hidden_size\": 32, \"num_hidden_layers\": 2,"
+             "{\"architectures\": [\"%s\"], \"vocab_size\": 61, \"hidden_size\": 32, \"num_hidden_layers\": 2,"
              " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 8, \"intermediate_size\": 48,"
-             " \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000, \"tie_word_embeddings\": %s,"
-             " \"initializer_range\": %g}", tied ? "true" : "false", init_range);
+             " \"max_position_embeddings\": 64, \"rms_norm_eps\": %s, \"rope_theta\": 10000, %s \"tie_word_embeddings\": %s,"
+             " \"initializer_range\": %g}", llama ? "LlamaForCausalLM" : "Qwen3ForCausalLM", llama ? "1e-5" : "1e-6",
+             llama ? "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+                     " \"original_max_position_embeddings\": 8}," : "",
+             tied ? "true" : "false", init_range);
     return buf;
 }
+static char *tiny_cfg(int tied, double init_range) { return tiny_cfg_arch(tied, init_range, 0); }
 
 static void rand_ids(int32_t *ids, int n, int V, bs_rng *r) { for (int i = 0; i < n; i++) ids[i] = (int32_t)(bs_rng_u64(r) % V); }
 
@@ -38,9 +43,10 @@ static int eval_sum(bs_train_task *t, const bs_train_seq *seqs, int n, double *o
     return 0;
 }
 
-static void fd_check(int *failed_, int tied) {
+static void fd_check(int *failed_, int tied, int llama) {
     bs_train_task *t; bs_err err = {0};
-    CHECK(bs_train_target_cuda_new(&t, tiny_cfg(tied, 0.3), NULL, 7, 3, 16, &err) == 0, "%s", err.msg);
+    CHECK(bs_train_target_cuda_new(&t, tiny_cfg_arch(tied, 0.3, llama), NULL, 7, 3, 16, &err) == 0, "%s", err.msg);
+    CHECK(t->params.n == 1 + (llama ? 9 : 11) * 2 + 1 + !tied, "%d tensors", t->params.n);
     CHECK(bs_train_target_cuda_set_gemm(t, BS_TRAIN_GEMM_FP32, &err) == 0, "%s", err.msg);
     // three sequences of different lengths (padding), one with masked labels
     bs_rng r; bs_rng_seed(&r, 11);
@@ -77,11 +83,13 @@ static void fd_check(int *failed_, int tied) {
         }
         CHECK(t->sync_from_host(t, NULL, NULL, -1, &err) == 0, "%s", err.msg);
     }
-    printf("  %s: worst |fd - g| / max|g| = %.2e (%s)\n", tied ? "tied" : "untied", worst, worst_name);
+    printf("  %s%s: worst |fd - g| / max|g| = %.2e (%s)\n", llama ? "llama, " : "", tied ? "tied" : "untied", worst, worst_name);
     t->free(t);
 }
 
-TEST(train_cuda_grad_fd) { NEED_CUDA_DEVICE(); fd_check(failed_, 1); if (*failed_) return; fd_check(failed_, 0); }
+TEST(train_cuda_grad_fd) { NEED_CUDA_DEVICE(); fd_check(failed_, 1, 0); if (*failed_) return; fd_check(failed_, 0, 0); }
+// A Llama target: RoPE alone where Qwen3 normalises q and k (tc_norm.cuh, w == NULL), llama3 table.
+TEST(train_cuda_llama_grad_fd) { NEED_CUDA_DEVICE(); fd_check(failed_, 1, 1); if (*failed_) return; fd_check(failed_, 0, 1); }
 
 // 20 AdamW steps on a fixed batch (bf16 GEMMs, the default): the loss must fall well below its start.
 TEST(train_cuda_loss_decreases) {
@@ -114,11 +122,11 @@ TEST(train_cuda_loss_decreases) {
 // Export -> the engine loads it (library and CLI) and its CPU forward gives the training forward's logits.
 // The weights are first rounded to bf16 on the trainer's side, so both forwards use identical values and
 // differ only by fp32 summation order.
-TEST(train_cuda_export_loads_in_engine) {
+static void export_case(int *failed_, int llama) {
     NEED_CUDA_DEVICE();
     for (int tied = 1; tied >= 0; tied--) {
         bs_train_task *t; bs_err err = {0};
-        CHECK(bs_train_target_cuda_new(&t, tiny_cfg(tied, 0.2), NULL, 9, 2, 24, &err) == 0, "%s", err.msg);
+        CHECK(bs_train_target_cuda_new(&t, tiny_cfg_arch(tied, 0.2, llama), NULL, 9, 2, 24, &err) == 0, "%s", err.msg);
         int32_t ids[20]; bs_rng r; bs_rng_seed(&r, 2); rand_ids(ids, 20, 61, &r);
         bs_train_seq seq = { ids, NULL, 20 };
         bs_adamw_settings as = { 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
@@ -139,13 +147,15 @@ TEST(train_cuda_export_loads_in_engine) {
         bs_engine *e;
         CHECK(bs_engine_open(&e, dir, "cpu", &err) == 0, "%s", err.msg);
         CHECK(e->cfg.tie_embeddings == tied && e->cfg.vocab_size == 61 && e->cfg.n_kv_heads == 2);
+        CHECK(e->cfg.arch == (llama ? BS_ARCH_LLAMA : BS_ARCH_QWEN3) && e->cfg.rope.type == (llama ? BS_ROPE_LLAMA3 : BS_ROPE_DEFAULT),
+              "the export reads back as another family or RoPE");
         bs_kv_cache kv;
         CHECK(bs_kv_init(&kv, e->kv_pool, 32, &err) == 0, "%s", err.msg);
         bs_fwd_out fo = { .logits = le, .logits_all = 1 };
         CHECK(bs_qwen3_forward(&e->target, &kv, ids, 20, &fo, &err) == 0, "%s", err.msg);
         double mx = 1, d = 0;
         for (int i = 0; i < 20 * 61; i++) { if (fabs(le[i]) > mx) mx = fabs(le[i]); double q = fabs((double)lt[i] - le[i]); if (!(q <= d)) d = q; }
-        printf("  %s: max |train - engine| logits = %.2e (max |logit| %.2f)\n", tied ? "tied" : "untied", d, mx);
+        printf("  %s%s: max |train - engine| logits = %.2e (max |logit| %.2f)\n", llama ? "llama, " : "", tied ? "tied" : "untied", d, mx);
         CHECK(d / mx < 1e-4, "training and engine logits differ by %g (relative %g)", d, d / mx);
         bs_kv_free(&kv); bs_engine_close(e);
         char cmd[4096];
@@ -155,6 +165,8 @@ TEST(train_cuda_export_loads_in_engine) {
         t->free(t);
     }
 }
+TEST(train_cuda_export_loads_in_engine) { export_case(failed_, 0); }
+TEST(train_cuda_llama_export_loads_in_engine) { export_case(failed_, 1); }
 
 // opt_step against torch's AdamW + clip_grad_norm_ computed here in double, over every tensor (decay on
 // matrices only), 3 steps with fresh random gradients and clipping active.

@@ -2,7 +2,7 @@
 // target (exported, then loaded by both), the same drafter weights, the same sequences and fixed anchors
 // (dummy blocks, anchors near the end, keys over several 32-key tiles), exact fp32 GEMMs: every loss term
 // within 1e-4 relative and every gradient within 1e-3 of its tensor's largest, for DSpark (vanilla Markov +
-// confidence with the Markov feature), DeepSpec DFlash and z-lab DFlash. Then: the loss falls over 20 AdamW
+// confidence with the Markov feature), DeepSpec DFlash and z-lab DFlash, against Qwen3 and Llama targets. Then: the loss falls over 20 AdamW
 // steps, the export decodes in the engine with greedy speculative == plain, `blockspec train-drafter
 // --device cuda` runs end to end, bad input fails cleanly. Without a GPU every test is SKIPPED with the reason.
 #include <math.h>
@@ -27,26 +27,35 @@ static void tiny_cfg(bs_qwen3_config *c) {
     c->intermediate_size = 96; c->max_position = 256; c->rms_eps = 1e-6f; c->rope_theta = 10000.0f; c->tie_embeddings = 0;
     c->bos_id = -1;
 }
+// The same shape as a Llama-3.1 style target: no q/k norm, llama3 RoPE (original_max 16: every region of the
+// rule within the 45-token sequences below); its drafter keeps Qwen3 layers and takes the target's RoPE.
+static void tiny_cfg_family(bs_qwen3_config *c, int llama) {
+    tiny_cfg(c);
+    if (!llama) return;
+    c->arch = BS_ARCH_LLAMA; c->rms_eps = 1e-5f;
+    c->rope = (bs_rope_scaling){ BS_ROPE_LLAMA3, 8.0, 1.0, 4.0, 16 };
+}
 
 // A peaked random target exported to dir/target (bf16: both sides then load exactly the same weights).
-static int make_target(const char *dir, int tied, char *tdir, size_t cap, bs_err *err) {
+static int make_target_family(const char *dir, int tied, int llama, char *tdir, size_t cap, bs_err *err) {
     bs_qwen3_config tc;
-    tiny_cfg(&tc);
+    tiny_cfg_family(&tc, llama);
     tc.tie_embeddings = tied;
     bs_train_task *t;
     if (bs_train_target_new(&t, &tc, 21 + tied, err)) return -1;
     tt_scale_weights(t, 20.0f);
-    snprintf(tdir, cap, "%s/target%d", dir, tied);
+    snprintf(tdir, cap, "%s/target%d%s", dir, tied, llama ? "_llama" : "");
     int rc = t->export_model(t, tdir, err);
     t->free(t);
     return rc;
 }
+static int make_target(const char *dir, int tied, char *tdir, size_t cap, bs_err *err) { return make_target_family(dir, tied, 0, tdir, cap, err); }
 
-typedef struct { const char *kind; int taps[2]; int tied, target_labels; } kcase;
+typedef struct { const char *kind; int taps[2]; int tied, target_labels, llama; } kcase;
 
 static int drafter_cfg(bs_drafter_config *dc, bs_drafter_loss_opts *o, const kcase *k, bs_err *err) {
     bs_qwen3_config tc;
-    tiny_cfg(&tc);
+    tiny_cfg_family(&tc, k->llama);
     tc.tie_embeddings = k->tied;
     if (bs_train_drafter_config(dc, &tc, k->kind, 2, 4, TV - 1, 6, BS_MARKOV_VANILLA, err)) return -1;
     dc->target_layer_ids[0] = k->taps[0]; dc->target_layer_ids[1] = k->taps[1];
@@ -81,7 +90,7 @@ static void vs_cpu(int *failed_, const kcase *k) {
     CHECK(dir, "no temp dir");
     bs_err err = {0};
     char tdir[1024];
-    CHECK(make_target(dir, k->tied, tdir, sizeof tdir, &err) == 0, "%s", err.msg);
+    CHECK(make_target_family(dir, k->tied, k->llama, tdir, sizeof tdir, &err) == 0, "%s", err.msg);
     bs_drafter_config dc; bs_drafter_loss_opts o;
     CHECK(drafter_cfg(&dc, &o, k, &err) == 0, "%s", err.msg);
     bs_train_task *ct, *cd, *gd;
@@ -142,6 +151,11 @@ TEST(train_cuda_drafter_vs_cpu_zlab) { kcase k = { "zlab-dflash", { 1, 2 }, 0 };
 // Distillation labels (the target's argmax) chosen on the device: the same terms and gradients as the CPU's.
 TEST(train_cuda_drafter_vs_cpu_dspark_target_labels) { kcase k = { "dspark", { 0, 2 }, 0, 1 }; vs_cpu(failed_, &k); }
 TEST(train_cuda_drafter_vs_cpu_dflash_target_labels) { kcase k = { "dflash", { -1, 1 }, 1, 1 }; vs_cpu(failed_, &k); }
+// Against a Llama target (no q/k norm, llama3 RoPE; its taps from the GPU target forward, untied and tied
+// head): the drafter's Qwen3 layers rotate with the target's scaled table on both sides.
+TEST(train_cuda_drafter_vs_cpu_llama_dspark) { kcase k = { "dspark", { 0, 2 }, 0, 0, 1 }; vs_cpu(failed_, &k); }
+TEST(train_cuda_drafter_vs_cpu_llama_zlab) { kcase k = { "zlab-dflash", { 1, 2 }, 1, 0, 1 }; vs_cpu(failed_, &k); }
+TEST(train_cuda_drafter_vs_cpu_llama_dflash_target_labels) { kcase k = { "dflash", { -1, 1 }, 0, 1, 1 }; vs_cpu(failed_, &k); }
 
 // 20 AdamW steps on a fixed batch (bf16 GEMMs, anchors drawn): the loss falls; then the export decodes in
 // the engine with greedy speculative == plain, for DSpark and z-lab.
@@ -151,7 +165,7 @@ static void learn_export(int *failed_, const kcase *k, int seed) {
     CHECK(dir, "no temp dir");
     bs_err err = {0};
     char tdir[1024], ddir[1100];
-    CHECK(make_target(dir, k->tied, tdir, sizeof tdir, &err) == 0, "%s", err.msg);
+    CHECK(make_target_family(dir, k->tied, k->llama, tdir, sizeof tdir, &err) == 0, "%s", err.msg);
     bs_drafter_config dc; bs_drafter_loss_opts o;
     CHECK(drafter_cfg(&dc, &o, k, &err) == 0, "%s", err.msg);
     o.num_anchors = 16;
@@ -189,6 +203,7 @@ static void learn_export(int *failed_, const kcase *k, int seed) {
 }
 TEST(train_cuda_drafter_learns_and_exports_dspark) { kcase k = { "dspark", { 0, 2 }, 0 }; learn_export(failed_, &k, 1); }
 TEST(train_cuda_drafter_learns_and_exports_zlab) { kcase k = { "zlab-dflash", { 1, 2 }, 1 }; learn_export(failed_, &k, 2); }
+TEST(train_cuda_drafter_learns_and_exports_llama_dspark) { kcase k = { "dspark", { 0, 2 }, 0, 0, 1 }; learn_export(failed_, &k, 1); }
 
 // `blockspec train-drafter --device cuda` through the generic loop, on a corpus written here.
 TEST(train_cuda_drafter_cli) {

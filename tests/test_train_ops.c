@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "harness.h"
+#include "model/rope.h"
 #include "train/train_ops.h"
 #include "util/rng.h"
 
@@ -106,28 +107,34 @@ TEST(train_op_rmsnorm_grad) {
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------------------------
-typedef struct { float *x, *y, *c; const int32_t *pos; int n, heads, hd; } rope_ctx;
+typedef struct { float *x, *y, *c; const int32_t *pos; const float *inv; int n, heads, hd; } rope_ctx;
 static double rope_loss(void *p) {
     rope_ctx *t = p;
     int64_t m = (int64_t)t->n * t->heads * t->hd;
     memcpy(t->y, t->x, sizeof(float) * m);
-    bs_op_rope_fwd(t->y, t->pos, t->n, t->heads, t->hd, 10000.0f);
+    bs_op_rope_fwd(t->y, t->pos, t->n, t->heads, t->hd, t->inv);
     return dot_d(t->y, t->c, m);
 }
 
+// Default RoPE and a llama3-scaled table (original_max 16 so that every region of the rule occurs at hd 8).
 TEST(train_op_rope_grad) {
-    bs_rng r; bs_rng_seed(&r, 4);
-    int32_t pos[4] = { 0, 7, 3, 1000 };
-    rope_ctx t = { .pos = pos, .n = 4, .heads = 3, .hd = 8 };
-    t.x = rnd(96, &r, 1); t.y = zeros(96); t.c = rnd(96, &r, 1);
-    float *g = malloc(sizeof(float) * 96);
-    memcpy(g, t.c, sizeof(float) * 96);
-    bs_op_rope_bwd(g, pos, t.n, t.heads, t.hd, 10000.0f);
-    FD("rope dx", t.x, 96, g, rope_loss, &t, 1e-2, 1e-3);
-    // forward: position 0 is the identity, and the rotation keeps each pair's norm
-    rope_loss(&t);
-    for (int k = 0; k < 24; k++) CHECK_NEAR(t.y[k], t.x[k], 1e-7);
-    free(t.x); free(t.y); free(t.c); free(g);
+    bs_rope_scaling l3 = { BS_ROPE_LLAMA3, 8.0, 1.0, 4.0, 16 };
+    for (int scaled = 0; scaled < 2; scaled++) {
+        bs_rng r; bs_rng_seed(&r, 4);
+        int32_t pos[4] = { 0, 7, 3, 1000 };
+        float inv[4];
+        bs_rope_inv_freqs(10000.0f, scaled ? &l3 : NULL, 8, inv);
+        rope_ctx t = { .pos = pos, .inv = inv, .n = 4, .heads = 3, .hd = 8 };
+        t.x = rnd(96, &r, 1); t.y = zeros(96); t.c = rnd(96, &r, 1);
+        float *g = malloc(sizeof(float) * 96);
+        memcpy(g, t.c, sizeof(float) * 96);
+        bs_op_rope_bwd(g, pos, t.n, t.heads, t.hd, inv);
+        FD(scaled ? "rope (llama3) dx" : "rope dx", t.x, 96, g, rope_loss, &t, 1e-2, 1e-3);
+        // forward: position 0 is the identity, and the rotation keeps each pair's norm
+        rope_loss(&t);
+        for (int k = 0; k < 24; k++) CHECK_NEAR(t.y[k], t.x[k], 1e-7);
+        free(t.x); free(t.y); free(t.c); free(g);
+    }
 }
 
 // ---- attention ----------------------------------------------------------------------------------------------

@@ -139,10 +139,13 @@ struct bs_backend {
     void (*swiglu)(bs_backend *be, float *h, const float *gate, const float *up, size_t n);
     // y[i] += x[i]
     void (*add)(bs_backend *be, float *y, const float *x, size_t n);
-    // h[i] = gelu_tanh(gate[i]) * up[i] for i < n (h may alias gate), gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi)
-    // (x + 0.044715 x^3))) in fp32: MLX's gelu_approx, the gated-GELU FFN of the seed's DSpark v1 drafter
-    // (src/model/dspark_v1.c). Optional (NULL: a model that needs it refuses the backend at load).
+    // Gemma-4's elementwise steps (src/model/gemma4.c), fp32 as PyTorch computes them:
+    // h[i] = gelu_tanh(gate[i]) * up[i], gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (h may alias gate)
     void (*gelu_mul)(bs_backend *be, float *h, const float *gate, const float *up, size_t n);
+    // y[i] *= s
+    void (*scale)(bs_backend *be, float *y, float s, size_t n);
+    // y[i] = cap * tanh(y[i] / cap)   (the final-logit soft-cap)
+    void (*softcap)(bs_backend *be, float *y, float cap, size_t n);
     // out[n][table.cols] = table[ids[i]] widened (ids: host array, already range-checked)
     void (*embed)(bs_backend *be, float *out, const bs_mat *table, const int32_t *ids, int n);
     // dst rows of width floats at stride dst_stride <- src rows at src_stride (both in floats)
@@ -238,6 +241,14 @@ struct bs_backend {
     // as sample_rows (see bs_accept_sampled_to).
     void (*accept_sampled_to)(bs_backend *be, const float *p, const float *q, const int32_t *drafts_be, int n, int V,
                               const double *u, int32_t *out_be);
+
+    // Optional (NULL: one qk_norm_rope_store per span, bs_qk_norm_rope_store_spans): the attention inputs' step
+    // of every span's rows in one call (q/k norm and RoPE at the span's positions, its K/V rows into its own
+    // cache through its kv view); equal per row to those calls. q [batch rows][n_heads * hd], k and v
+    // [batch rows][n_kv * hd].
+    void (*qk_norm_rope_store_spans)(bs_backend *be, float *q, float *k, const float *v, const bs_row_span *spans, int n_spans,
+                                     int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps,
+                                     const float *inv_freq);
 
     // Optional (NULL: one attention call per span, bs_attention_spans): causal attention of every span's
     // query rows q[row0 ..] against its own cache rows [0, pos0 + i + 1) (its kv view), in one call; equal
@@ -337,11 +348,15 @@ static inline void bs_attention_spans(bs_backend *be, float *out, const float *q
     }
 }
 
-// q/k norm + RoPE at each span's positions and its new K/V rows into its cache (bs_qk_norm_rope_store per
-// span; q [rows][n_heads*hd], k and v [rows][n_kv*hd]).
+// q/k norm + RoPE at each span's positions and its new K/V rows into its cache (the backend's span op, else
+// bs_qk_norm_rope_store per span; q [rows][n_heads*hd], k and v [rows][n_kv*hd]).
 static inline void bs_qk_norm_rope_store_spans(bs_backend *be, float *q, float *k, const float *v, const bs_row_span *spans, int n_spans,
                                                int n_heads, int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps,
                                                const float *inv_freq) {
+    if (be->qk_norm_rope_store_spans) {
+        be->qk_norm_rope_store_spans(be, q, k, v, spans, n_spans, n_heads, n_kv, hd, q_norm, k_norm, eps, inv_freq);
+        return;
+    }
     size_t qw = (size_t)n_heads * hd, kw = (size_t)n_kv * hd;
     for (int i = 0; i < n_spans; i++) {
         const bs_row_span *s = &spans[i];

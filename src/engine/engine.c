@@ -36,7 +36,7 @@ static void process_setup(bs_engine *e, const char *device, const bs_engine_opts
 long bs_kv_default_rows(const bs_qwen3_config *c, bs_backend *be) {
     long rows = (long)BS_KV_DEFAULT_CONTEXTS * c->max_position;
     if (rows < BS_KV_DEFAULT_MIN_ROWS) rows = BS_KV_DEFAULT_MIN_ROWS;
-    size_t row_bytes = (size_t)c->n_layers * c->n_kv_heads * c->head_dim * 2 * sizeof(float);
+    size_t row_bytes = (size_t)c->n_layers * bs_cfg_max_kv_width(c) * 2 * sizeof(float);
     size_t free_bytes = be->mem_free ? be->mem_free(be) : 0;
     if (free_bytes && row_bytes && (long)(free_bytes / 2 / row_bytes) < rows) rows = (long)(free_bytes / 2 / row_bytes);
     return rows;

@@ -70,6 +70,7 @@ static int refuse_unsupported(const cJSON *root, const char *file, bs_err *err) 
 }
 
 int bs_qwen3_config_parse(bs_qwen3_config *c, const cJSON *root, const char *file, bs_err *err) {
+    if (bs_model_arch_of(root) == BS_ARCH_GEMMA4) return bs_gemma4_config_parse(c, root, file, err);
     memset(c, 0, sizeof *c);
     const long BIG = 1L << 30;
     if (bs_json_int(root, "vocab_size", 1, 1, BIG, &c->vocab_size, file, err) ||
@@ -130,14 +131,16 @@ int bs_qwen3_config_load(bs_qwen3_config *c, const char *dir, bs_err *err) {
     int family = bs_model_arch_of(root);
     if (family < 0) {
         if (cJSON_IsString(a0))
-            bs_fail(err, "%s: architectures[0] is \"%s\"; a target must be \"Qwen3ForCausalLM\" or \"LlamaForCausalLM\"", path, a0->valuestring);
+            bs_fail(err, "%s: architectures[0] is \"%s\"; a target must be \"Qwen3ForCausalLM\", \"LlamaForCausalLM\", "
+                    "\"Gemma4ForCausalLM\" or \"Gemma4ForConditionalGeneration\"", path, a0->valuestring);
         else
-            bs_fail(err, "%s: not a Qwen3 or Llama config (expected architectures [\"Qwen3ForCausalLM\"] or [\"LlamaForCausalLM\"], "
-                    "or model_type \"qwen3\" or \"llama\")", path);
+            bs_fail(err, "%s: not a Qwen3, Llama or Gemma-4 config (expected architectures [\"Qwen3ForCausalLM\"], [\"LlamaForCausalLM\"], "
+                    "[\"Gemma4ForCausalLM\"] or [\"Gemma4ForConditionalGeneration\"], or model_type \"qwen3\", \"llama\", \"gemma4_text\" "
+                    "or \"gemma4\")", path);
         goto out;
     }
     if (bs_qwen3_config_parse(c, root, path, err)) goto out;
-    if (c->sliding_window) { bs_fail(err, "%s: sliding-window attention in the target is not supported", path); goto out; }
+    if (c->sliding_window && c->arch != BS_ARCH_GEMMA4) { bs_fail(err, "%s: sliding-window attention in the target is not supported", path); goto out; }
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (stat(path, &st) == 0) {
         cJSON *gen = bs_json_load(path, err);
@@ -153,6 +156,7 @@ out:
 int bs_model_arch_of(const cJSON *root) {
     static const struct { const char *arch, *type; bs_model_arch family; } known[] = {
         { "Qwen3ForCausalLM", "qwen3", BS_ARCH_QWEN3 }, { "LlamaForCausalLM", "llama", BS_ARCH_LLAMA },
+        { "Gemma4ForCausalLM", "gemma4_text", BS_ARCH_GEMMA4 }, { "Gemma4ForConditionalGeneration", "gemma4", BS_ARCH_GEMMA4 },
     };
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
@@ -198,4 +202,41 @@ cJSON *bs_qwen3_config_to_json(const bs_qwen3_config *c) {
         for (int i = 0; i < c->n_eos; i++) cJSON_AddItemToArray(e, cJSON_CreateNumber(c->eos_ids[i]));
     }
     return r;
+}
+
+int bs_cfg_layer_head_dim(const bs_qwen3_config *c, int l) {
+    return c->arch == BS_ARCH_GEMMA4 && c->gemma.full[l] ? c->gemma.global_head_dim : c->head_dim;
+}
+int bs_cfg_layer_kv_heads(const bs_qwen3_config *c, int l) {
+    return c->arch == BS_ARCH_GEMMA4 && c->gemma.full[l] ? c->gemma.global_kv_heads : c->n_kv_heads;
+}
+int bs_cfg_layer_inter(const bs_qwen3_config *c, int l) {
+    const bs_gemma4_config *g = &c->gemma;
+    int first_shared = c->n_layers - g->n_kv_shared;
+    return c->arch == BS_ARCH_GEMMA4 && g->double_wide_mlp && first_shared > 0 && l >= first_shared ? 2 * c->intermediate_size
+                                                                                                   : c->intermediate_size;
+}
+int bs_cfg_layer_kv_source(const bs_qwen3_config *c, int l) {
+    const bs_gemma4_config *g = &c->gemma;
+    int first_shared = c->n_layers - g->n_kv_shared;
+    if (c->arch != BS_ARCH_GEMMA4 || l < first_shared) return l;
+    for (int j = first_shared - 1; j >= 0; j--) if (g->full[j] == g->full[l]) return j;
+    return l;   // (refused by the parser)
+}
+int bs_cfg_max_kv_width(const bs_qwen3_config *c) {
+    int w = c->n_kv_heads * c->head_dim;
+    for (int l = 0; c->arch == BS_ARCH_GEMMA4 && l < c->n_layers; l++)
+        if (bs_cfg_layer_kv_heads(c, l) * bs_cfg_layer_head_dim(c, l) > w) w = bs_cfg_layer_kv_heads(c, l) * bs_cfg_layer_head_dim(c, l);
+    return w;
+}
+int bs_cfg_max_q_width(const bs_qwen3_config *c) {
+    int w = c->n_heads * c->head_dim;
+    for (int l = 0; c->arch == BS_ARCH_GEMMA4 && l < c->n_layers; l++)
+        if (c->n_heads * bs_cfg_layer_head_dim(c, l) > w) w = c->n_heads * bs_cfg_layer_head_dim(c, l);
+    return w;
+}
+int bs_cfg_max_inter(const bs_qwen3_config *c) {
+    int w = c->intermediate_size;
+    for (int l = 0; c->arch == BS_ARCH_GEMMA4 && l < c->n_layers; l++) if (bs_cfg_layer_inter(c, l) > w) w = bs_cfg_layer_inter(c, l);
+    return w;
 }

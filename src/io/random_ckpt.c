@@ -137,6 +137,8 @@ static void layer_specs(bs_tensor_spec *s, int *n, const bs_qwen3_config *c, con
 }
 
 int bs_qwen3_tensor_specs(const bs_qwen3_config *c, bs_tensor_spec **out, int *n_out, bs_err *err) {
+    if (c->arch == BS_ARCH_GEMMA4)
+        return bs_fail(err, "make-random writes Qwen3 and Llama targets, not Gemma-4 (tests/ref/make_gemma4_fixture.py makes random Gemma-4 checkpoints)");
     int64_t H = c->hidden_size, V = c->vocab_size;
     bs_tensor_spec *s = calloc((size_t)c->n_layers * 11 + 3, sizeof *s);
     if (!s) return bs_fail(err, "out of memory");

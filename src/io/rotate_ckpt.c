@@ -240,6 +240,7 @@ int bs_rotate_checkpoint(const char *in_dir, const char *out_dir, const bs_rotat
     bs_r1_basis basis = { 0 };
     int rc = -1;
     if (bs_qwen3_config_load(&c, in_dir, err)) goto out;
+    if (c.arch == BS_ARCH_GEMMA4) { bs_fail(err, "%s: rotate folds Qwen3 and Llama targets; Gemma-4 (sandwich norms) is not supported", path); goto out; }
     if (cJSON_GetObjectItemCaseSensitive(cfg, "quantization") || cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config")) {
         bs_fail(err, "%s: this checkpoint is quantised (config.json has a quantization block); rotate reads float weights: rotate first, "
                 "then quantize", path);

@@ -8,6 +8,7 @@
 #include "backend/affine.h"
 #include "io/calibration.h"
 #include "model/dspark_v1.h"
+#include "model/gemma4.h"
 #include "model/kv_pool.h"
 #include "util/tuning.h"
 
@@ -366,12 +367,14 @@ static void backbone(dspark_v1 *m, int32_t anchor) {
 static float sigmoidf_(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 // What this drafter reads of the target, all here and in backbone() (docs/dspark-v1.md, "What a Gemma-4 target
-// must provide"): the tap (taps[0] = n_layers: after the final norm), the raw embedding table (backbone) and
-// this head. U = hout . lm_head^T is the target's logit space for Qwen3 and Llama, whose heads have no soft-cap;
-// a target whose head soft-caps its logits (Gemma: cap * tanh(U / cap)) must apply the same cap here, or the
-// drafts live in another space than the target's p (still lossless, but poorly accepted).
+// must provide"): the tap (taps[0] = n_layers: after the final norm), the raw embedding table (backbone: a
+// Gemma-4 target scales its rows by sqrt(H) in its own inputs, not in the table) and this head: the target's
+// logits of a hidden row exactly as the target computes its own, hout . lm_head^T, then Gemma-4's final soft-cap
+// cap * tanh(U / cap) where the config has one (the seed's logitsFromHidden: "shared head (+softcap)"; a no-op for
+// Qwen3 and Llama).
 static void target_head(dspark_v1 *m, float *logits, const float *hout, int n) {
     m->be->matmul(m->be, logits, hout, n, &m->target->lm_head, 0);
+    bs_gemma4_softcap(m->target, logits, n);
 }
 
 int bs_dspark_v1_forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
@@ -400,10 +403,11 @@ int bs_dspark_v1_forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor
     if (ins && ins->block_hidden) be->download(be, ins->block_hidden, h, sizeof(float) * m->G * D);
     if (n == 0) return bs_backend_check(be, err) ? bs_wrap(err, "drafter: block pass") : 0;
 
-    // U_k: out_proj to the target's width, then the target's own LM head (no final norm: the seed's hidden is
-    // handed to logitsFromHidden as it comes out of out_proj).
+    // U_k: out_proj to the target's width, then the target's own LM head and soft-cap (no final norm: the seed's
+    // hidden is handed to logitsFromHidden as it comes out of out_proj).
     be->matmul(be, m->hout, h, n, &m->out_proj, 0);
     target_head(m, m->logits, m->hout, n);
+    if (ins && ins->head_in) be->download(be, ins->head_in, m->hout, sizeof(float) * n * H);
     if (ins && ins->base_logits) be->download(be, ins->base_logits, m->logits, sizeof(float) * n * V);
 
     // The walk: L_k = U_k + W2^T W1[x_{k-1}], x_0 the anchor, each step the argmax of, or a draw from, L_k processed

@@ -6,7 +6,7 @@
 //   seq   = [ctx_proj(h_ctx) + pos[0] ; tok_proj(E[anchor]) + pos[1] ; mask_emb[j] + pos[j + 2] for j < gamma - 1]
 //   nLayers pre-norm layers over those gamma + 1 rows: bidirectional attention (no RoPE, no mask, head dim
 //   dDraft / nHeads), gated-GELU (tanh) FFN; out_norm; rows 1..gamma (the context row is dropped)
-//   U_k   = LM_head(out_proj(h_k))                 the TARGET's head, no final norm (the seed's logitsFromHidden)
+//   U_k   = LM_head(out_proj(h_k))                 the TARGET's head (+ Gemma-4's soft-cap), no final norm
 //   L_k   = U_k + W2^T W1[x_{k-1}]                  walked left to right, x_0 = the anchor, x_k = the draft k
 //   c_k   = sigmoid(conf.w . [h_k ; W1[x_{k-1}]] + conf.b)
 // Every stored matrix is [in][out] (x @ W); the loader transposes them into the ops' [out][in].
@@ -25,7 +25,8 @@ const bs_dspark_v1_config *bs_dspark_v1_config_of(const bs_drafter *d);
 // Optional host outputs of one round (any pointer may be NULL), for tests.
 typedef struct bs_dspark_v1_inspect {
     float *block_hidden;     // [gamma][dDraft] h_1..h_gamma after out_norm
-    float *base_logits;      // [n][V] U_k
+    float *head_in;          // [n][H] out_proj(h_k): the rows handed to the target's head
+    float *base_logits;      // [n][V] U_k (the target's head, soft-capped where the target is)
     float *step_logits;      // [n][V] L_k = U_k + the Markov bias of the walk's previous token
     float *conf_logits;      // [n] the confidence head's pre-sigmoid value (bias included, no calibration)
     const double *uniforms;  // input [n]: a sampled walk draws step k at uniforms[k] instead of from the RNG

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "io/quant_config.h"
+#include "model/gemma4.h"
 #include "model/qwen3.h"
 #include "util/tuning.h"
 #include "model/rope.h"
@@ -50,6 +51,11 @@ int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *
     bs_quant_config qc;
     if (bs_quant_config_load(&qc, ck->path, err)) return -1;
     if (bs_r1_basis_load(&m->r1, ck->path, c->hidden_size, err) < 0) { bs_quant_config_free(&qc); return -1; }
+    if (c->arch == BS_ARCH_GEMMA4) {   // its own tensor names and extra weights (model/gemma4.c)
+        if (bs_gemma4_init(m, ck, &qc, err)) goto fail;
+        bs_quant_config_free(&qc);
+        return 0;
+    }
     if (load_matrix(ck, &qc, be, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, &m->embed, &host, err)) goto fail;
     m->embed_host = m->lm_head_host = host;
     if (bs_checkpoint_mat(ck, "model.norm.weight", 0, c->hidden_size, &host, err) || be->weight(be, &m->norm, &host, err)) goto fail;
@@ -75,6 +81,7 @@ fail:
 void bs_qwen3_free(bs_qwen3 *m) {
     if (!m->be) return;
     if (m->rope_inv_freq) m->be->free(m->be, m->rope_inv_freq);
+    bs_gemma4_free(m);
     free(m->layers);
     bs_r1_basis_free(&m->r1);
     memset(m, 0, sizeof *m);
@@ -83,12 +90,15 @@ void bs_qwen3_free(bs_qwen3 *m) {
 int bs_qwen3_ws_init(bs_qwen3_ws *ws, const bs_qwen3_config *c, bs_backend *be, bs_err *err) {
     memset(ws, 0, sizeof *ws);
     ws->be = be;
-    size_t R = BS_QWEN3_CHUNK_ROWS, H = c->hidden_size, qd = (size_t)c->n_heads * c->head_dim, I = c->intermediate_size;
-    size_t kd = (size_t)c->n_kv_heads * c->head_dim;
+    // (the widest layer's sizes: every layer's but Gemma-4's are the config's)
+    size_t R = BS_QWEN3_CHUNK_ROWS, H = c->hidden_size, qd = bs_cfg_max_q_width(c), I = bs_cfg_max_inter(c);
+    size_t kd = bs_cfg_max_kv_width(c);
+    if (c->arch == BS_ARCH_GEMMA4 && (size_t)c->gemma.ple_dim > I) I = c->gemma.ple_dim;   // the per-layer gate reuses gate/up
     if (!(ws->x = be->alloc(be, R * H * 4, err)) || !(ws->xn = be->alloc(be, R * H * 4, err)) ||
         !(ws->kx = be->alloc(be, R * kd * 4, err)) || !(ws->vx = be->alloc(be, R * kd * 4, err)) ||
         !(ws->q = be->alloc(be, R * qd * 4, err)) || !(ws->att = be->alloc(be, R * qd * 4, err)) ||
-        !(ws->gate = be->alloc(be, R * I * 4, err)) || !(ws->up = be->alloc(be, R * I * 4, err))) {
+        !(ws->gate = be->alloc(be, R * I * 4, err)) || !(ws->up = be->alloc(be, R * I * 4, err)) ||
+        (c->arch == BS_ARCH_GEMMA4 && bs_gemma4_ws_init(ws, c, be, err))) {
         bs_qwen3_ws_free(ws);
         return bs_wrap(err, "forward scratch");
     }
@@ -97,14 +107,14 @@ int bs_qwen3_ws_init(bs_qwen3_ws *ws, const bs_qwen3_config *c, bs_backend *be, 
 
 void bs_qwen3_ws_free(bs_qwen3_ws *ws) {
     if (!ws->be) return;
-    float *bufs[] = { ws->x, ws->xn, ws->q, ws->kx, ws->vx, ws->att, ws->gate, ws->up };
+    float *bufs[] = { ws->x, ws->xn, ws->q, ws->kx, ws->vx, ws->att, ws->gate, ws->up, ws->t, ws->ple, ws->ple2 };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) ws->be->free(ws->be, bufs[i]);
     memset(ws, 0, sizeof *ws);
 }
 
 int bs_qwen3_kv_pool_init(bs_kv_pool *pool, const bs_qwen3 *m, int n_pages, int page_rows, bs_err *err) {
     const bs_qwen3_config *c = &m->cfg;
-    if (bs_kv_pool_init(pool, m->be, c->n_layers, c->n_kv_heads * c->head_dim, page_rows, n_pages, err)) return -1;
+    if (bs_kv_pool_init(pool, m->be, c->n_layers, bs_cfg_max_kv_width(c), page_rows, n_pages, err)) return -1;
     pool->max_rows = c->max_position;
     return 0;
 }
@@ -176,17 +186,18 @@ static void emit_taps(const bs_qwen3 *m, const bs_fwd_out *out, int index, const
             m->be->copy_rows(m->be, out->tap_out + (size_t)row0 * out->n_taps * H + (size_t)t * H, (size_t)out->n_taps * H, h, H, n, H);
 }
 
-static void embed_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch) {
+// The chunk's rows of an embedding table (the token embedding; Gemma-4's per-layer one) into out.
+static void embed_chunk(const bs_qwen3 *m, float *out, const bs_mat *table, const chunk *ch) {
     bs_backend *be = m->be;
     if (ch->n_pieces == 1) {   // one sequence: its ids as they are (and those in backend memory)
         const piece *p = &ch->p[0];
-        be->embed(be, ws->x, &m->embed, p->ids, ch->dev_ids ? 1 : p->n);
-        if (ch->dev_ids && p->n > 1) be->embed_from(be, ws->x + m->cfg.hidden_size, &m->embed, ch->dev_ids, p->n - 1);
+        be->embed(be, out, table, p->ids, ch->dev_ids ? 1 : p->n);
+        if (ch->dev_ids && p->n > 1) be->embed_from(be, out + table->cols, table, ch->dev_ids, p->n - 1);
         return;
     }
     int32_t ids[BS_QWEN3_CHUNK_ROWS];
     for (int i = 0, r = 0; i < ch->n_pieces; r += ch->p[i].n, i++) memcpy(ids + r, ch->p[i].ids, sizeof(int32_t) * ch->p[i].n);
-    be->embed(be, ws->x, &m->embed, ids, ch->n_rows);
+    be->embed(be, out, table, ids, ch->n_rows);
 }
 
 // The chunk's rows through every layer. Row-wise ops run over all of them at once; the ones that depend on
@@ -198,9 +209,21 @@ static void forward_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch, c
     bs_row_span spans[BS_QWEN3_CHUNK_ROWS];
     for (int i = 0, r = 0; i < ch->n_pieces; r += ch->p[i].n, i++)
         spans[i] = (bs_row_span){ .row0 = r, .n = ch->p[i].n, .pos0 = ch->p[i].kv->n_past };
-    embed_chunk(m, ws, ch);
+    embed_chunk(m, ws->x, &m->embed, ch);
+    int gemma = c->arch == BS_ARCH_GEMMA4;
+    if (gemma) {   // scaled embeddings, per-layer inputs (model/gemma4.c)
+        if (c->gemma.ple_dim) embed_chunk(m, ws->ple2, &m->gemma->ple_embed, ch);
+        bs_gemma4_inputs(m, ws, n);
+    }
     emit_taps(m, out, 0, ws->x, row0, n);
     for (int l = 0; l < c->n_layers; l++) {
+        if (gemma) {
+            int src = bs_cfg_layer_kv_source(c, l);   // a KV-shared layer reads its source layer's cache
+            for (int i = 0; i < ch->n_pieces; i++) spans[i].kv = bs_page_table_view(&ch->p[i].kv->pages, src);
+            bs_gemma4_layer_forward(m, ws, l, spans, ch->n_pieces, n);
+            if (l + 1 < c->n_layers) emit_taps(m, out, l + 1, ws->x, row0, n);
+            continue;
+        }
         const bs_qwen3_layer *L = &m->layers[l];
         const bs_mat *qn = bs_qwen3_has_qk_norm(c) ? &L->q_norm : NULL, *kn = bs_qwen3_has_qk_norm(c) ? &L->k_norm : NULL;
         be->rmsnorm(be, ws->xn, ws->x, n, H, &L->attn_norm, c->rms_eps);
@@ -243,6 +266,7 @@ static void forward_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch, c
             int j = i + 1, rows = p->n;
             while (j < ch->n_pieces && ch->p[j].all_logits && ch->p[j].lrow == p->lrow + rows) rows += ch->p[j++].n;
             be->matmul(be, out->logits + (size_t)p->lrow * V, ws->xn + (size_t)spans[i].row0 * H, rows, &m->lm_head, 0);
+            if (gemma) bs_gemma4_softcap(m, out->logits + (size_t)p->lrow * V, rows);
             i = j;
             continue;
         }
@@ -251,6 +275,7 @@ static void forward_chunk(const bs_qwen3 *m, bs_qwen3_ws *ws, const chunk *ch, c
             float *last = ws->xn + r * H;
             if (!need_all && !last_tap) be->rmsnorm(be, last, ws->x + r * H, 1, H, &m->norm, c->rms_eps);
             be->matmul(be, out->logits + (size_t)p->lrow * V, last, 1, &m->lm_head, 0);
+            if (gemma) bs_gemma4_softcap(m, out->logits + (size_t)p->lrow * V, 1);
         }
         i++;
     }

@@ -29,6 +29,7 @@ typedef struct bs_qwen3 {
     int use_graphs;              // record/replay forwards on backends that can (CUDA graphs): bs_tuning's graphs
                                  // at init (BS_GRAPHS), the open options' no_graphs after; drafters follow it
     float *rope_inv_freq;        // [head_dim / 2] backend memory: the RoPE table (model/rope.h)
+    struct bs_gemma4 *gemma;     // Gemma-4 targets: the tensors and tables the Gemma-4 layer adds (model/gemma4.h); else NULL
     bs_r1_basis r1;              // the R1 fold the checkpoint is stored in (config.json "blockspec_r1"; r1.n == 0: none).
                                  // The target computes in that basis unchanged; drafters trained on the unrotated
                                  // model cross it where they read it (model/r1_bind.h, docs/rotation.md)
@@ -42,6 +43,7 @@ typedef struct bs_qwen3 {
 typedef struct bs_qwen3_ws {
     bs_backend *be;
     float *x, *xn, *q, *kx, *vx, *att, *gate, *up;
+    float *t, *ple, *ple2;       // Gemma-4 only (model/gemma4.h): a sublayer's output [R][H], per-layer inputs [R][L * P] x 2
 } bs_qwen3_ws;
 int bs_qwen3_ws_init(bs_qwen3_ws *ws, const bs_qwen3_config *cfg, bs_backend *be, bs_err *err);
 void bs_qwen3_ws_free(bs_qwen3_ws *ws);

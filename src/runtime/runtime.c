@@ -40,7 +40,7 @@ void bs_runtime_free(bs_runtime *rt) {
     free(rt->residual); free(rt->seqs); free(rt->rows);
     free(rt->draft_seqs); free(rt->draft_ctx); free(rt->draft_anchor); free(rt->draft_max); free(rt->draft_smp); free(rt->draft_rng);
     free(rt->draft_out);
-    free(rt->sps); free(rt->sps1); free(rt->dps); free(rt->sched_in); free(rt->sched_l); free(rt->sched_cand);
+    free(rt->sps); free(rt->sps1); free(rt->sps_hull); free(rt->sps1_hull); free(rt->dps); free(rt->sched_in); free(rt->sched_l); free(rt->sched_cand);
     memset(rt, 0, sizeof *rt);
 }
 
@@ -147,16 +147,19 @@ int bs_runtime_set_schedule_costs(bs_runtime *rt, bs_sched_mode mode, const bs_c
     if (bs_sched_needs_sps(mode) && (!c->sps || c->n_sps < 1))
         return bs_fail(err, "schedule %s needs the target's cost model (steps per second by rows: `blockspec profile`)", bs_sched_name(mode));
     if (c->block < 0 || c->block > 64) return bs_fail(err, "cost model: block of %d rows outside [1, 64]", c->block);
-    double *sps = NULL, *sps1 = NULL, *dps = NULL;
-    if (copy_table(c->sps, c->n_sps, "steps per second", "rows", 1, &sps, err) ||
-        copy_table(c->sps1, c->n_sps1, "steps per second", "one-row sequences", 1, &sps1, err) ||
+    double *sps = NULL, *sps1 = NULL, *hull = NULL, *hull1 = NULL, *dps = NULL;
+    if (copy_table(c->sps, c->n_sps, "steps per second", "rows", 0, &sps, err) ||
+        copy_table(c->sps1, c->n_sps1, "steps per second", "one-row sequences", 0, &sps1, err) ||
+        copy_table(c->sps, c->n_sps, "steps per second", "rows", 1, &hull, err) ||
+        copy_table(c->sps1, c->n_sps1, "steps per second", "one-row sequences", 1, &hull1, err) ||
         copy_table(c->dps, c->n_dps, "drafter passes per second", "sequences", 0, &dps, err)) {
-        free(sps); free(sps1);
+        free(sps); free(sps1); free(hull); free(hull1);
         return -1;
     }
-    free(rt->sps); free(rt->sps1); free(rt->dps);
+    free(rt->sps); free(rt->sps1); free(rt->sps_hull); free(rt->sps1_hull); free(rt->dps);
     rt->sps = sps; rt->n_sps = sps ? c->n_sps : 0;
     rt->sps1 = sps1; rt->n_sps1 = sps1 ? c->n_sps1 : 0;
+    rt->sps_hull = hull; rt->sps1_hull = hull1;
     rt->dps = dps; rt->n_dps = dps ? c->n_dps : 0;
     rt->block = c->block ? c->block : 5;
     rt->sched = mode;

@@ -59,9 +59,10 @@ typedef struct bs_runtime {
     // planned by the previous step (-1: none yet) and the step's scheduler arrays (host [cap_seqs], and
     // [cap_cand] candidates).
     bs_sched_mode sched;
-    double *sps; int n_sps;      // the verify table (convexified), rows in sequences of `block` rows
+    double *sps; int n_sps;      // the verify table as measured, rows in sequences of `block` rows
     int block;
-    double *sps1; int n_sps1;    // one-row sequences (convexified), or NULL
+    double *sps1; int n_sps1;    // one-row sequences as measured, or NULL
+    double *sps_hull, *sps1_hull; // their lower convex hulls (Algorithm 1's early break), or NULL
     double *dps; int n_dps;      // drafter passes per second by sequences, or NULL
     // Whether a step drafts at all (alg1 / async; step.c, decide_drafting): predictions from earlier rounds.
     int skip_drafts;             // this step decodes plainly: no drafter pass, every sequence verifies its anchor

@@ -11,6 +11,8 @@ typedef enum {
     BS_SCHED_NONE,           // plain decoding: no drafter pass, l_r = 0
     BS_SCHED_FIXED,          // every draft: l_r = n_r
     BS_SCHED_ALG1,           // the paper's Algorithm 1 (section 6.3): greedy by prefix survival, early break
+                             // (over the convex hull); a step of greedy sequences only takes the best point of
+                             // the whole path over the measured table instead
     BS_SCHED_ASYNC,          // top-K by prefix survival, K planned from the previous step's confidences
 } bs_sched_mode;
 
@@ -45,7 +47,8 @@ void bs_sched_convexify(double *sps, int n_sps);
 
 typedef struct bs_sched_args {
     bs_sched_mode mode;
-    const double *sps; int n_sps;   // alg1, async: the verify table (rows in sequences of `block` rows)
+    const double *sps; int n_sps;   // alg1, async: the verify table (rows in sequences of `block` rows), as
+                                    // measured (made non-decreasing in time): what plans over a whole path read
     int extra_rows;          // rows of the same target forward that are no sequence's verify block (other
                              // sequences' prompt chunks): they cost time, they yield no drafted tokens
     int budget;              // async: K, the drafts this step may verify over all sequences (< 0: not known
@@ -58,6 +61,11 @@ typedef struct bs_sched_args {
     // (attention per sequence), the verify table, whose rows come `block` per sequence, misses that cost
     // for a step of R sequences verifying fewer rows: bs_sched_forward_time adds it back.
     const double *sps1; int n_sps1;
+    // Optional: the lower convex hulls of sps and sps1 (bs_sched_convexify), for Algorithm 1's early break
+    // (NULL: the tables themselves).
+    const double *sps_hull, *sps1_hull;
+    int all_greedy;          // alg1: every sequence of the step verifies greedily; then any prefix is lossless
+                             // whatever decided it, and the step takes the whole path's best point
     int block;               // rows per sequence of the sps table (the profile's --block)
     int extra_seqs;          // sequences in the forward besides the step's R (those prefilling a chunk)
     double t_scale;          // the forward's table time counts t_scale times (0: once): a step takes

@@ -132,6 +132,7 @@ static double draft_time(const bs_runtime *rt, int n) { return rt->dps && n > 0 
 static bs_sched_args sched_args(const bs_runtime *rt, int extra_rows, int extra_seqs, int drafting) {
     bs_sched_args a = { rt->sched, rt->sps, rt->n_sps, extra_rows, -1, rt->t_fixed + rt->t_scale * draft_time(rt, drafting) };
     a.sps1 = rt->sps1; a.n_sps1 = rt->n_sps1; a.block = rt->block; a.extra_seqs = extra_seqs; a.t_scale = rt->t_scale;
+    a.sps_hull = rt->sps_hull; a.sps1_hull = rt->sps1_hull;
     return a;
 }
 
@@ -277,6 +278,8 @@ static int cut_drafts(bs_runtime *rt, bs_seq **seqs, int R, int extra_rows, int 
     }
     if (reserve_cand(rt, m, err)) return -1;
     bs_sched_args a = sched_args(rt, extra_rows, extra_seqs, rt->n_drafting);
+    a.all_greedy = 1;
+    for (int i = 0; i < R; i++) a.all_greedy &= bs_sampling_greedy(&seqs[i]->sampling);
     // async: the budget the previous step planned, scaled to this step's number of sequences (both known
     // before any of this step's drafts was drawn).
     if (rt->sched == BS_SCHED_ASYNC && rt->async_budget >= 0) a.budget = (int)((double)rt->async_budget * R / rt->async_R + 0.5);

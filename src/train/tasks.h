@@ -4,10 +4,10 @@
 #include <stdint.h>
 #include "train/task.h"
 
-// A Qwen3 target trained with next-token cross-entropy.
+// A Qwen3 or Llama-3.x target trained with next-token cross-entropy.
 typedef struct {
     const char *config_path;     // config.json of a new model (random initialisation), or NULL
-    const char *init_dir;        // a Qwen3 checkpoint folder to start from, or NULL (exactly one of the two)
+    const char *init_dir;        // a Qwen3 or Llama checkpoint folder to start from, or NULL (exactly one of the two)
     const char *device;          // "cpu" or "cuda" (NULL: cpu)
     uint64_t seed;               // initialisation
     int max_batch_seqs, max_seq_len;   // the largest batch the run feeds (a GPU task sizes its buffers by it)

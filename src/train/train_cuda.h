@@ -1,4 +1,4 @@
-// Qwen3 target pre-training on one GPU (src/train/cuda/): a bs_train_task whose weights, gradients and
+// Qwen3 / Llama-3.x target pre-training on one GPU (src/train/cuda/): a bs_train_task whose weights, gradients and
 // AdamW moments live on the device. Built only by `make cuda` (BS_WITH_CUDA); a CPU-only build links a
 // stub (train_cuda_stub.c) whose constructor fails with "built without CUDA", so callers need no #ifdefs.
 //
@@ -21,7 +21,7 @@
 #include "train/task.h"
 
 // config_json: the config.json text (starts with '{'), or a path to a config.json file or to a folder
-// holding one; NULL: init_dir's config.json. init_dir: a Qwen3 checkpoint folder whose weights (any stored
+// holding one; NULL: init_dir's config.json. init_dir: a Qwen3 or Llama checkpoint folder whose weights (any stored
 // dtype) start the run; NULL: transformers' initialisation (Linear/Embedding N(0, initializer_range), default
 // 0.02; norm gains 1) from a generator seeded with seed. Buffers are sized for max_batch_seqs sequences of
 // at most max_seq_len tokens. The first CUDA device is used.

@@ -1,5 +1,5 @@
 // Block-drafter training on one GPU (src/train/cuda/drafter_step.cu): a bs_train_task for DSpark (vanilla
-// Markov head, confidence head), DeepSpec DFlash and z-lab DFlash against a frozen Qwen3 target that runs
+// Markov head, confidence head), DeepSpec DFlash and z-lab DFlash against a frozen Qwen3 or Llama-3.x target that runs
 // on the GPU too (the target trainer's forward, src/train/cuda/train_target.cu). The objective is the CPU
 // reference's (train_drafter.h, docs/training.md "The drafter step") op for op; the host side keeps a CPU
 // drafter task for the parameter set, the initialisation and the export, so both paths write the same files.

@@ -466,7 +466,8 @@ int bs_train_drafter_config(bs_drafter_config *c, const bs_qwen3_config *target,
     if (block_size < 2 || block_size > BS_MAX_DRAFT) return bs_fail(err, "block size %d out of range [2, %d]", block_size, BS_MAX_DRAFT);
     if (mask_token_id < 0 || mask_token_id >= target->vocab_size) return bs_fail(err, "mask token %d outside the vocabulary [0, %d)", mask_token_id, target->vocab_size);
     if (dspark && markov_rank < 1) return bs_fail(err, "a DSpark drafter needs a Markov rank >= 1");
-    c->base = *target;
+    c->base = *target;   // sizes, eps, RoPE (theta and llama3 scaling: the drafter rotates as its target does)
+    c->base.arch = BS_ARCH_QWEN3;   // but its layers are Qwen3's with q/k norm, whatever the target (z-lab's Llama drafters too)
     c->base.n_layers = n_layers;
     c->base.tie_embeddings = 0;
     c->arch = zl ? BS_DRAFTER_ZLAB : BS_DRAFTER_DEEPSPEC;
@@ -498,7 +499,6 @@ static int create(drafter **out, bs_train_task *target, const bs_drafter_config 
         if (c->target_layer_ids[i] < -1 || c->target_layer_ids[i] >= tc->n_layers)
             return bs_fail(err, "drafter: target_layer_ids[%d] = %d but the target has %d layers", i, c->target_layer_ids[i], tc->n_layers);
     if (b->sliding_window) return bs_fail(err, "drafter: sliding-window layers are not supported in training");
-    if (b->rope.type != BS_ROPE_DEFAULT) return bs_fail(err, "drafter: llama3-scaled RoPE is not supported in training (default RoPE only)");
     drafter *d = calloc(1, sizeof *d);
     if (!d) return bs_fail(err, "out of memory");
     d->cfg = *c;
@@ -509,7 +509,8 @@ static int create(drafter **out, bs_train_task *target, const bs_drafter_config 
     d->B = c->block_size; d->P = d->zl ? d->B - 1 : d->B;
     d->H = b->hidden_size; d->V = b->vocab_size; d->r = c->markov_rank; d->m = c->n_taps;
     for (int i = 0; i < d->m; i++) d->taps[i] = c->target_layer_ids[i] + 1;   // -1 (DeepSpec: embeddings) -> 0
-    d->shape = (bs_layer_shape){ b->hidden_size, b->n_heads, b->n_kv_heads, b->head_dim, b->intermediate_size, b->rms_eps, b->rope_theta };
+    d->shape = bs_layer_shape_of(b);
+    d->shape.qk_norm = 1;   // drafter layers are Qwen3's (q/k norm) whatever the target, as z-lab's and DeepSpec's
     bs_train_task *t = &d->task;
     t->kind = bs_drafter_kind(c); t->impl = d;
     t->loss_grad = drafter_loss_grad; t->loss_eval = drafter_loss_eval; t->export_model = drafter_export;

@@ -11,6 +11,7 @@
 #include "train/train_cuda_drafter.h"
 
 #ifdef BS_WITH_CUDA
+#include "model/rope.h"
 #include "train/train_cuda.h"
 #include "train/train_target.h"
 #include "train/cuda/td_dev.h"
@@ -240,7 +241,11 @@ int bs_train_drafter_cuda_new(bs_train_task **out, const char *target_dir, const
         td_shape s;
         memset(&s, 0, sizeof s);
         s.V = cf->base.vocab_size; s.H = cf->base.hidden_size; s.L = cf->base.n_layers; s.nH = cf->base.n_heads; s.nKV = cf->base.n_kv_heads;
-        s.hd = cf->base.head_dim; s.I = cf->base.intermediate_size; s.eps = cf->base.rms_eps; s.theta = cf->base.rope_theta;
+        s.hd = cf->base.head_dim; s.I = cf->base.intermediate_size; s.eps = cf->base.rms_eps;
+        if (s.hd < 2 || s.hd > 4096 || s.hd % 2) { bs_fail(err, "drafter (cuda): head_dim %d", s.hd); goto fail; }
+        float inv[2048];   // the drafter's RoPE table: its config's theta and scaling (the target's, for a drafter trained here)
+        bs_rope_inv_freqs(cf->base.rope_theta, &cf->base.rope, s.hd, inv);
+        s.inv_freq = inv;
         s.B = u->B; s.P = u->P; s.zl = u->zl; s.r = u->r; s.m = cf->n_taps;
         if (s.m < 1 || s.m > TD_MAX_TAPS) { bs_fail(err, "drafter (cuda): %d taps", s.m); goto fail; }
         for (int i = 0; i < s.m; i++) s.taps[i] = cf->target_layer_ids[i] + 1;
@@ -252,7 +257,7 @@ int bs_train_drafter_cuda_new(bs_train_task **out, const char *target_dir, const
         s.i_w1 = param_index(ps, "markov_head.markov_w1.weight"); s.i_w2 = param_index(ps, "markov_head.markov_w2.weight");
         s.i_cw = param_index(ps, "confidence_head.proj.weight"); s.i_cb = param_index(ps, "confidence_head.proj.bias");
         s.conf_in = s.i_cw >= 0 ? (int)ps->p[s.i_cw].n : 0;
-        s.t_embed = 0; s.t_lm = tc->tie_embeddings ? 0 : 2 + 11 * tc->n_layers; s.t_final = tc->n_layers;
+        s.t_embed = 0; s.t_lm = tc->tie_embeddings ? 0 : 2 + tc_per_layer(bs_qwen3_has_qk_norm(tc)) * tc->n_layers; s.t_final = tc->n_layers;
         if (s.i_fc < 0 || s.i_hn < 0 || s.i_layer0 < 0 || s.i_norm < 0 || (!s.zl && (s.i_embed < 0 || s.i_lm < 0)) ||
             (s.r > 0 && (s.i_w1 < 0 || s.i_w2 < 0)) || (s.i_cw >= 0) != (s.i_cb >= 0)) {
             bs_fail(err, "drafter (cuda): the parameter set lacks a tensor the GPU step needs");

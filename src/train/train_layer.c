@@ -1,11 +1,17 @@
-// One Qwen3 decoder layer for training (train_layer.h).
+// One decoder layer for training (train_layer.h).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "model/rope.h"
 #include "train/train_layer.h"
 #include "train/train_ops.h"
 
 #define ZERO(p, count) memset((p), 0, sizeof(float) * (size_t)(count))
+
+bs_layer_shape bs_layer_shape_of(const bs_qwen3_config *c) {
+    return (bs_layer_shape){ c->hidden_size, c->n_heads, c->n_kv_heads, c->head_dim, c->intermediate_size, c->rms_eps,
+                             bs_qwen3_has_qk_norm(c), c->rope_theta, c->rope };
+}
 
 int bs_layer_act_alloc(bs_layer_act *a, const bs_layer_shape *s, int n, int m, bs_err *err) {
     memset(a, 0, sizeof *a);
@@ -57,12 +63,15 @@ void bs_layer_grad_free(bs_layer_grad *g) {
 void bs_layer_fwd(const bs_layer_shape *s, const bs_layer_w *w, bs_layer_act *a, const float *x, int n, const float *ctx, int m,
                   const int32_t *qpos, const int32_t *kpos, const int32_t *kr) {
     int H = s->H, qd = s->nh * s->hd, kd = s->nkv * s->hd, I = s->I, K = m + n;
+    float inv[s->hd / 2];
+    bs_rope_inv_freqs(s->theta, &s->rope, s->hd, inv);
     a->x_in = x;
     bs_op_rmsnorm_fwd(a->xn, a->rstd1, x, w->ln1, n, H, s->eps);
     // queries: projection, per-head norm, RoPE (q_pre kept for the norm's backward)
     bs_op_linear_fwd(a->q_pre, a->xn, w->wq, NULL, n, H, qd, 0);
-    bs_op_rmsnorm_fwd(a->q, a->rstd_q, a->q_pre, w->qn, n * s->nh, s->hd, s->eps);
-    bs_op_rope_fwd(a->q, qpos, n, s->nh, s->hd, s->theta);
+    if (s->qk_norm) bs_op_rmsnorm_fwd(a->q, a->rstd_q, a->q_pre, w->qn, n * s->nh, s->hd, s->eps);
+    else memcpy(a->q, a->q_pre, sizeof(float) * (size_t)n * qd);
+    bs_op_rope_fwd(a->q, qpos, n, s->nh, s->hd, inv);
     // keys and values: [context ; own rows]
     if (m > 0) {
         bs_op_linear_fwd(a->k_pre, ctx, w->wk, NULL, m, H, kd, 0);
@@ -70,8 +79,9 @@ void bs_layer_fwd(const bs_layer_shape *s, const bs_layer_w *w, bs_layer_act *a,
     }
     bs_op_linear_fwd(a->k_pre + (size_t)m * kd, a->xn, w->wk, NULL, n, H, kd, 0);
     bs_op_linear_fwd(a->v + (size_t)m * kd, a->xn, w->wv, NULL, n, H, kd, 0);
-    bs_op_rmsnorm_fwd(a->k, a->rstd_k, a->k_pre, w->kn, K * s->nkv, s->hd, s->eps);
-    bs_op_rope_fwd(a->k, kpos, K, s->nkv, s->hd, s->theta);
+    if (s->qk_norm) bs_op_rmsnorm_fwd(a->k, a->rstd_k, a->k_pre, w->kn, K * s->nkv, s->hd, s->eps);
+    else memcpy(a->k, a->k_pre, sizeof(float) * (size_t)K * kd);
+    bs_op_rope_fwd(a->k, kpos, K, s->nkv, s->hd, inv);
     bs_op_attention_fwd(a->att, a->lse, a->q, a->k, a->v, kr, n, K, s->nh, s->nkv, s->hd);
     memcpy(a->x1, x, sizeof(float) * (size_t)n * H);
     bs_op_linear_fwd(a->x1, a->att, w->wo, NULL, n, qd, H, 1);
@@ -87,6 +97,8 @@ void bs_layer_fwd(const bs_layer_shape *s, const bs_layer_w *w, bs_layer_act *a,
 void bs_layer_bwd(const bs_layer_shape *s, const bs_layer_w *w, const bs_layer_act *a, bs_layer_grad *gw, float *dx, float *dctx,
                   const float *ctx, int n, int m, const int32_t *qpos, const int32_t *kpos, const int32_t *kr) {
     int H = s->H, qd = s->nh * s->hd, kd = s->nkv * s->hd, I = s->I, K = m + n;
+    float inv[s->hd / 2];
+    bs_rope_inv_freqs(s->theta, &s->rope, s->hd, inv);
     // out = x1 + hh Wd^T
     memcpy(gw->dx1, dx, sizeof(float) * (size_t)n * H);
     ZERO(gw->dhh, (size_t)n * I);
@@ -102,19 +114,24 @@ void bs_layer_bwd(const bs_layer_shape *s, const bs_layer_w *w, const bs_layer_a
     bs_op_linear_bwd(gw->datt, w->g_wo, NULL, gw->dx1, a->att, w->wo, n, qd, H);
     ZERO(gw->dq, (size_t)n * qd); ZERO(gw->dk, (size_t)K * kd); ZERO(gw->dv, (size_t)K * kd);
     bs_op_attention_bwd(gw->dq, gw->dk, gw->dv, gw->datt, a->q, a->k, a->v, a->att, a->lse, kr, n, K, s->nh, s->nkv, s->hd);
-    bs_op_rope_bwd(gw->dq, qpos, n, s->nh, s->hd, s->theta);
-    bs_op_rope_bwd(gw->dk, kpos, K, s->nkv, s->hd, s->theta);
-    ZERO(gw->dq_pre, (size_t)n * qd); ZERO(gw->dk_pre, (size_t)K * kd);
-    bs_op_rmsnorm_bwd(gw->dq_pre, w->g_qn, gw->dq, a->q_pre, w->qn, a->rstd_q, n * s->nh, s->hd);
-    bs_op_rmsnorm_bwd(gw->dk_pre, w->g_kn, gw->dk, a->k_pre, w->kn, a->rstd_k, K * s->nkv, s->hd);
+    bs_op_rope_bwd(gw->dq, qpos, n, s->nh, s->hd, inv);
+    bs_op_rope_bwd(gw->dk, kpos, K, s->nkv, s->hd, inv);
+    // through the q/k norm to the projections (without it, the rotated gradient is the projection's)
+    const float *dq_pre = gw->dq, *dk_pre = gw->dk;
+    if (s->qk_norm) {
+        ZERO(gw->dq_pre, (size_t)n * qd); ZERO(gw->dk_pre, (size_t)K * kd);
+        bs_op_rmsnorm_bwd(gw->dq_pre, w->g_qn, gw->dq, a->q_pre, w->qn, a->rstd_q, n * s->nh, s->hd);
+        bs_op_rmsnorm_bwd(gw->dk_pre, w->g_kn, gw->dk, a->k_pre, w->kn, a->rstd_k, K * s->nkv, s->hd);
+        dq_pre = gw->dq_pre; dk_pre = gw->dk_pre;
+    }
     // projections of the own rows
     ZERO(gw->dxn, (size_t)n * H);
-    bs_op_linear_bwd(gw->dxn, w->g_wq, NULL, gw->dq_pre, a->xn, w->wq, n, H, qd);
-    bs_op_linear_bwd(gw->dxn, w->g_wk, NULL, gw->dk_pre + (size_t)m * kd, a->xn, w->wk, n, H, kd);
+    bs_op_linear_bwd(gw->dxn, w->g_wq, NULL, dq_pre, a->xn, w->wq, n, H, qd);
+    bs_op_linear_bwd(gw->dxn, w->g_wk, NULL, dk_pre + (size_t)m * kd, a->xn, w->wk, n, H, kd);
     bs_op_linear_bwd(gw->dxn, w->g_wv, NULL, gw->dv + (size_t)m * kd, a->xn, w->wv, n, H, kd);
     // ... and of the context rows
     if (m > 0) {
-        bs_op_linear_bwd(dctx, w->g_wk, NULL, gw->dk_pre, ctx, w->wk, m, H, kd);
+        bs_op_linear_bwd(dctx, w->g_wk, NULL, dk_pre, ctx, w->wk, m, H, kd);
         bs_op_linear_bwd(dctx, w->g_wv, NULL, gw->dv, ctx, w->wv, m, H, kd);
     }
     // x1's gradient flows on to x through the residual and through the input norm
@@ -139,6 +156,7 @@ int bs_layer_params_add(bs_param_set *ps, const char *prefix, const bs_layer_sha
     int64_t shapes[11][2] = { { s->H, 0 }, { qd, s->H }, { kd, s->H }, { kd, s->H }, { s->H, qd }, { s->hd, 0 }, { s->hd, 0 },
                               { s->H, 0 }, { s->I, s->H }, { s->I, s->H }, { s->H, s->I } };
     for (int i = 0; i < 11; i++) {
+        if (!s->qk_norm && (i == 5 || i == 6)) continue;   // Llama: no q_norm / k_norm
         char name[BS_PARAM_NAME_MAX];
         snprintf(name, sizeof name, "%s%s", prefix, layer_names[i]);
         int mat = shapes[i][1] > 0;

@@ -1,18 +1,28 @@
-// One Qwen3 decoder layer for training (CPU fp32): forward keeping what the backward needs, and the backward.
-// The same layer serves the target (causal mask, no context rows) and the block drafters (DFlash / DSpark:
-// m context rows c projected by the layer's own k_proj / v_proj (+ k_norm, RoPE) and placed before the
-// block's keys, [context ; block], docs/dflash-dspark.md 2.5 and 7.3).
+// One decoder layer for training (CPU fp32): forward keeping what the backward needs, and the backward.
+// Qwen3's layer, and Llama-3.x's, which is the same without the per-head q/k norm (docs/targets.md), with
+// the model's RoPE table (default or llama3-scaled, as the engine builds it). The same layer serves the
+// target (causal mask, no context rows) and the block drafters (DFlash / DSpark: m context rows c projected
+// by the layer's own k_proj / v_proj (+ k_norm, RoPE) and placed before the block's keys, [context ; block],
+// docs/dflash-dspark.md 2.5 and 7.3; drafter layers are always Qwen3's, whatever the target).
 //
 //   xn = RMSNorm_in(x); q = rope(q_norm(xn Wq^T)); K = rope(k_norm([c ; xn] Wk^T)); V = [c ; xn] Wv^T
 //   x1 = x + attention(q, K, V, mask) Wo^T;  out = x1 + (silu(xn2 Wg^T) * (xn2 Wu^T)) Wd^T, xn2 = RMSNorm_post(x1)
+//   (no q_norm / k_norm when qk_norm is 0)
 #pragma once
 #include <stdint.h>
+#include "io/config.h"
 #include "util/err.h"
 
 typedef struct {
     int H, nh, nkv, hd, I;
-    float eps, theta;
+    float eps;
+    int qk_norm;                 // 1: q_norm / k_norm (Qwen3, every drafter); 0: none (Llama)
+    float theta;                 // RoPE: rope_theta and the scaling (the table is bs_rope_inv_freqs of both)
+    bs_rope_scaling rope;
 } bs_layer_shape;
+
+// The layer shape of a config (target or drafter backbone): sizes, eps, RoPE, and q/k norm by its family.
+bs_layer_shape bs_layer_shape_of(const bs_qwen3_config *c);
 
 // A layer's weights (fp32, [out][in]) and their gradients (NULL when frozen: nothing is accumulated).
 typedef struct {
@@ -58,9 +68,10 @@ void bs_layer_bwd(const bs_layer_shape *s, const bs_layer_w *w, const bs_layer_a
 // (summed over queries): 2 per multiply-add.
 double bs_layer_flops(const bs_layer_shape *s, int n, int m, double attended);
 
-// Adds the layer's eleven tensors to a parameter set under prefix + the transformers names
-// ("input_layernorm.weight", "self_attn.q_proj.weight", ...); matrices decay, norm gains do not.
+// Adds the layer's tensors (eleven; nine without q/k norm) to a parameter set under prefix + the transformers
+// names ("input_layernorm.weight", "self_attn.q_proj.weight", ...); matrices decay, norm gains do not.
 #include "train/params.h"
 int bs_layer_params_add(bs_param_set *ps, const char *prefix, const bs_layer_shape *s, int trainable, bs_err *err);
-// Points w at those tensors (call after the set is complete); frozen tensors leave their g_ NULL.
+// Points w at those tensors (call after the set is complete); frozen tensors leave their g_ NULL, absent ones
+// (q/k norm of a Llama layer) both.
 void bs_layer_w_bind(bs_layer_w *w, const bs_param_set *ps, const char *prefix);

@@ -181,10 +181,8 @@ void bs_op_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, co
 
 // ---- RoPE -----------------------------------------------------------------------------------------------------
 
-static void rope(float *x, const int32_t *pos, int n, int heads, int hd, float theta, float sign) {
+static void rope(float *x, const int32_t *pos, int n, int heads, int hd, const float *inv, float sign) {
     int half = hd / 2;
-    float inv[half > 0 ? half : 1];
-    for (int k = 0; k < half; k++) inv[k] = bs_rope_inv_freq(theta, k, hd);
     for (int i = 0; i < n; i++) {
         float *row = x + (size_t)i * heads * hd;
         for (int k = 0; k < half; k++) {
@@ -197,8 +195,8 @@ static void rope(float *x, const int32_t *pos, int n, int heads, int hd, float t
         }
     }
 }
-void bs_op_rope_fwd(float *x, const int32_t *pos, int n, int heads, int hd, float theta) { rope(x, pos, n, heads, hd, theta, 1.0f); }
-void bs_op_rope_bwd(float *dx, const int32_t *pos, int n, int heads, int hd, float theta) { rope(dx, pos, n, heads, hd, theta, -1.0f); }
+void bs_op_rope_fwd(float *x, const int32_t *pos, int n, int heads, int hd, const float *inv_freq) { rope(x, pos, n, heads, hd, inv_freq, 1.0f); }
+void bs_op_rope_bwd(float *dx, const int32_t *pos, int n, int heads, int hd, const float *inv_freq) { rope(dx, pos, n, heads, hd, inv_freq, -1.0f); }
 
 // ---- attention ------------------------------------------------------------------------------------------------
 

@@ -30,11 +30,12 @@ void bs_op_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, in
 void bs_op_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, const float *rstd, int n, int d);
 
 // ---- RoPE, rotate-half (NeoX) style, in place ----------------------------------------------------------------
-// x [n][heads * hd]; row i is at position pos[i]; inv_freq[k] = bs_rope_inv_freq(theta, k, hd) (fp32),
-// angle = (float)pos * inv_freq[k], x' = x cos + rotate_half(x) sin.
-void bs_op_rope_fwd(float *x, const int32_t *pos, int n, int heads, int hd, float theta);
+// x [n][heads * hd]; row i is at position pos[i]; inv_freq [hd/2]: the model's table, as the engine builds it
+// (bs_rope_inv_freqs, src/model/rope.h: default or llama3-scaled, fp32); angle = (float)pos * inv_freq[k],
+// x' = x cos + rotate_half(x) sin.
+void bs_op_rope_fwd(float *x, const int32_t *pos, int n, int heads, int hd, const float *inv_freq);
 // The transpose rotation applied to a gradient in place (dx = R^T dy).
-void bs_op_rope_bwd(float *dx, const int32_t *pos, int n, int heads, int hd, float theta);
+void bs_op_rope_bwd(float *dx, const int32_t *pos, int n, int heads, int hd, const float *inv_freq);
 
 // ---- attention with GQA and a per-query key-range mask ------------------------------------------------------
 // q [nq][nh*hd], k/v [nk][nkv*hd], out [nq][nh*hd]; query head h reads kv head h / (nh / nkv); scale hd^-0.5.

@@ -1,4 +1,4 @@
-// A Qwen3 target as a training task (train_target.h): embedding -> decoder layers (causal) -> final norm ->
+// A Qwen3 or Llama-3.x target as a training task (train_target.h): embedding -> decoder layers (causal) -> final norm ->
 // LM head, next-token cross-entropy, and the backward of all of it.
 #include <math.h>
 #include <stdio.h>
@@ -177,15 +177,13 @@ static void target_free(bs_train_task *t) {
 static int create(target **out, const bs_qwen3_config *cfg, int trainable, bs_err *err) {
     *out = NULL;
     if (cfg->sliding_window) return bs_fail(err, "target: sliding-window attention is not supported in training");
-    // The trainer's layer (train_layer.c) is Qwen3's with default RoPE; Llama targets run in the engine only.
-    if (cfg->arch != BS_ARCH_QWEN3 || cfg->rope.type != BS_ROPE_DEFAULT)
-        return bs_fail(err, "target: training supports Qwen3 targets with default RoPE only (%s)",
-                       cfg->arch == BS_ARCH_LLAMA ? "this is a Llama config" : "this config has llama3-scaled RoPE");
+    // The trainer's layer (train_layer.c) is Qwen3's and Llama's; Gemma-4 targets run in the engine only.
+    if (cfg->arch == BS_ARCH_GEMMA4) return bs_fail(err, "target: training does not support Gemma-4 targets (docs/gemma4.md)");
     target *m = calloc(1, sizeof *m);
     if (!m) return bs_fail(err, "out of memory");
     m->cfg = *cfg;
     m->trainable = trainable;
-    m->shape = (bs_layer_shape){ cfg->hidden_size, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->intermediate_size, cfg->rms_eps, cfg->rope_theta };
+    m->shape = bs_layer_shape_of(cfg);   // Qwen3 or Llama by cfg->arch (q/k norm), RoPE as the engine's table
     bs_train_task *t = &m->task;
     t->kind = "target"; t->impl = m;
     t->loss_grad = target_loss_grad; t->loss_eval = target_loss_eval; t->export_model = target_export;

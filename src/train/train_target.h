@@ -1,6 +1,8 @@
-// A Qwen3 target as a training task (kind "target"), CPU fp32: next-token cross-entropy over loss_mask labels,
-// and the frozen online target of the drafter tasks (taps and the final normed hidden state of a sequence).
-// Parameters carry the checkpoint names transformers writes ("model.layers.0.mlp.up_proj.weight", ...).
+// A Qwen3 or Llama-3.x target as a training task (kind "target"), CPU fp32: next-token cross-entropy over
+// loss_mask labels, and the frozen online target of the drafter tasks (taps and the final normed hidden state
+// of a sequence). The family comes from the config (bs_qwen3_config.arch: q/k norm or none; .rope: default
+// or llama3-scaled RoPE, the engine's table); tied or untied head. Parameters carry the checkpoint names
+// transformers writes ("model.layers.0.mlp.up_proj.weight", ...; no q_norm / k_norm for Llama).
 #pragma once
 #include "io/config.h"
 #include "train/task.h"

@@ -1,5 +1,5 @@
-// The host half of the CUDA target trainer (train_cuda.h): config, the parameter set under the Qwen3
-// checkpoint names, initialisation (transformers' or a checkpoint's), batching and loss bookkeeping,
+// The host half of the CUDA target trainer (train_cuda.h): config (Qwen3 or Llama-3.x), the parameter set under
+// the checkpoint names (a Llama layer without q_norm / k_norm), initialisation (transformers' or a checkpoint's), batching and loss bookkeeping,
 // export in the format the engine loads; the device half is src/train/cuda/train_target.cu (tc_dev.h).
 // Without BS_WITH_CUDA only the stubs at the end are compiled, so CPU builds link callers unchanged.
 #include <math.h>
@@ -14,6 +14,7 @@
 #include "io/config.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "model/rope.h"
 #include "train/cuda/tc_dev.h"
 #include "util/dtype.h"
 #include "util/rng.h"
@@ -57,11 +58,13 @@ static int load_config(bs_qwen3_config *c, double *init_range, const char *cfg, 
     int rc = -1;
     const cJSON *a0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "architectures"), 0);
     *init_range = 0.02;
-    if (cJSON_IsString(a0) && strcmp(a0->valuestring, "Qwen3ForCausalLM"))
-        bs_fail(err, "%s: architectures[0] is \"%s\"; the target trainer trains \"Qwen3ForCausalLM\"", what, a0->valuestring);
+    if (cJSON_IsString(a0) && bs_model_arch_of(root) < 0)
+        bs_fail(err, "%s: architectures[0] is \"%s\"; the target trainer trains \"Qwen3ForCausalLM\" and \"LlamaForCausalLM\"", what,
+                a0->valuestring);
     else if (bs_qwen3_config_parse(c, root, what, err) || bs_json_num(root, "initializer_range", 0, init_range, what, err)) {}
+    else if (c->arch == BS_ARCH_GEMMA4) bs_fail(err, "%s: the target trainer trains Qwen3 and Llama targets, not Gemma-4 (docs/gemma4.md)", what);
     else if (c->sliding_window) bs_fail(err, "%s: sliding-window attention is not supported", what);
-    else if (c->arch != BS_ARCH_QWEN3 || c->rope.type != BS_ROPE_DEFAULT) bs_fail(err, "%s: the target trainer trains Qwen3 with default RoPE", what);
+    else if (c->head_dim > 4096) bs_fail(err, "%s: head_dim %d is larger than the trainer's RoPE table (4096)", what, c->head_dim);
     else if (!(*init_range > 0 && *init_range < 10)) bs_fail(err, "%s: initializer_range %g outside (0, 10)", what, *init_range);
     else rc = 0;
     cJSON_Delete(root);
@@ -75,9 +78,11 @@ static int build_params(bs_param_set *ps, const bs_qwen3_config *c, bs_err *err)
                                     { I, H }, { I, H }, { H, I } };
     int64_t e[2] = { V, H }, n1[1] = { H };
     char name[BS_PARAM_NAME_MAX];
+    int qk = bs_qwen3_has_qk_norm(c);
     if (bs_param_add(ps, "model.embed_tokens.weight", 2, e, 1, 1, err) < 0) return -1;
     for (int l = 0; l < c->n_layers; l++)
         for (int k = 0; k < TC_PER_LAYER; k++) {
+            if (!qk && (k == TC_QNORM || k == TC_KNORM)) continue;   // Llama (tc_layer_param's order)
             snprintf(name, sizeof name, "model.layers.%d.%s", l, LAYER_NAMES[k]);
             int nd = sh[k][1] ? 2 : 1;
             if (bs_param_add(ps, name, nd, sh[k], 1, nd == 2, err) < 0) return -1;
@@ -299,13 +304,15 @@ int bs_train_target_cuda_new(bs_train_task **out, const char *config_json, const
         if (!numel || !decay) { free(numel); free(decay); bs_fail(err, "out of memory"); goto fail; }
         for (int i = 0; i < np; i++) { numel[i] = t->params.p[i].n; decay[i] = t->params.p[i].decay; }
         const bs_qwen3_config *c = &u->c;
+        float inv[2048];
+        bs_rope_inv_freqs(c->rope_theta, &c->rope, c->head_dim, inv);
         tc_shape s = { c->vocab_size, c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->intermediate_size,
-                       c->tie_embeddings, c->rms_eps, c->rope_theta };
+                       c->tie_embeddings, c->rms_eps, bs_qwen3_has_qk_norm(c), inv };
         int rc = tc_dev_new(&u->d, &s, u->B, u->T, np, numel, decay, err);
         free(numel); free(decay);
         if (rc) { bs_wrap(err, "train-target (cuda)"); goto fail; }
     }
-    // transformers' _init_weights for Qwen3: Linear and Embedding N(0, initializer_range), RMSNorm gains 1; drawn on
+    // transformers' _init_weights (Qwen3 and Llama alike): Linear and Embedding N(0, initializer_range), RMSNorm gains 1; drawn on
     // the device (a 0.6B model's 600M normals take seconds on one host core) and copied to params.p[i].w.
     if (init_dir ? upload_all(t, err) : init_on_device(t, range, seed, err)) goto fail;
     t->loss_grad = t_loss_grad; t->loss_eval = t_loss_eval; t->export_model = t_export; t->flops_forward = t_flops;

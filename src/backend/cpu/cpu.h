@@ -13,6 +13,8 @@ void bs_cpu_install_fast(bs_backend *be);
 void bs_cpu_hadamard_row(const bs_hadamard *t, float *y, const float *x, const float *pre, const float *post, int transpose);
 void bs_cpu_rmsnorm_row(float *y, const float *x, int dim, const bs_mat *w, float eps);
 void bs_cpu_rope_row(float *x, int hd, int pos, const float *inv_freq);
+// PyTorch's GELU tanh approximation in fp32 (the gelu_mul op)
+float bs_cpu_gelu_tanh(float x);
 
 // ---- per-thread scratch (cpu_scratch.c) ----
 // *buf (a `static __thread` pointer, *cap bytes) grown to at least need bytes (want when it must grow: room

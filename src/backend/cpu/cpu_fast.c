@@ -72,6 +72,18 @@ static void sc_swiglu(bs_backend *be, float *h, const float *g, const float *u, 
     if (n < 65536) sw_task(&j, 0, 1); else bs_parallel_for(bs_pool_size() * 2, sw_task, &j);
 }
 
+// Gemma-4's GELU-tanh gate, in parallel ranges: each element is the reference's expression (bs_cpu_gelu_tanh),
+// so results equal cpu-ref's.
+static void gm_task(void *p, int t, int nt) {
+    sw_job *j = p;
+    size_t per = (j->n + nt - 1) / nt, lo = t * per, hi = lo + per > j->n ? j->n : lo + per;
+    for (size_t i = lo; i < hi; i++) j->h[i] = bs_cpu_gelu_tanh(j->g[i]) * j->u[i];
+}
+static void fast_gelu_mul(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
+    sw_job j = { h, g, u, n };
+    if (n < 16384) gm_task(&j, 0, 1); else bs_parallel_for(bs_pool_size() * 2, gm_task, &j);
+}
+
 // Rows in parallel (each row is a fill and a scatter: memory-bound, one row per task).
 typedef struct { float *out; const float *in; const int32_t *cols; int out_w, in_w; float fill; } scatter_job;
 static void scatter_task(void *p, int t, int nt) {
@@ -122,6 +134,7 @@ int bs_cpu_install_path(bs_backend *be, bs_cpu_path p) {
     be->embed_from = be->embed;
     be->scatter_cols = fast_scatter_cols;
     be->hadamard_rows = fast_hadamard_rows;
+    be->gelu_mul = fast_gelu_mul;
     return 0;
 }
 

@@ -156,14 +156,17 @@ static void ref_swiglu(bs_backend *be, float *h, const float *g, const float *u,
     for (size_t i = 0; i < n; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 static void ref_add(bs_backend *be, float *y, const float *x, size_t n) { for (size_t i = 0; i < n; i++) y[i] += x[i]; }
-// The tanh form MLX's gelu_approx computes (not erf GELU, not x * sigmoid(1.702 x)); the CUDA kernel is the
-// same expression (cuda_elementwise.cu).
-static void ref_gelu_mul(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        float x = g[i];
-        h[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i];
-    }
+// PyTorch's GELU "tanh" approximation: kBeta = sqrt(2) * 2/sqrt(pi) * 0.5, inner = kBeta * (x + 0.044715 * x^3)
+float bs_cpu_gelu_tanh(float x) {
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    float cube = x * x * x, inner = beta * (x + kappa * cube);
+    return 0.5f * x * (1.0f + tanhf(inner));
 }
+static void ref_gelu_mul(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) h[i] = bs_cpu_gelu_tanh(g[i]) * u[i];
+}
+static void ref_scale(bs_backend *be, float *y, float s, size_t n) { for (size_t i = 0; i < n; i++) y[i] *= s; }
+static void ref_softcap(bs_backend *be, float *y, float cap, size_t n) { for (size_t i = 0; i < n; i++) y[i] = tanhf(y[i] / cap) * cap; }
 
 static void ref_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n) {
     for (int r = 0; r < n; r++) bs_mat_row_f32(t, ids[r], out + (size_t)r * t->cols);
@@ -276,9 +279,10 @@ void bs_cpu_fill_reference(bs_backend *be) {
     be->upload = cpu_memcpy; be->download = cpu_memcpy; be->copy = cpu_memcpy;
     be->sync = cpu_sync; be->weight = cpu_weight; be->mem_free = bs_cpu_mem_free;
     be->matmul = ref_matmul; be->matmul_multi = ref_matmul_multi; be->rmsnorm = ref_rmsnorm; be->head_norm_rope = ref_head_norm_rope;
-    be->attention = ref_attention; be->swiglu = ref_swiglu; be->add = ref_add; be->gelu_mul = ref_gelu_mul; be->embed = ref_embed;
+    be->attention = ref_attention; be->swiglu = ref_swiglu; be->add = ref_add; be->embed = ref_embed;
     be->copy_rows = cpu_copy_rows; be->argmax = cpu_argmax; be->argmax_to = cpu_argmax_to; be->embed_from = ref_embed; be->scatter_cols = cpu_scatter_cols; be->hadamard_rows = ref_hadamard_rows; be->store_kv = cpu_store_kv; be->destroy = cpu_destroy;
     be->dyn_conv = cpu_dyn_conv; be->topk = cpu_topk;
+    be->gelu_mul = ref_gelu_mul; be->scale = ref_scale; be->softcap = ref_softcap;
 }
 
 bs_backend *bs_backend_cpu(int reference) {

@@ -1064,9 +1064,61 @@ static bool early_loads(cuda_impl *c) {
     return c->kv_settled && early_on;
 }
 
+// Heads wider than ATT_MAX_HD (Gemma-4's 512-wide full-attention heads): a plain kernel, one block of 256
+// threads per (query row, head), an online softmax over its key range, each thread holding hd / 256 of the
+// head's dimensions. Slow (a block reduction per key) but general; every narrower head takes the kernels above.
+#define ATT_WIDE_MAX_HD 2048
+__global__ void __launch_bounds__(256) attention_wide_kernel(att_args a, float *out) {
+    pdl_enter();
+    __shared__ float sh[8];
+    const int i = blockIdx.x, h = blockIdx.y, hd = a.hd, kh = h / (a.n_heads / a.n_kv), t = threadIdx.x;
+    const int nk = pv(a.n_keys), qp0 = pv(a.q_pos0);
+    int lo, hi;
+    key_range(a, i, nk, qp0, lo, hi);
+    const float *q = a.q + ((size_t)i * a.n_heads + h) * hd;
+    float qv[ATT_WIDE_MAX_HD / 256], acc[ATT_WIDE_MAX_HD / 256];
+#pragma unroll
+    for (int u = 0; u < ATT_WIDE_MAX_HD / 256; u++) { int d = t + 256 * u; qv[u] = d < hd ? q[d] : 0.f; acc[u] = 0.f; }
+    float m = -INFINITY, l = 0.f;
+    for (int j = lo; j < hi; j++) {
+        const size_t row = (kv_row(a, j) * a.n_kv + kh) * hd;
+        float s = 0.f;
+#pragma unroll
+        for (int u = 0; u < ATT_WIDE_MAX_HD / 256; u++) { int d = t + 256 * u; if (d < hd) s += qv[u] * a.k[row + d]; }
+        for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        __syncthreads();
+        if ((t & 31) == 0) sh[t >> 5] = s;
+        __syncthreads();
+        s = 0.f;
+        for (int w = 0; w < 8; w++) s += sh[w];
+        s *= a.scale;
+        float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
+        l = l * corr + p;
+#pragma unroll
+        for (int u = 0; u < ATT_WIDE_MAX_HD / 256; u++) { int d = t + 256 * u; if (d < hd) acc[u] = acc[u] * corr + p * a.v[row + d]; }
+        m = mn;
+    }
+    float inv = l > 0.f ? 1.0f / l : 0.f;
+#pragma unroll
+    for (int u = 0; u < ATT_WIDE_MAX_HD / 256; u++) { int d = t + 256 * u; if (d < hd) out[((size_t)i * a.n_heads + h) * hd + d] = acc[u] * inv; }
+}
+
+static void attention_wide(cuda_impl *c, float *out, const float *q, const bs_kv_view *kv, int n_q, int n_heads, int n_kv, int hd, int n_keys,
+                           int q_pos0, int causal, int window) {
+    if (hd > ATT_WIDE_MAX_HD || n_kv <= 0 || n_heads % n_kv)
+        CU_DECLINE(c, "attention: head_dim %d with %d/%d heads unsupported (at most %d)", hd, n_heads, n_kv, ATT_WIDE_MAX_HD);
+    att_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q; a.k = kv->k; a.v = kv->v; a.pages = kv->pages; a.page_rows = kv->page_rows;
+    a.n_q = n_q; a.n_heads = n_heads; a.n_kv = n_kv; a.hd = hd; a.causal = causal; a.window = window;
+    a.n_keys = P(c, n_keys); a.q_pos0 = P(c, q_pos0); a.old_keys = P(c, 0); a.scale = 1.0f / sqrtf((float)hd);
+    launch_k(c, "attention wide", attention_wide_kernel, dim3(n_q, n_heads), dim3(256), 0, a, out);
+}
+
 void cu_attention(bs_backend *be, float *out, const float *q, const bs_kv_view *kv, int n_q, int n_heads,
                   int n_kv, int hd, int n_keys, int q_pos0, int causal, int window) {
     cuda_impl *c = CI(be);
+    if (n_q > 0 && hd > ATT_MAX_HD && !ablated("att")) { attention_wide(c, out, q, kv, n_q, n_heads, n_kv, hd, n_keys, q_pos0, causal, window); return; }
     if (n_q <= 0 || ablated("att") || !att_shape_ok(c, n_heads, n_kv, hd)) return;
     if (kv->pages && kv->page_rows % ATT_CHUNK) CU_DECLINE(c, "attention: K/V pages of %d rows (a multiple of %d needed)", kv->page_rows, ATT_CHUNK);
     size_t smem = sizeof(float) * (2 * ATT_CHUNK * (hd + 4) + 2 * ATT_QV * hd + 2 * ATT_QV);
@@ -1103,8 +1155,14 @@ void cu_attention(bs_backend *be, float *out, const float *q, const bs_kv_view *
 // ATT_MAX_SPANS rows go through cu_attention per span instead.
 void cu_attention_spans(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads, int n_kv, int hd) {
     cuda_impl *c = CI(be);
-    if (n_spans <= 0 || ablated("att") || !att_shape_ok(c, n_heads, n_kv, hd)) return;
     const size_t qw = (size_t)n_heads * hd;
+    if (hd > ATT_MAX_HD) {   // wide heads: per span (cu_attention's wide kernel)
+        for (int i = 0; i < n_spans; i++)
+            cu_attention(be, out + spans[i].row0 * qw, q + spans[i].row0 * qw, &spans[i].kv, spans[i].n, n_heads, n_kv, hd, spans[i].pos0 + spans[i].n,
+                         spans[i].pos0, 1, 0);
+        return;
+    }
+    if (n_spans <= 0 || ablated("att") || !att_shape_ok(c, n_heads, n_kv, hd)) return;
     bool together = n_spans > 1 && !c->capturing && att_variant() && ((uintptr_t)q & 15) == 0 && ((uintptr_t)out & 15) == 0;
     for (int i = 0; i < n_spans && together; i++) {
         const bs_kv_view *kv = &spans[i].kv;

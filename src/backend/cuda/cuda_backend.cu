@@ -310,12 +310,16 @@ extern "C" bs_backend *bs_backend_cuda(int ordinal, bs_err *err) {
     be->sync = cu_sync; be->weight = cu_weight; be->weight_lossy = cu_weight_lossy;
     be->matmul = cu_matmul; be->rmsnorm = cu_rmsnorm; be->head_norm_rope = cu_head_norm_rope; be->head_norm_rope_multi = cu_head_norm_rope_multi; be->attention = cu_attention;
     be->attention_spans = cu_attention_spans; be->mem_free = cu_mem_free;
-    be->swiglu = cu_swiglu; be->gelu_mul = cu_gelu_mul; be->add = cu_add; be->embed = cu_embed; be->copy_rows = cu_copy_rows; be->argmax = cu_argmax;
+    be->swiglu = cu_swiglu; be->add = cu_add; be->embed = cu_embed; be->copy_rows = cu_copy_rows; be->argmax = cu_argmax;
+    be->gelu_mul = cu_gelu_mul; be->scale = cu_scale; be->softcap = cu_softcap;
     be->argmax_to = cu_argmax_to; be->embed_from = cu_embed_from; be->scatter_cols = cu_scatter_cols; be->hadamard_rows = cu_hadamard_rows;
     be->dyn_conv = cu_dyn_conv; be->topk = cu_topk;
     be->sample_rows = cu_sample_rows; be->sample_rows_to = cu_sample_rows_to; be->accept_sampled = cu_accept_sampled; be->accept_sampled_to = cu_accept_sampled_to;
     be->store_kv = cu_store_kv; be->matmul_multi = cu_matmul_multi; be->swiglu_matmul = cu_swiglu_matmul;
-    if (fuse_enabled()) { be->qk_norm_rope_store = cu_qk_norm_rope_store; be->qkv_norm_rope_store = cu_qkv_norm_rope_store; }
+    if (fuse_enabled()) {
+        be->qk_norm_rope_store = cu_qk_norm_rope_store; be->qkv_norm_rope_store = cu_qkv_norm_rope_store;
+        be->qk_norm_rope_store_spans = cu_qk_norm_rope_store_spans;
+    }
     be->record_begin = cu_record_begin; be->record_end = cu_record_end; be->replay = cu_replay; be->record_free = cu_record_free;
     be->destroy = cu_destroy;
     if (bs_tuning_get()->cuda_profile && !prof_active()) prof_install(be);

@@ -14,26 +14,44 @@ __global__ void add_kernel(float *y, const float *x, size_t n) {
     pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] += x[i];
 }
-// ref_gelu_mul's expression (cpu_ref.c): MLX's gelu_approx times up.
-__global__ void gelu_mul_kernel(float *h, const float *g, const float *u, size_t n) {
-    pdl_enter();
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float x = g[i];
-        h[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i];
-    }
-}
 static int ew_blocks(size_t n) { size_t b = (n + 255) / 256; return b > 4096 ? 4096 : (int)(b ? b : 1); }
 void cu_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
     if (!n) return;
     launch_k(CI(be), "swiglu", swiglu_kernel, dim3(ew_blocks(n)), dim3(256), 0, h, g, u, n);
 }
+void cu_add(bs_backend *be, float *y, const float *x, size_t n) {
+    if (!n) return;
+    launch_k(CI(be), "add", add_kernel, dim3(ew_blocks(n)), dim3(256), 0, y, x, n);
+}
+
+// Gemma-4's elementwise steps (backend.h): the same fp32 expressions as the CPU reference (cpu_ref.c).
+__global__ void gelu_mul_kernel(float *h, const float *g, const float *u, size_t n) {
+    pdl_enter();
+    const float beta = (float)(1.4142135623730951 * 1.1283791670955126 * 0.5), kappa = 0.044715f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float x = g[i], cube = x * x * x, inner = beta * (x + kappa * cube);
+        h[i] = 0.5f * x * (1.0f + tanhf(inner)) * u[i];
+    }
+}
+__global__ void scale_kernel(float *y, float s, size_t n) {
+    pdl_enter();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] *= s;
+}
+__global__ void softcap_kernel(float *y, float cap, size_t n) {
+    pdl_enter();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] = tanhf(y[i] / cap) * cap;
+}
 void cu_gelu_mul(bs_backend *be, float *h, const float *g, const float *u, size_t n) {
     if (!n) return;
     launch_k(CI(be), "gelu_mul", gelu_mul_kernel, dim3(ew_blocks(n)), dim3(256), 0, h, g, u, n);
 }
-void cu_add(bs_backend *be, float *y, const float *x, size_t n) {
+void cu_scale(bs_backend *be, float *y, float s, size_t n) {
     if (!n) return;
-    launch_k(CI(be), "add", add_kernel, dim3(ew_blocks(n)), dim3(256), 0, y, x, n);
+    launch_k(CI(be), "scale", scale_kernel, dim3(ew_blocks(n)), dim3(256), 0, y, s, n);
+}
+void cu_softcap(bs_backend *be, float *y, float cap, size_t n) {
+    if (!n) return;
+    launch_k(CI(be), "softcap", softcap_kernel, dim3(ew_blocks(n)), dim3(256), 0, y, cap, n);
 }
 
 struct ids_arg { int ids[MAX_STEP_IDS]; };

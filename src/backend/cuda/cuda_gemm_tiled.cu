@@ -32,6 +32,12 @@
 #include "backend/cuda/cuda_internal.cuh"
 
 #define TT_STAGES 4                  // pipeline depth (16 KiB of weights each; 5 and 6 measured, docs/history/benchmarks-diary.md session 12)
+// Stages of a launch with NT x 8 activation rows. At 33-64 rows (NT = 8) four stages took 144 KB of shared
+// memory (64 KB of weights, 80 KB of x), so one block fitted an SM and the grid's 2 x SMs blocks ran in two
+// waves: a forward cost twice a 32-row one (H200 8B shape: 8.6 ms at 32 rows, 15.0 at 33, 16.9 at 64). Two
+// stages (72 KB) let two blocks share an SM, one wave, as at 32 rows. The stage count changes only when
+// weights arrive, never which block sums which k or in what order, so a row's bits stay the same.
+__host__ __device__ constexpr int tt_stages(int nt) { return nt >= 8 ? 2 : TT_STAGES; }
 #define TT_XSTRIDE 80                // floats per staged x row: 64 + 16 keeps the float4 fragment loads conflict-free
 #define TT_THREADS 128
 
@@ -323,20 +329,21 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
     constexpr int KS = F8 ? T8_K : TT_K;              // k per stage
     constexpr int XS = F8 ? T8_K + 16 : TT_XSTRIDE;   // floats per staged x row (= 16 mod 32: conflict-free float4 reads)
     constexpr int KSH = F8 ? 7 : 6;                   // log2(KS)
+    constexpr int STG = tt_stages(NT);
     pdl_trigger();
     // Trace (diagnosis only): entry, after the dependency wait, first stage in, end, ns in cut-tile sums.
     unsigned long long *tr = A.trace && threadIdx.x == 0 ? A.trace + (size_t)blockIdx.x * 5 : NULL;
     if (tr) { tr[0] = gtimer(); tr[4] = 0; }
     extern __shared__ __align__(128) unsigned char tt_smem[];
     __nv_bfloat16 *Ws = (__nv_bfloat16 *)tt_smem;
-    float *Xs = (float *)(tt_smem + TT_STAGES * TT_ELEMS * 2);
-    float *Us = Xs + TT_STAGES * 8 * NT * XS;   // SW: the up projection, staged like x
+    float *Xs = (float *)(tt_smem + STG * TT_ELEMS * 2);
+    float *Us = Xs + STG * 8 * NT * XS;   // SW: the up projection, staged like x
     __shared__ int s_first, s_last;
     const int b = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int lo = tt_lo(b, A), hi = tt_lo(b + 1, A);   // never empty: G <= U
     const int kst = A.kst, n = A.n, K = A.K;
 
-    // The load cursor runs TT_STAGES - 1 units ahead of the compute cursor; both step (tile, stage)
+    // The load cursor runs STG - 1 units ahead of the compute cursor; both step (tile, stage)
     // without divisions.
     int lT = lo / kst, ls = lo - lT * kst, lslot = 0;
     const uint64_t pol = policy_evict_first();
@@ -363,7 +370,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
             if (SW) cp_async16(ud + r * XS + 4 * q, us + (size_t)r * K + 4 * q);
         }
         if (++ls == kst) { ls = 0; lT++; }
-        lslot = (lslot + 1) & (TT_STAGES - 1);
+        lslot = (lslot + 1) & (STG - 1);
     };
 
     float d[2][NT][4], dl[2][NT][4];
@@ -379,7 +386,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
     {
         int wT = lT, wsx = ls;
 #pragma unroll
-        for (int i = 0; i < TT_STAGES - 1; i++) {
+        for (int i = 0; i < STG - 1; i++) {
             if (lo + i < hi && i < A.pre) {
                 load_w(wT, wsx, i);
                 if (++wsx == kst) { wsx = 0; wT++; }
@@ -389,14 +396,14 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     if (tr) tr[1] = gtimer();
 #pragma unroll
-    for (int i = 0; i < TT_STAGES - 1; i++) { if (lo + i < hi) load_next(i >= A.pre); cp_async_commit(); }
+    for (int i = 0; i < STG - 1; i++) { if (lo + i < hi) load_next(i >= A.pre); cp_async_commit(); }
 
     int T = lo / kst, s = lo - T * kst, slot = 0;
     for (int u = lo; u < hi; u++) {
-        cp_async_wait<TT_STAGES - 2>();
+        cp_async_wait<STG - 2>();
         __syncthreads();   // unit u visible to all; everyone is done with the slot refilled next
         if (tr && u == lo) tr[2] = gtimer();
-        if (u + TT_STAGES - 1 < hi) load_next(true);
+        if (u + STG - 1 < hi) load_next(true);
         cp_async_commit();
 
         const __nv_bfloat16 *Wsl = Ws + (size_t)slot * TT_ELEMS;
@@ -453,7 +460,7 @@ __global__ void __launch_bounds__(TT_THREADS) tt_kernel(tt_args A) {
             }
         }
         }
-        slot = (slot + 1) & (TT_STAGES - 1);
+        slot = (slot + 1) & (STG - 1);
         const int Tu = T;
         if (++s == kst) { s = 0; T++; }
         if (s != 0 && u != hi - 1) continue;
@@ -529,7 +536,7 @@ template <int NT, bool SW, bool F8>
 static void tt_launch_nt(cuda_impl *c, const tt_args &A) {
     static bool attr = false;
     const size_t xs = F8 ? T8_K + 16 : TT_XSTRIDE;
-    const size_t smem = (size_t)TT_STAGES * TT_ELEMS * 2 + (size_t)TT_STAGES * 8 * NT * xs * 4 * (SW ? 2 : 1);
+    const size_t smem = (size_t)tt_stages(NT) * TT_ELEMS * 2 + (size_t)tt_stages(NT) * 8 * NT * xs * 4 * (SW ? 2 : 1);
     if (!attr) { CK(cudaFuncSetAttribute(tt_kernel<NT, SW, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); attr = true; }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(A.G); cfg.blockDim = dim3(TT_THREADS); cfg.dynamicSmemBytes = smem; cfg.stream = c->st;

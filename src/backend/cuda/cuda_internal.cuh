@@ -223,9 +223,13 @@ void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, i
 void cu_attention(bs_backend *be, float *out, const float *q, const bs_kv_view *kv, int n_q, int n_heads,
                   int n_kv, int hd, int n_keys, int q_pos0, int causal, int window);
 void cu_attention_spans(bs_backend *be, float *out, const float *q, const bs_row_span *spans, int n_spans, int n_heads, int n_kv, int hd);
+void cu_qk_norm_rope_store_spans(bs_backend *be, float *q, float *k, const float *v, const bs_row_span *spans, int n_spans, int n_heads,
+                                 int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, const float *inv_freq);
 void cu_swiglu(bs_backend *be, float *h, const float *g, const float *u, size_t n);
-void cu_gelu_mul(bs_backend *be, float *h, const float *g, const float *u, size_t n);
 void cu_add(bs_backend *be, float *y, const float *x, size_t n);
+void cu_gelu_mul(bs_backend *be, float *h, const float *g, const float *u, size_t n);
+void cu_scale(bs_backend *be, float *y, float s, size_t n);
+void cu_softcap(bs_backend *be, float *y, float cap, size_t n);
 void cu_embed(bs_backend *be, float *out, const bs_mat *t, const int32_t *ids, int n);
 void cu_copy_rows(bs_backend *be, float *dst, size_t ds, const float *src, size_t ss, int n, int width);
 void cu_store_kv(bs_backend *be, const bs_kv_view *kv, int pos0, const float *k, const float *v, int n, int width);

@@ -145,17 +145,119 @@ __global__ void qk_norm_rope_store_kernel(float *q, float *k, const float *v, in
     }
 }
 
+// Heads wider than a warp's ATT_MAX_HD (Gemma-4's 512-wide full-attention heads): one block of 256 threads per
+// (row, head); the same arithmetic as the CPU reference (norm, then the pair (i, i + hd/2) turned by pos * inv_freq[i]).
+#define WIDE_MAX_HD 2048
+__global__ void __launch_bounds__(256) head_norm_rope_wide_kernel(float *x, int n_heads, int hd, const void *nw, int dt, float eps, posarg pos0,
+                                                                  const float *inv_freq) {
+    pdl_enter();
+    __shared__ float sh[32];
+    const int r = blockIdx.x / n_heads, half = hd / 2;
+    float *v = x + (size_t)blockIdx.x * hd;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) ss += v[i] * v[i];
+    float inv = nw ? 1.0f / sqrtf(block_sum(ss, sh) / hd + eps) : 1.0f;
+    const int pos = pv(pos0) + r;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float x0 = v[i], x1 = v[i + half];
+        if (nw) { x0 = x0 * inv * ld_elem(nw, dt, i); x1 = x1 * inv * ld_elem(nw, dt, i + half); }
+        float a = (float)pos * inv_freq[i], cs = cosf(a), sn = sinf(a);
+        v[i] = x0 * cs - x1 * sn;
+        v[i + half] = x1 * cs + x0 * sn;
+    }
+}
+
+static void head_norm_rope_wide(cuda_impl *c, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, const float *inv_freq) {
+    if (hd > WIDE_MAX_HD || hd % 2) CU_DECLINE(c, "head_norm_rope: head_dim %d unsupported (even, <= %d)", hd, WIDE_MAX_HD);
+    launch_k(c, "head_norm_rope wide", head_norm_rope_wide_kernel, dim3(n * n_heads), dim3(256), 0, x, n_heads, hd,
+             (const void *)(norm_w ? norm_w->data : NULL), norm_w ? (int)norm_w->dtype : 0, eps, P(c, pos0), inv_freq);
+}
+
 void cu_qk_norm_rope_store(bs_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                                   const bs_mat *q_norm, const bs_mat *k_norm, float eps, int pos0, const float *inv_freq,
                                   const bs_kv_view *kv) {
     cuda_impl *c = CI(be);
     if (n <= 0 || ablated("qknrs")) return;
+    if (hd > ATT_MAX_HD) {   // wide heads: the three steps (backend.h: they must agree with the fused op, which they are here)
+        REQUIRE_ROW_MAJOR(c, q_norm, "qk_norm_rope_store"); REQUIRE_ROW_MAJOR(c, k_norm, "qk_norm_rope_store");
+        head_norm_rope_wide(c, q, n, n_heads, hd, q_norm, eps, pos0, inv_freq);
+        head_norm_rope_wide(c, k, n, n_kv, hd, k_norm, eps, pos0, inv_freq);
+        cu_store_kv(be, kv, pos0, k, v, n, n_kv * hd);
+        return;
+    }
     REQUIRE_ROW_MAJOR(c, q_norm, "qk_norm_rope_store"); REQUIRE_ROW_MAJOR(c, k_norm, "qk_norm_rope_store");
     REQUIRE_HEAD_DIM(c, hd);
     int warps = n * (n_heads + 2 * n_kv);
     launch_k(c, "qk_norm_rope_store", qk_norm_rope_store_kernel, dim3((warps + 7) / 8), dim3(256), 0, q, k, v, n, n_heads, n_kv, hd, q_norm ? q_norm->data : NULL,
         q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL, k_norm ? k_norm->dtype : 0, eps, P(c, pos0), inv_freq, kv_dev_of(kv));
     qknrs_launched(c, n);
+}
+
+// The same step for the spans of a batch in one launch (backend.h qk_norm_rope_store_spans): a batched decode
+// step of R sequences otherwise launches it R times a layer (on the H200 8B shape at 64 sequences, 2,304
+// launches of 5.7 us a step: 13 ms of a 33 ms step). The warps are laid out as one call over the launch's
+// rows; each row finds its span and takes that span's position and page table, then runs the per-span body,
+// so every row's bits are the ones a call of its span alone gives.
+#define QKS_MAX_SPANS 64
+struct qks_span { kv_dev kv; int row0, n, pos0, lrow0; };   // lrow0: its first row among the launch's rows
+struct qks_args { qks_span sp[QKS_MAX_SPANS]; int n_spans, rows; };
+
+__global__ void qk_norm_rope_store_spans_kernel(float *q, float *k, const float *v, int nq, int nkv, int hd, const void *qw, int qdt,
+                                                const void *kw, int kdt, float eps, const float *inv_freq, const __grid_constant__ qks_args S) {
+    pdl_wait(); pdl_trigger();   // as qk_norm_rope_store_kernel
+    const int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const int per_row = nq + 2 * nkv, lr = wid / per_row, h = wid % per_row;
+    if (lr >= S.rows) return;
+    int i = 0;
+    while (i + 1 < S.n_spans && S.sp[i + 1].lrow0 <= lr) i++;
+    const qks_span &sp = S.sp[i];
+    const int j = lr - sp.lrow0, row = sp.row0 + j, pos = sp.pos0 + j;
+    if (h < nq) {
+        head_norm_rope_warp(q + ((size_t)row * nq + h) * hd, NULL, hd, qw, qdt, eps, pos, inv_freq, lane);
+    } else if (h < nq + nkv) {
+        const int hk = h - nq;
+        float *dst = sp.kv.k + (kv_dev_row(sp.kv, pos) * nkv + hk) * hd;
+        head_norm_rope_warp(k + ((size_t)row * nkv + hk) * hd, dst, hd, kw, kdt, eps, pos, inv_freq, lane);
+    } else {
+        const int hv = h - nq - nkv;
+        const float *src = v + ((size_t)row * nkv + hv) * hd;
+        float *dst = sp.kv.v + (kv_dev_row(sp.kv, pos) * nkv + hv) * hd;
+        for (int e = lane; e < hd; e += 32) dst[e] = src[e];
+    }
+}
+
+// One span, a recording (whose positions must be position arguments) or wide heads: the per-span op.
+void cu_qk_norm_rope_store_spans(bs_backend *be, float *q, float *k, const float *v, const bs_row_span *spans, int n_spans, int n_heads,
+                                 int n_kv, int hd, const bs_mat *q_norm, const bs_mat *k_norm, float eps, const float *inv_freq) {
+    cuda_impl *c = CI(be);
+    const size_t qw = (size_t)n_heads * hd, kw = (size_t)n_kv * hd;
+    if (n_spans <= 0 || ablated("qknrs")) return;
+    if (n_spans == 1 || c->capturing || hd > ATT_MAX_HD) {   // (heads past ATT_MAX_HD: the per-span op's wide kernels)
+        for (int i = 0; i < n_spans; i++) {
+            const bs_row_span *s = &spans[i];
+            cu_qk_norm_rope_store(be, q + s->row0 * qw, k + s->row0 * kw, v + s->row0 * kw, s->n, n_heads, n_kv, hd, q_norm, k_norm, eps,
+                                  s->pos0, inv_freq, &s->kv);
+        }
+        return;
+    }
+    REQUIRE_ROW_MAJOR(c, q_norm, "qk_norm_rope_store"); REQUIRE_ROW_MAJOR(c, k_norm, "qk_norm_rope_store");
+    REQUIRE_HEAD_DIM(c, hd);
+    for (int i0 = 0; i0 < n_spans; i0 += QKS_MAX_SPANS) {
+        qks_args S;   // ~2.3 KB of kernel parameters
+        memset(&S, 0, sizeof S);
+        S.n_spans = n_spans - i0 < QKS_MAX_SPANS ? n_spans - i0 : QKS_MAX_SPANS;
+        for (int i = 0; i < S.n_spans; i++) {
+            const bs_row_span *s = &spans[i0 + i];
+            S.sp[i] = qks_span{ kv_dev_of(&s->kv), (int)s->row0, s->n, s->pos0, S.rows };
+            S.rows += s->n;
+        }
+        if (S.rows <= 0) continue;
+        const long long warps = (long long)S.rows * (n_heads + 2 * n_kv);
+        launch_k(c, "qk_norm_rope_store spans", qk_norm_rope_store_spans_kernel, dim3((unsigned)((warps + 7) / 8)), dim3(256), 0, q, k, v,
+                 n_heads, n_kv, hd, q_norm ? q_norm->data : NULL, q_norm ? q_norm->dtype : 0, k_norm ? k_norm->data : NULL,
+                 k_norm ? k_norm->dtype : 0, eps, inv_freq, S);
+        qknrs_launched(c, S.rows);
+    }
 }
 
 void qknrs_launched(cuda_impl *c, int n) {
@@ -173,6 +275,7 @@ void cu_head_norm_rope(bs_backend *be, float *x, int n, int n_heads, int hd, con
     cuda_impl *c = CI(be);
     if (n <= 0) return;
     REQUIRE_ROW_MAJOR(c, norm_w, "head_norm_rope");
+    if (hd > ATT_MAX_HD) { head_norm_rope_wide(c, x, n, n_heads, hd, norm_w, eps, pos0, inv_freq); return; }
     REQUIRE_HEAD_DIM(c, hd);
     int warps = n * n_heads;
     launch_k(c, "head_norm_rope", head_norm_rope_kernel, dim3((warps + 7) / 8), dim3(256), 0, x, n, n_heads, hd, norm_w ? norm_w->data : NULL,

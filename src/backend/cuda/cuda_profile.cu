@@ -66,6 +66,10 @@ static void pf_qkrs(bs_backend *be, float *q, float *k, const float *v, int n, i
                     const bs_mat *kw, float eps, int pos0, const float *inv_freq, const bs_kv_view *kv) {
     PROF("qk_norm_rope_store", n, g_prof->inner.qk_norm_rope_store(be, q, k, v, n, nh, nkv, hd, qw, kw, eps, pos0, inv_freq, kv));
 }
+static void pf_qkrs_spans(bs_backend *be, float *q, float *k, const float *v, const bs_row_span *sp, int n_spans, int nh, int nkv, int hd,
+                          const bs_mat *qw, const bs_mat *kw, float eps, const float *inv_freq) {
+    PROF("qk_norm_rope_store spans", n_spans, g_prof->inner.qk_norm_rope_store_spans(be, q, k, v, sp, n_spans, nh, nkv, hd, qw, kw, eps, inv_freq));
+}
 static int pf_qkv(bs_backend *be, const float *x, int n, const bs_mat *const *W, float *q, float *k, float *v, int nh, int nkv, int hd,
                   const bs_mat *qw, const bs_mat *kw, float eps, int pos0, const float *inv_freq, const bs_kv_view *kv) {
     int r;
@@ -105,6 +109,7 @@ void prof_install(bs_backend *be) {
     be->store_kv = pf_store_kv; be->argmax = pf_argmax; be->argmax_to = pf_argmax_to; be->embed_from = pf_embed_from; be->scatter_cols = pf_scatter_cols; be->hadamard_rows = pf_hadamard_rows;
     if (be->qk_norm_rope_store) be->qk_norm_rope_store = pf_qkrs;
     if (be->attention_spans) be->attention_spans = pf_attention_spans;
+    if (be->qk_norm_rope_store_spans) be->qk_norm_rope_store_spans = pf_qkrs_spans;
     if (be->head_norm_rope_multi) be->head_norm_rope_multi = pf_hnr_multi;
     if (be->swiglu_matmul) be->swiglu_matmul = pf_swiglu_matmul;
     if (be->qkv_norm_rope_store) be->qkv_norm_rope_store = pf_qkv;

@@ -638,10 +638,11 @@ static int dev_init(td_dev *d, const int64_t *numel, const int *trainable, const
     DA(d->ce_row, np); DA(d->l1_row, np); DA(d->acc, np); DA(d->bce_row, np);
     DA(d->norm_part, TC_NORM_BLOCKS); DA(d->norm_out, 1); DA(d->coef, 1);
     int half = s.hd / 2;
+    if (!s.inv_freq) return bs_fail(err, "drafter (cuda): no RoPE table given");
     std::vector<float> c((size_t)d->TB * half), sn((size_t)d->TB * half);
     for (int p = 0; p < d->TB; p++)
         for (int i = 0; i < half; i++) {
-            float ang = (float)p * bs_rope_inv_freq(s.theta, i, s.hd);
+            float ang = (float)p * s.inv_freq[i];
             c[(size_t)p * half + i] = cosf(ang); sn[(size_t)p * half + i] = sinf(ang);
         }
     CU(cudaMemcpy(d->cosT, c.data(), sizeof(float) * c.size(), cudaMemcpyHostToDevice));
@@ -669,6 +670,7 @@ extern "C" int td_dev_new(td_dev **out, const td_shape *s, tc_dev *target, int m
     d->qd = s->nH * s->hd; d->kd = s->nKV * s->hd; d->n_params = n_params;
     d->Nc = (long long)max_seqs * max_T; d->NBm = (long long)max_seqs * A; d->nq = d->NBm * s->B; d->np = d->NBm * s->P;
     if (dev_init(d, numel, trainable, decay, err)) { td_dev_free(d); return -1; }
+    d->s.inv_freq = nullptr;   // the caller's table: read above only
     *out = d;
     return 0;
 }

@@ -4,8 +4,9 @@
 //
 // Parameter order (the host builds the set in exactly this order; the device finds tensors by index):
 //   0: model.embed_tokens.weight [V][H]
-//   1 + 11*l + k, k = TC_IN_NORM .. TC_DOWN: layer l's tensors (enum below)
-//   1 + 11*L: model.norm.weight [H];  2 + 11*L: lm_head.weight [V][H] (untied only)
+//   tc_layer_param(qk_norm, l, k), k = TC_IN_NORM .. TC_WD: layer l's tensors (enum below): 1 + 11*l + k for
+//   Qwen3; a Llama layer has no q_norm / k_norm, so its 9 tensors are 1 + 9*l + k with k past TC_KNORM moved 2 down
+//   1 + P*L: model.norm.weight [H];  2 + P*L: lm_head.weight [V][H] (untied only), P = tc_per_layer(qk_norm)
 #pragma once
 #include <stdint.h>
 #include <stddef.h>
@@ -18,9 +19,16 @@ extern "C" {
 enum { TC_IN_NORM, TC_WQ, TC_WK, TC_WV, TC_WO, TC_QNORM, TC_KNORM, TC_POST_NORM, TC_WG, TC_WU, TC_WD, TC_PER_LAYER };
 enum { TC_W = 0, TC_G = 1, TC_M = 2, TC_V = 3 };   // which per-parameter buffer a copy addresses
 
+// Tensors per layer, and the index of layer l's tensor k (never TC_QNORM / TC_KNORM without q/k norm).
+static inline int tc_per_layer(int qk_norm) { return qk_norm ? TC_PER_LAYER : TC_PER_LAYER - 2; }
+static inline int tc_layer_param(int qk_norm, int l, int k) { return 1 + tc_per_layer(qk_norm) * l + (!qk_norm && k > TC_KNORM ? k - 2 : k); }
+
 typedef struct {
     int V, H, L, nH, nKV, hd, I, tied;
-    float eps, theta;
+    float eps;
+    int qk_norm;                 // 1: q_norm / k_norm (Qwen3); 0: none (Llama)
+    const float *inv_freq;       // host [hd/2]: the RoPE table as the engine builds it (bs_rope_inv_freqs: default or
+                                 // llama3-scaled); read by tc_dev_new only
 } tc_shape;
 
 typedef struct tc_dev tc_dev;

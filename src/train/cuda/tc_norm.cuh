@@ -35,7 +35,8 @@ __global__ void tc_rmsnorm_bwd(float *dx, const float *dy, const float *x, const
 
 // Per-head RMSNorm (q_norm / k_norm over head_dim) then rotate-half RoPE at position row % T (positions
 // restart at 0 in every sequence of the padded batch). cs/sn: [T][hd/2] cos and sin of pos * inv_freq,
-// computed on the host exactly as the engine does (fp32 inv_freq, cosf/sinf of the fp32 angle).
+// computed on the host exactly as the engine does (fp32 inv_freq from the model's table, cosf/sinf of the
+// fp32 angle). w == NULL: RoPE alone (a Llama layer has no q/k norm; rstd is not written).
 // Lane i handles the pair (i, i + hd/2) that the rotation mixes.
 // posv: the position of each row (pos[vec / nh]), or NULL for rows laid out as sequences of T from position 0.
 __global__ void tc_qknorm_rope_fwd(float *out, float *rstd, const float *raw, const float *w, long long nvec, int nh, int hd,
@@ -45,12 +46,20 @@ __global__ void tc_qknorm_rope_fwd(float *out, float *rstd, const float *raw, co
     if (vec >= nvec) return;
     int pos = posv ? posv[vec / nh] : (int)((vec / nh) % T);
     const float *x = raw + vec * hd;
+    const float *c = cs + (size_t)pos * half, *s = sn + (size_t)pos * half;
+    float *o = out + vec * hd;
+    if (!w) {
+        for (int i = lane; i < half; i += 32) {
+            float a = x[i], b = x[i + half];
+            o[i] = a * c[i] - b * s[i];
+            o[i + half] = b * c[i] + a * s[i];
+        }
+        return;
+    }
     float ss = 0.f;
     for (int j = lane; j < hd; j += 32) ss += x[j] * x[j];
     float r = rsqrtf(tc_warp_sum(ss) / (float)hd + eps);
     if (lane == 0) rstd[vec] = r;
-    const float *c = cs + (size_t)pos * half, *s = sn + (size_t)pos * half;
-    float *o = out + vec * hd;
     for (int i = lane; i < half; i += 32) {
         float a = x[i] * r * w[i], b = x[i + half] * r * w[i + half];
         o[i] = a * c[i] - b * s[i];
@@ -60,17 +69,28 @@ __global__ void tc_qknorm_rope_fwd(float *out, float *rstd, const float *raw, co
 
 // Backward of the above. dout: gradient w.r.t. the rotated output; writes dy (w.r.t. the normed, unrotated
 // vector: the rotation's transpose) for the gain's gradient, and dx (w.r.t. the raw projection). dx may
-// alias dout: each lane reads its pair before it writes it.
+// alias dout: each lane reads its pair before it writes it. w == NULL (no norm): dx = the rotation's
+// transpose of dout; dy, raw and rstd are not used.
 __global__ void tc_qknorm_rope_bwd(float *dx, float *dy, const float *dout, const float *raw, const float *rstd, const float *w,
                                    long long nvec, int nh, int hd, const int32_t *posv, int T, const float *cs, const float *sn) {
     long long vec = (long long)blockIdx.x * TC_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31, half = hd / 2;
     if (vec >= nvec) return;
     int pos = posv ? posv[vec / nh] : (int)((vec / nh) % T);
-    const float *x = raw + vec * hd, *g = dout + vec * hd;
+    const float *g = dout + vec * hd;
     const float *c = cs + (size_t)pos * half, *s = sn + (size_t)pos * half;
+    float *dxv = dx + vec * hd;
+    if (!w) {
+        for (int i = lane; i < half; i += 32) {
+            float g1 = g[i], g2 = g[i + half];
+            dxv[i] = g1 * c[i] + g2 * s[i];
+            dxv[i + half] = g2 * c[i] - g1 * s[i];
+        }
+        return;
+    }
+    const float *x = raw + vec * hd;
     float r = rstd[vec], dot = 0.f;
-    float *dyv = dy + vec * hd, *dxv = dx + vec * hd;
+    float *dyv = dy + vec * hd;
     for (int i = lane; i < half; i += 32) {
         float g1 = g[i], g2 = g[i + half];
         float da = g1 * c[i] + g2 * s[i], db = g2 * c[i] - g1 * s[i];

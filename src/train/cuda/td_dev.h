@@ -14,8 +14,10 @@ extern "C" {
 #define TD_MAX_TAPS 64
 
 typedef struct {
-    int V, H, L, nH, nKV, hd, I;          // the drafter backbone
-    float eps, theta;
+    int V, H, L, nH, nKV, hd, I;          // the drafter backbone (Qwen3 layers: q/k norm, whatever the target)
+    float eps;
+    const float *inv_freq;                // host [hd/2]: the drafter's RoPE table (bs_rope_inv_freqs of its config: the
+                                          // target's theta and scaling); read by td_dev_new only
     int B, P, zl, r, conf_in, m;          // block, prediction rows per block, z-lab?, Markov rank, conf head width (0: none), taps
     int taps[TD_MAX_TAPS];                // hidden_states indices of the target
     float ce_alpha, l1_alpha, conf_alpha;

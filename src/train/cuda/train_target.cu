@@ -1,4 +1,5 @@
-// Qwen3 target training step on one GPU (llm.c's train_gpt2.cu is the model): the forward keeps what the
+// Qwen3 / Llama-3.x target training step on one GPU (llm.c's train_gpt2.cu is the model; a Llama layer is
+// Qwen3's without the q/k norm: tc_shape.qk_norm): the forward keeps what the
 // backward needs, the backward runs the layers in reverse, AdamW updates fp32 master weights in place.
 //
 // Numerics. Weights, activations and gradients are stored in fp32; every matmul is a cuBLAS GEMM whose
@@ -80,7 +81,11 @@ struct tc_dev {
 
 static float *P_(tc_dev *d, int i) { return d->W + d->off[i]; }
 static float *G_(tc_dev *d, int i) { return d->G + d->off[i]; }
-static int LI(const tc_dev *d, int l, int k) { return 1 + TC_PER_LAYER * l + k; }
+static int LI(const tc_dev *d, int l, int k) { return tc_layer_param(d->s.qk_norm, l, k); }
+static int final_norm(const tc_dev *d) { return 1 + tc_per_layer(d->s.qk_norm) * d->s.L; }
+static int head(const tc_dev *d) { return d->s.tied ? 0 : final_norm(d) + 1; }
+// layer l's q_norm / k_norm gains, or NULL (Llama: RoPE alone, tc_norm.cuh)
+static float *qk_gain(tc_dev *d, int l, int k) { return d->s.qk_norm ? P_(d, LI(d, l, k)) : nullptr; }
 
 static int dalloc(tc_dev *d, void **p, size_t bytes, bs_err *err) {
     cudaError_t e = cudaMalloc(p, bytes ? bytes : 16);
@@ -179,9 +184,9 @@ static int forward(tc_dev *d, int nb, int Tc, int with_logits, bs_err *err) {
             lin_fwd(d, a->kraw, a->xn1, P_(d, LI(d, l, TC_WK)), rows, kd, H, 0.f, err) ||
             lin_fwd(d, a->v, a->xn1, P_(d, LI(d, l, TC_WV)), rows, kd, H, 0.f, err)) return -1;
         long long nq = (long long)rows * s.nH, nk = (long long)rows * s.nKV;
-        tc_qknorm_rope_fwd<<<tc_blocks(nq, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(a->q, a->rq, a->qraw, P_(d, LI(d, l, TC_QNORM)), nq, s.nH,
+        tc_qknorm_rope_fwd<<<tc_blocks(nq, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(a->q, a->rq, a->qraw, qk_gain(d, l, TC_QNORM), nq, s.nH,
                                                                               s.hd, nullptr, Tc, d->cosT, d->sinT, s.eps);
-        tc_qknorm_rope_fwd<<<tc_blocks(nk, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(a->k, a->rk, a->kraw, P_(d, LI(d, l, TC_KNORM)), nk, s.nKV,
+        tc_qknorm_rope_fwd<<<tc_blocks(nk, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(a->k, a->rk, a->kraw, qk_gain(d, l, TC_KNORM), nk, s.nKV,
                                                                               s.hd, nullptr, Tc, d->cosT, d->sinT, s.eps);
         LAUNCHED();
         CU(cudaEventRecord(att_ev(d, 0, a, 0), d->st));
@@ -199,19 +204,17 @@ static int forward(tc_dev *d, int nb, int Tc, int with_logits, bs_err *err) {
         CU(cudaMemcpyAsync(x_out, a->mid, sizeof(float) * rows * H, cudaMemcpyDeviceToDevice, d->st));
         if (lin_fwd(d, x_out, d->hbuf, P_(d, LI(d, l, TC_WD)), rows, H, I, 1.f, err)) return -1;
     }
-    int head = s.tied ? 0 : 2 + TC_PER_LAYER * s.L;
-    if (rmsnorm(d, d->xf, d->rstdf, d->x_final, P_(d, 1 + TC_PER_LAYER * s.L), rows, H, err)) return -1;
+    if (rmsnorm(d, d->xf, d->rstdf, d->x_final, P_(d, final_norm(d)), rows, H, err)) return -1;
     if (!with_logits) return 0;
-    return lin_fwd(d, d->logits, d->xf, P_(d, head), rows, s.V, H, 0.f, err);
+    return lin_fwd(d, d->logits, d->xf, P_(d, head(d)), rows, s.V, H, 0.f, err);
 }
 
 // d->logits holds d loss / d logits.
 static int backward(tc_dev *d, int nb, int Tc, bs_err *err) {
     const tc_shape &s = d->s;
-    int rows = nb * Tc, H = s.H, qd = d->qd, kd = d->kd, I = s.I, nrm = 1 + TC_PER_LAYER * s.L;
-    int head = s.tied ? 0 : 2 + TC_PER_LAYER * s.L;
+    int rows = nb * Tc, H = s.H, qd = d->qd, kd = d->kd, I = s.I, nrm = final_norm(d), hd_i = head(d);
     unsigned rb = tc_blocks(rows, TC_WARPS);
-    if (lin_bwd(d, d->dxn, 0.f, G_(d, head), d->logits, d->xf, P_(d, head), rows, s.V, H, err)) return -1;
+    if (lin_bwd(d, d->dxn, 0.f, G_(d, hd_i), d->logits, d->xf, P_(d, hd_i), rows, s.V, H, err)) return -1;
     CU(cudaMemsetAsync(d->dres, 0, sizeof(float) * rows * H, d->st));
     tc_rmsnorm_bwd<<<rb, 32 * TC_WARPS, 0, d->st>>>(d->dres, d->dxn, d->x_final, d->rstdf, P_(d, nrm), rows, H);
     LAUNCHED();
@@ -237,13 +240,13 @@ static int backward(tc_dev *d, int nb, int Tc, bs_err *err) {
         CU(cudaEventRecord(att_ev(d, 1, a, 1), d->st));
         long long nq = (long long)rows * s.nH, nk = (long long)rows * s.nKV;
         tc_qknorm_rope_bwd<<<tc_blocks(nq, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(d->dq, d->tmp, d->dq, a->qraw, a->rq,
-            P_(d, LI(d, l, TC_QNORM)), nq, s.nH, s.hd, nullptr, Tc, d->cosT, d->sinT);
+            qk_gain(d, l, TC_QNORM), nq, s.nH, s.hd, nullptr, Tc, d->cosT, d->sinT);
         LAUNCHED();
-        if (colsum(d, G_(d, LI(d, l, TC_QNORM)), d->tmp, a->qraw, a->rq, nq, s.hd, err)) return -1;
+        if (s.qk_norm && colsum(d, G_(d, LI(d, l, TC_QNORM)), d->tmp, a->qraw, a->rq, nq, s.hd, err)) return -1;
         tc_qknorm_rope_bwd<<<tc_blocks(nk, TC_WARPS), 32 * TC_WARPS, 0, d->st>>>(d->dk, d->tmp, d->dk, a->kraw, a->rk,
-            P_(d, LI(d, l, TC_KNORM)), nk, s.nKV, s.hd, nullptr, Tc, d->cosT, d->sinT);
+            qk_gain(d, l, TC_KNORM), nk, s.nKV, s.hd, nullptr, Tc, d->cosT, d->sinT);
         LAUNCHED();
-        if (colsum(d, G_(d, LI(d, l, TC_KNORM)), d->tmp, a->kraw, a->rk, nk, s.hd, err)) return -1;
+        if (s.qk_norm && colsum(d, G_(d, LI(d, l, TC_KNORM)), d->tmp, a->kraw, a->rk, nk, s.hd, err)) return -1;
         if (lin_bwd(d, d->dxn, 0.f, G_(d, LI(d, l, TC_WQ)), d->dq, a->xn1, P_(d, LI(d, l, TC_WQ)), rows, qd, H, err) ||
             lin_bwd(d, d->dxn, 1.f, G_(d, LI(d, l, TC_WK)), d->dk, a->xn1, P_(d, LI(d, l, TC_WK)), rows, kd, H, err) ||
             lin_bwd(d, d->dxn, 1.f, G_(d, LI(d, l, TC_WV)), d->dv, a->xn1, P_(d, LI(d, l, TC_WV)), rows, kd, H, err)) return -1;
@@ -342,12 +345,14 @@ static int dev_init(tc_dev *d, const tc_shape *s, int B, int T, int n_params, co
     DA(d->ids, N); DA(d->labels, N); DA(d->wrow, N); DA(d->rowloss, N);
     DA(d->ptrs, 3LL * B * s->nH);
     DA(d->norm_part, TC_NORM_BLOCKS); DA(d->norm_out, 1); DA(d->coef, 1);
-    // RoPE tables exactly as the engine computes them (bs_cpu_rope_row): fp32 inv_freq, cosf / sinf of the fp32 angle
+    // RoPE tables exactly as the engine computes them (bs_cpu_rope_row): the model's fp32 inv_freq table (default
+    // or llama3-scaled, built by the host with bs_rope_inv_freqs), cosf / sinf of the fp32 angle
     int half = s->hd / 2;
+    if (!s->inv_freq) return bs_fail(err, "no RoPE table given");
     std::vector<float> c((size_t)T * half), sn((size_t)T * half);
     for (int p = 0; p < T; p++)
         for (int i = 0; i < half; i++) {
-            float ang = (float)p * bs_rope_inv_freq(s->theta, i, s->hd);
+            float ang = (float)p * s->inv_freq[i];
             c[(size_t)p * half + i] = cosf(ang); sn[(size_t)p * half + i] = sinf(ang);
         }
     CU(cudaMemcpy(d->cosT, c.data(), sizeof(float) * c.size(), cudaMemcpyHostToDevice));
@@ -364,6 +369,7 @@ extern "C" int tc_dev_new(tc_dev **out, const tc_shape *s, int B, int T, int n_p
     d->s = *s; d->B = B; d->T = T; d->N = (long long)B * T;
     d->qd = s->nH * s->hd; d->kd = s->nKV * s->hd; d->n_params = n_params;
     if (dev_init(d, s, B, T, n_params, numel, decay, err)) { tc_dev_free(d); return -1; }
+    d->s.inv_freq = nullptr;   // the caller's table: read above only
     *out = d;
     return 0;
 }
