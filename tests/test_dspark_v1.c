@@ -371,7 +371,7 @@ TEST(dspark_v1_bad_input) {
     bs_engine_close(e);
 }
 
-// gelu_mul against the tanh-GELU formula in double (both CPU backends; the CUDA kernel: tests/test_cuda.c).
+// gelu_mul (the op the Gemma-4 target added) is the seed's geluApprox: MLX's gelu_approx in double, on both CPU backends.
 TEST(dspark_v1_gelu_mul_op) {
     const char *devs[] = { "cpu", "cpu-ref" };
     for (int b = 0; b < 2; b++) {
