@@ -218,6 +218,7 @@ TEST(dspark_v1_sampling_lossless_cuda) {
 // Copies the fixture adapter into dir with its safetensors rewritten: tensor `drop` left out (NULL: none), tensor
 // `grow` given one more row (NULL: none), every float tensor stored as `dtype` ("F32", "BF16", "F16"; `only`: just
 // that tensor, NULL every one), and dspark.json = json (NULL: the fixture's).
+static const char *zero_tensors;   // write_variant: tensors listed here (" a b ") are written as zeros
 static int write_variant(const char *dir, const char *drop, const char *grow, const char *dtype, const char *only, const char *json) {
     bs_err err = {0};
     bs_checkpoint *ck;
@@ -240,7 +241,10 @@ static int write_variant(const char *dir, const char *drop, const char *grow, co
         int half = strcmp(dt, "F32") && strcmp(dt, "I32");
         char *b = calloc(m, half ? 2 : 4);
         const float *src = t->data;
-        for (size_t k = 0; k < n; k++) {
+        char key[80];
+        snprintf(key, sizeof key, " %s ", t->name);
+        int zero = zero_tensors && strstr(zero_tensors, key);
+        for (size_t k = 0; k < n && !zero; k++) {
             if (!strcmp(dt, "I32")) ((int32_t *)b)[k] = (int32_t)src[k];
             else if (!half) ((float *)b)[k] = src[k];
             else ((uint16_t *)b)[k] = !strcmp(dt, "BF16") ? bs_f32_to_bf16(src[k]) : bs_f32_to_f16(src[k]);
@@ -536,4 +540,39 @@ TEST(dspark_v1_gemma4_sampling_lossless) { gemma4_sampling(failed_, "cpu-ref", 1
 TEST(dspark_v1_gemma4_sampling_lossless_cuda) {
     NEED_CUDA_DEVICE();
     gemma4_sampling(failed_, "cuda", 6000);
+}
+
+// The seed's fresh adapter (initFromDims): W2 = 0, so the walk is the pure parallel DFlash baseline (L_k = U_k
+// exactly, drafts = argmax U_k), and conf.w = conf.b = 0, so every c_k = 0.5.
+TEST(dspark_v1_fresh_init) {
+    if (access(REF "/dspark_v1.expect.safetensors", R_OK)) SKIP(REF " is missing");
+    bs_err err = {0};
+    bs_engine *e;
+    CHECK(bs_engine_open(&e, TARGET, "cpu", &err) == 0, "%s", err.msg);
+    const char *tmp = bs_test_tmpdir("dsv1fresh");
+    CHECK(tmp);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/a", tmp);
+    CHECK(mkdir(dir, 0755) == 0);
+    zero_tensors = " markov.w2 conf.w conf.b ";
+    int rc = write_variant(dir, NULL, NULL, "F32", NULL, NULL);
+    zero_tensors = NULL;
+    CHECK(rc == 0);
+    int32_t prompt[5] = { 9, 8, 7, 6, 5 };
+    bs_drafter_ctx dc;
+    bs_drafter *d = tu_drafter_with_context(e, dir, NULL, &dc, prompt, 5, &err);
+    CHECK(d, "%s", err.msg);
+    int n = d->max_drafts, V = e->cfg.vocab_size;
+    float *U = malloc(sizeof(float) * n * V), *L = malloc(sizeof(float) * n * V);
+    bs_dspark_v1_inspect ins = { .base_logits = U, .step_logits = L };
+    bs_draft dr;
+    CHECK(bs_dspark_v1_forward_block(d, &dc, 11, n, NULL, NULL, &dr, &ins, &err) == 0 && dr.n == n, "%s", err.msg);
+    CHECK(!memcmp(U, L, sizeof(float) * n * V), "W2 = 0 but the walk moved the logits");
+    for (int k = 0; k < n; k++) {
+        CHECK(dr.tokens[k] == bs_argmax(U + (size_t)k * V, V), "draft %d is not argmax U_%d", k, k);
+        CHECK(dr.conf[k] == 0.5f, "c_%d = %g with a zero confidence head", k, dr.conf[k]);
+    }
+    free(U); free(L);
+    tu_drafter_free(d, &dc);
+    bs_engine_close(e);
 }
