@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "io/calibration.h"
+#include "io/dspark_v1_config.h"
 #include "io/json.h"
 #include "model/dflash.h"
 #include "spec/calib_rounds.h"
@@ -308,6 +309,11 @@ int cmd_calibrate(int argc, char **argv) {
     int L = (int)a.seq_len;
     {
         bs_drafter_config dc;
+        if (bs_dspark_v1_present(a.drafter)) {   // (calib_rounds drives bs_dflash_forward_block; docs/dspark-v1.md)
+            bs_fail(&err, "%s: calibrate does not run on the seed's DSpark v1 adapters (dspark.json) yet; a calibration.json written "
+                    "for one by hand is applied", a.drafter);
+            goto out;
+        }
         if (bs_drafter_config_load(&dc, a.drafter, &err)) goto out;
         if (dc.arch != BS_DRAFTER_DEEPSPEC || !dc.conf_head) {
             bs_fail(&err, "%s: calibration needs a DSpark drafter with a confidence head (Qwen3DSparkModel with \"enable_confidence_head\": true)", a.drafter);

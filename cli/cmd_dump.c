@@ -104,6 +104,7 @@ static int dump_drafter(bs_engine *e, bs_drafter *d, const int32_t *prompt, int 
     bs_drafter_ctx dcx = { 0 };
     int rc = -1, V = e->cfg.vocab_size, H = e->cfg.hidden_size, NT = e->cfg.n_layers + 1;
     const bs_drafter_config *c = bs_dflash_config(d);
+    if (!c) return bs_fail(err, "dump: drafter %s is not dumped (only config.json drafters: DFlash, DFlash 2, DeepSpec)", d->name);
     int m = d->n_taps, B = c->block_size, n = d->max_drafts, zl = c->arch == BS_DRAFTER_ZLAB;
     size_t fw = (size_t)m * H;
     dd->feat = malloc(sizeof(float) * n_prompt * fw);

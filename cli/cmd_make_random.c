@@ -1,6 +1,7 @@
 // blockspec make-random -c config.json --out DIR [--seed S] [--shards N]
 // config.json's architectures[0] picks the kind: Qwen3ForCausalLM or LlamaForCausalLM (targets), DFlashDraftModel,
-// DFlash2DraftModel or Qwen3DSparkModel (drafters).
+// DFlash2DraftModel or Qwen3DSparkModel (drafters); a dspark.json ("kind": "dspark-drafter": the seed's DSpark v1 drafter,
+// docs/dspark-v1.md) writes that format (dspark.json + model.safetensors, bf16) instead.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "cli/commands.h"
 #include "io/config.h"
 #include "io/drafter_config.h"
+#include "io/dspark_v1_config.h"
 #include "io/json.h"
 #include "io/random_ckpt.h"
 
@@ -32,7 +34,13 @@ int cmd_make_random(int argc, char **argv) {
     bs_qwen3_config c;
     if (!root) goto out;
     const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "architectures"), 0);
-    if (cJSON_IsString(arch) && bs_is_drafter_arch(arch->valuestring)) {
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(root, "kind");
+    const char *cfg_name = "config.json";
+    if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "dspark-drafter")) {
+        bs_dspark_v1_config vc;
+        if (bs_dspark_v1_config_parse(&vc, root, cfg_path, &err) || bs_dspark_v1_tensor_specs(&vc, &specs, &n, &err)) goto out;
+        cfg_name = BS_DSPARK_V1_FILE;
+    } else if (cJSON_IsString(arch) && bs_is_drafter_arch(arch->valuestring)) {
         bs_drafter_config dc;
         if (bs_drafter_config_parse(&dc, root, cfg_path, &err) || bs_drafter_tensor_specs(&dc, &specs, &n, &err)) goto out;
     } else if (cJSON_IsString(arch) && bs_model_arch_of(root) < 0) {
@@ -41,7 +49,7 @@ int cmd_make_random(int argc, char **argv) {
     } else if (bs_qwen3_config_parse(&c, root, cfg_path, &err) || bs_qwen3_tensor_specs(&c, &specs, &n, &err)) goto out;
     mkdir(out, 0755);
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", out);
+    snprintf(path, sizeof path, "%s/%s", out, cfg_name);
     FILE *f = fopen(path, "w");
     if (!f || fwrite(txt, 1, len, f) != len) { if (f) fclose(f); bs_fail(&err, "%s: cannot write", path); goto out; }
     fclose(f);

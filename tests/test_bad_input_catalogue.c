@@ -29,6 +29,8 @@ typedef struct { const char *name, *setup, *st, *cmd; int exit; const char *need
 #define GEN "%B generate -m m --prompt-ids 1,2,3 -n 2"
 #define DSPARK "mkdir d && cp %F/dspark/config.json %F/dspark/model.safetensors d/ && "
 #define DGEN "%B generate -m %F/target -d d --prompt-ids 1,2,3 -n 2 --confidence-threshold 0.5"
+// A DSpark v1 adapter folder d/ holding only this dspark.json (docs/dspark-v1.md).
+#define V1J(json) "mkdir d && printf '%s' '" json "' > d/dspark.json"
 // A real 28-token corpus c.bsc (a tokenizer trained on one sentence, then `tokenize --corpus`), and the
 // command that opens it first of all: a corrupt corpus is refused before any model is built.
 #define BSC "printf 'hello world, the corpus says hello again and again' > a.txt && %B tokenizer-train --vocab 270 --out tok.json a.txt >/dev/null && " \
@@ -125,6 +127,16 @@ static const bad_case CASES[] = {
     { "calibration.json temperature 1e999 (infinity)", DSPARK "printf '{\"version\": 1, \"temperatures\": [1e999, 1, 1, 1, 1, 1, 1]}' > d/calibration.json", NULL,
       DGEN, 1, "d/calibration.json", "field \"temperatures\"[0]" },
     { "calibration.json is a FIFO", DSPARK "mkfifo d/calibration.json", NULL, DGEN, 1, "d/calibration.json", "not a regular file (a FIFO)" },
+    // --- dspark.json: the seed's DSpark v1 adapter (docs/dspark-v1.md; the fixture target: H 64, V 384) ---
+    { "dspark.json is a FIFO", "mkdir d && mkfifo d/dspark.json", NULL, DGEN, 1, "d/dspark.json", "not a regular file" },
+    { "dspark.json: dDraft not divisible by nHeads", V1J("{\"config\":{\"gamma\":5,\"dDraft\":30,\"nLayers\":2,\"nHeads\":4,\"markovRank\":8,\"ffMult\":2},"
+      "\"dims\":{\"hiddenSize\":64,\"vocabSize\":384,\"eps\":1e-6}}"), NULL, DGEN, 1, "d/dspark.json", "\"config.dDraft\" (30) is not divisible by \"config.nHeads\" (4)" },
+    { "dspark.json: gamma 1e300", V1J("{\"config\":{\"gamma\":1e300,\"dDraft\":32,\"nLayers\":2,\"nHeads\":4,\"markovRank\":8,\"ffMult\":2},"
+      "\"dims\":{\"hiddenSize\":64,\"vocabSize\":384,\"eps\":1e-6}}"), NULL, DGEN, 1, "d/dspark.json", "field \"config.gamma\" must be an integer" },
+    { "dspark.json: another target's vocabulary", V1J("{\"config\":{\"gamma\":5,\"dDraft\":32,\"nLayers\":2,\"nHeads\":4,\"markovRank\":8,\"ffMult\":2},"
+      "\"dims\":{\"hiddenSize\":64,\"vocabSize\":256,\"eps\":1e-6}}"), NULL, DGEN, 1, "field \"dims.vocabSize\" is 256", "vocab_size is 384" },
+    { "dspark.json without model.safetensors", V1J("{\"config\":{\"gamma\":5,\"dDraft\":32,\"nLayers\":2,\"nHeads\":4,\"markovRank\":8,\"ffMult\":2},"
+      "\"dims\":{\"hiddenSize\":64,\"vocabSize\":384,\"eps\":1e-6}}"), NULL, DGEN, 1, "d: no model.safetensors", "" },
     { "tokenizer-train corpus is a FIFO", "mkfifo c.txt", NULL, "%B tokenizer-train --vocab 300 --out t.json c.txt", 1, "c.txt", "not a regular file (a FIFO)" },
     { "training corpus truncated", BSC "head -c 200 c.bsc > t && mv t c.bsc", NULL, TRAIN, 1, "c.bsc: file is 200 bytes", "truncated" },
     { "training corpus shorter than its header", BSC "head -c 100 c.bsc > t && mv t c.bsc", NULL, TRAIN, 1, "c.bsc: 100 bytes, too short", "corpus header" },

@@ -190,6 +190,19 @@ TEST(runtime_batch_invariance_dflash2_cuda) {
     dflash2_batch_invariance(failed_, "cuda");
 }
 
+// The seed's DSpark v1 adapter (tests/ref/dspark_v1, docs/dspark-v1.md): no batched pass, one round per sequence,
+// its context vector the last committed row of each (prompts prefilled in chunks of 5 rows beside decoding).
+static void dspark_v1_batch_invariance(int *failed_, const char *device) {
+    struct stat st;
+    if (stat("tests/ref/dspark_v1/adapter/dspark.json", &st)) SKIP("no DSpark v1 reference adapter in tests/ref/dspark_v1");
+    check_batch_invariance(failed_, device, "tests/ref/dflash2/target", "tests/ref/dspark_v1/adapter", 12, 8, 5);
+}
+TEST(runtime_batch_invariance_dspark_v1) { dspark_v1_batch_invariance(failed_, "cpu"); }
+TEST(runtime_batch_invariance_dspark_v1_cuda) {
+    NEED_CUDA_DEVICE();
+    dspark_v1_batch_invariance(failed_, "cuda");
+}
+
 // The built-in DSpark drafter (the default) likewise, its prompts prefilled 16 rows per step.
 TEST(runtime_batch_invariance_builtin_dspark) {
     struct stat st;

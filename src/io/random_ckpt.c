@@ -7,6 +7,7 @@
 #include "io/config.h"
 #include "io/drafter_config.h"
 #include "io/random_ckpt.h"
+#include "io/dspark_v1_config.h"
 #include "util/dtype.h"
 #include "util/rng.h"
 
@@ -49,6 +50,7 @@ static int write_shard(const char *path, const bs_tensor_spec *specs, int lo, in
         size_t n = numel(&specs[i]);
         const bs_tensor_spec *t = &specs[i];
         float scale = t->init == BS_INIT_LINEAR ? 1.0f / sqrtf((float)t->shape[t->n_dims - 1])
+                    : t->init == BS_INIT_LINEAR_IN ? 1.0f / sqrtf((float)t->shape[0])
                     : t->init == BS_INIT_SMALL ? 0.25f / sqrtf((float)t->shape[t->n_dims - 1])
                     : t->init == BS_INIT_CONV_BASE ? 0.25f : 1.0f;
         for (size_t done = 0; done < n && ok; ) {
@@ -194,5 +196,32 @@ int bs_drafter_tensor_specs(const bs_drafter_config *dc, bs_tensor_spec **out, i
         }
     }
     *out = s; *n_out = n;
+    return 0;
+}
+
+int bs_dspark_v1_tensor_specs(const bs_dspark_v1_config *c, bs_tensor_spec **specs, int *n, bs_err *err) {
+    int64_t D = c->d_draft, I = (int64_t)c->ff_mult * c->d_draft, H = c->hidden_size, V = c->vocab_size, r = c->markov_rank, G = c->gamma;
+    bs_tensor_spec *s = bs_calloc((size_t)bs_dspark_v1_n_params(c), sizeof *s, err);
+    if (!s) return -1;
+    *n = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        spec(s, n, BS_INIT_ONES, 0, D, "bb.%d.attn_norm", l);
+        spec(s, n, BS_INIT_LINEAR_IN, D, D, "bb.%d.q", l); spec(s, n, BS_INIT_LINEAR_IN, D, D, "bb.%d.k", l);
+        spec(s, n, BS_INIT_LINEAR_IN, D, D, "bb.%d.v", l); spec(s, n, BS_INIT_LINEAR_IN, D, D, "bb.%d.o", l);
+        spec(s, n, BS_INIT_ONES, 0, D, "bb.%d.ff_norm", l);
+        spec(s, n, BS_INIT_LINEAR_IN, D, I, "bb.%d.gate", l); spec(s, n, BS_INIT_LINEAR_IN, D, I, "bb.%d.up", l);
+        spec(s, n, BS_INIT_LINEAR_IN, I, D, "bb.%d.down", l);
+    }
+    spec(s, n, BS_INIT_LINEAR_IN, H, D, "ctx_proj", 0);
+    spec(s, n, BS_INIT_LINEAR_IN, H, D, "tok_proj", 0);
+    if (G > 1) spec(s, n, BS_INIT_EMBED, G - 1, D, "mask_emb", 0);   // (gamma 1: no mask rows, nothing to write)
+    spec(s, n, BS_INIT_EMBED, G + 1, D, "pos_emb", 0);
+    spec(s, n, BS_INIT_ONES, 0, D, "out_norm", 0);
+    spec(s, n, BS_INIT_LINEAR_IN, D, H, "out_proj", 0);
+    spec(s, n, BS_INIT_EMBED, V, r, "markov.w1", 0);
+    spec(s, n, BS_INIT_LINEAR_IN, r, V, "markov.w2", 0);
+    spec(s, n, BS_INIT_LINEAR_IN, D + r, 1, "conf.w", 0);
+    spec(s, n, BS_INIT_ONES, 0, 1, "conf.b", 0);
+    *specs = s;
     return 0;
 }

@@ -15,7 +15,8 @@ enum { BS_INIT_LINEAR = 0,   // variance 1/in, so activations stay O(1)
        BS_INIT_ONES = 1,     // norm gains
        BS_INIT_EMBED = 2,    // unit variance
        BS_INIT_SMALL = 3,    // a quarter of LINEAR's scale (DFlash 2's kernel projections: coefficients ~0.25)
-       BS_INIT_CONV_BASE = 4 };  // DFlash 2 base kernels [2][taps][H]: tap 0 near 1, the others near 0 (each +- ~0.25)
+       BS_INIT_CONV_BASE = 4,    // DFlash 2 base kernels [2][taps][H]: tap 0 near 1, the others near 0 (each +- ~0.25)
+       BS_INIT_LINEAR_IN = 5 };  // a matrix stored [in][out] (x @ W: the seed's DSpark v1): variance 1/in = 1/shape[0]
 
 // Writes the tensors (bf16) into dir/model.safetensors, or into n_shards files plus the index.
 // Tensors are generated and written one at a time: memory stays at one tensor.
@@ -28,3 +29,7 @@ int bs_qwen3_tensor_specs(const struct bs_qwen3_config *c, bs_tensor_spec **spec
 // checkpoints use (caller frees *specs).
 struct bs_drafter_config;
 int bs_drafter_tensor_specs(const struct bs_drafter_config *c, bs_tensor_spec **specs, int *n, bs_err *err);
+// The tensors of the seed's DSpark v1 drafter of this dspark.json (docs/dspark-v1.md), [in][out] as it stores them
+// (caller frees *specs). The Markov W2 and the confidence head are random too (the seed starts them at 0).
+struct bs_dspark_v1_config;
+int bs_dspark_v1_tensor_specs(const struct bs_dspark_v1_config *c, bs_tensor_spec **specs, int *n, bs_err *err);

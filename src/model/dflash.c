@@ -94,10 +94,14 @@ typedef struct dflash_ctx {
     int n_recs;
 } dflash_ctx;
 
+static void dflash_free(bs_drafter *d);
+// Only drafters this file opened have a bs_drafter_config (the seed's DSpark v1, model/dspark_v1.c, has none).
+static int is_dflash(const bs_drafter *d) { return d && d->free == dflash_free; }
 static const bs_drafter_config *cfg_of(const bs_drafter *d) { return &((const dflash *)d->impl)->cfg; }
-const bs_drafter_config *bs_dflash_config(const bs_drafter *d) { return cfg_of(d); }
+const bs_drafter_config *bs_dflash_config(const bs_drafter *d) { return is_dflash(d) ? cfg_of(d) : NULL; }
 int bs_dflash_vocab_rows(const bs_drafter *d) { const dflash *m = d->impl; return m->vd ? m->vd : m->V; }
 const float *bs_dflash_calibration(const bs_drafter *d, const float **bias) {
+    if (!is_dflash(d)) { if (bias) *bias = NULL; return NULL; }
     const dflash *m = d->impl;
     if (bias) *bias = m->calibrated ? m->conf_bias : NULL;
     return m->calibrated ? m->conf_T : NULL;
@@ -1199,6 +1203,7 @@ static int forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int 
 
 int bs_dflash_forward_block(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng,
                             bs_draft *out, const bs_dflash_inspect *ins, bs_err *err) {
+    if (!is_dflash(d)) return bs_fail(err, "drafter %s: not a DFlash / DSpark checkpoint drafter (config.json)", d ? d->name : "(none)");
     return forward_block(d, dc, anchor, max_n, s, rng, out, ins, 0, err);
 }
 static int dflash_propose_on_device(bs_drafter *d, bs_drafter_ctx *dc, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,

@@ -34,7 +34,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
 // step by step (a host round trip per draft), the path gated and RNN Markov heads take; the default walk
 // keeps the draws in backend memory. Both draft the same.
 
-// The parsed config of a drafter opened with bs_dflash_open.
+// The parsed config of a drafter opened with bs_dflash_open (NULL for any other drafter, e.g. model/dspark_v1.h's).
 const bs_drafter_config *bs_dflash_config(const bs_drafter *d);
 // The confidence temperatures T_1..T_gamma applied from the folder's calibration.json (docs/calibration.md),
 // or NULL when the drafter uses its raw confidences; *bias (bias may be NULL) gets the biases b_1..b_gamma.

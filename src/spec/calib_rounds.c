@@ -34,7 +34,8 @@ static int desc(const void *a, const void *b) { int x = *(const int *)a, y = *(c
 int bs_calib_record_seq(bs_engine *e, bs_drafter *d, const int32_t *ids, const uint8_t *mask, int n, int n_anchors, int K,
                         bs_rng *rng, bs_calib_rounds *out, bs_err *err) {
     const bs_drafter_config *dc = bs_dflash_config(d);
-    if (dc->arch != BS_DRAFTER_DEEPSPEC || !dc->conf_head) return bs_fail(err, "calibration needs a DSpark drafter with a confidence head");
+    if (!dc || dc->arch != BS_DRAFTER_DEEPSPEC || !dc->conf_head)
+        return bs_fail(err, "calibration needs a DeepSpec DSpark drafter with a confidence head (config.json)");
     if (K < 1 || K > d->max_drafts) return bs_fail(err, "calibration: %d draft positions asked for, the drafter drafts 1 to %d", K, d->max_drafts);
     if (out->K == 0) out->K = K;
     if (out->K != K) return bs_fail(err, "calibration: rounds of %d positions cannot join rounds of %d", K, out->K);

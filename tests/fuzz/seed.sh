@@ -20,6 +20,7 @@ json)           for f in "$fx"/*/config.json "$fx"/target/generation_config.json
 config)         for d in target dflash dspark; do cp "$fx/$d/config.json" "$dir/$d.json"; done
                 cp bench/configs/llama-3.1-8b.json "$dir/llama31.json"   # transformers-4 Llama: rope_scaling llama3, eos list
                 cp tests/ref/dflash2/dflash2/config.json "$dir/dflash2.json"   # DFlash 2: conv / selector keys, sliding layer, output transform
+                cp tests/ref/dspark_v1/adapter/dspark.json "$dir/dspark_v1.json"   # the seed's DSpark v1 sidecar (io/dspark_v1_config.h)
                 { cat "$fx/target/config.json"; printf '%s' "$sep"; cat "$fx/target/generation_config.json"; } > "$dir/target_gen.json"
                 put quantized '{"architectures":["Qwen3ForCausalLM"],"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"intermediate_size":128,"vocab_size":256,"quantization":{"group_size":64,"bits":4,"mode":"affine","model.layers.0.mlp.down_proj":{"bits":8},"lm_head":false},"quantization_config":{"group_size":64,"bits":4}}' ;;
 checkpoint_dir) tmp=$(mktemp -d)   # the fixture target's layout (every tensor, 2 shards) at tiny sizes: 14 KB, not 500 KB

@@ -25,7 +25,9 @@ for t in cuda_op_matmul cuda_matmul_batch_invariant cuda_matmul_multi cuda_qkv_n
          draft_vocab_scatter_cols_cuda draft_vocab_drafters_cuda drafter_sampled_walk_paths_cuda spec_verify_greedy_paths_cuda \
          spec_context_boundary_same_as_plain_cuda cuda_affine_matmul_and_embed cuda_affine_greedy_spec_equals_plain \
          dflash2_op_cuda dflash2_fixture_cuda dflash2_graphs_cuda dflash2_greedy_spec_equals_plain_cuda \
-         runtime_batch_invariance_dflash2_cuda dflash2_sampling_lossless_cuda cuda_hadamard_rows_op cuda_rotate_drafters_and_spec; do
+         runtime_batch_invariance_dflash2_cuda dflash2_sampling_lossless_cuda cuda_hadamard_rows_op cuda_rotate_drafters_and_spec \
+         dspark_v1_fixture_cuda dspark_v1_greedy_spec_equals_plain_cuda dspark_v1_sampling_lossless_cuda runtime_batch_invariance_dspark_v1_cuda \
+         dspark_v1_gemma4_head_cuda dspark_v1_gemma4_greedy_spec_equals_plain_cuda dspark_v1_gemma4_sampling_lossless_cuda; do
   timeout ${TEST_TIMEOUT:-60} ./build-cuda/run_tests $t >> "$OUT/tests.log" 2>&1; rc=$?
   [ $rc = 124 ] && echo "TIMEOUT $t" >> "$OUT/tests.log"
   note_rc $rc $t
