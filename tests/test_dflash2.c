@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "tests/wrong_q.h"
 #include "harness.h"
 #include "fixture_util.h"
 #include "test_util_models.h"
@@ -168,57 +169,13 @@ TEST(dflash2_greedy_spec_equals_plain_cuda) {
 
 // ---- sampling: the candidate-restricted q keeps the target's distribution; a wrong q does not ----
 
-// A drafter that drafts exactly as the DFlash 2 drafter inside it, but hands the verifier a wrong q: the full
-// softmax of the unary logits at the sampling temperature (what a DFlash drafter reports for its rows) instead
-// of the walk's distribution over the candidates that the drafts were really drawn from.
-typedef struct { bs_drafter iface; bs_drafter *inner; bs_backend *be; float *q_dev, *q, *lg; int V; } wrong_q;
-static int wq_ctx_init(bs_drafter *d, bs_drafter_ctx *c, int max_ctx, bs_err *err) {
-    wrong_q *w = d->impl;
-    return w->inner->ctx_init(w->inner, c, max_ctx, err);
-}
-static void wq_ctx_free(bs_drafter *d, bs_drafter_ctx *c) { wrong_q *w = d->impl; w->inner->ctx_free(w->inner, c); }
-static int wq_add_context(bs_drafter *d, bs_drafter_ctx *c, const float *feat, int n, bs_err *err) {
-    wrong_q *w = d->impl;
-    return w->inner->add_context(w->inner, c, feat, n, err);
-}
-static int wq_rollback(bs_drafter *d, bs_drafter_ctx *c, int n_ctx, bs_err *err) {
-    wrong_q *w = d->impl;
-    return w->inner->rollback(w->inner, c, n_ctx, err);
-}
-static int wq_propose(bs_drafter *d, bs_drafter_ctx *c, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
-                      bs_err *err) {
-    wrong_q *w = d->impl;
-    bs_dflash_inspect ins = { .logits = w->lg };
-    if (bs_dflash_forward_block(w->inner, c, anchor, max_n, s, rng, out, &ins, err)) return -1;
-    if (!out->q) return 0;
-    for (int k = 0; k < out->n; k++) {
-        const float *l = w->lg + (size_t)k * w->V;
-        float *q = w->q + (size_t)k * w->V;
-        double mx = -INFINITY, sum = 0;
-        for (int v = 0; v < w->V; v++) if (l[v] > mx) mx = l[v];
-        for (int v = 0; v < w->V; v++) sum += exp((l[v] - mx) / s->temperature);
-        for (int v = 0; v < w->V; v++) q[v] = (float)(exp((l[v] - mx) / s->temperature) / sum);
-    }
-    w->be->upload(w->be, w->q_dev, w->q, sizeof(float) * out->n * w->V);
-    out->q = w->q_dev;
-    return 0;
-}
-static void wq_free(bs_drafter *d) {
-    wrong_q *w = d->impl;
-    w->inner->free(w->inner);
-    w->be->free(w->be, w->q_dev);
-    free(w->q); free(w->lg); free(w);
-}
-static bs_drafter *wrong_q_wrap(bs_engine *e, bs_drafter *inner) {
-    wrong_q *w = calloc(1, sizeof *w);
-    bs_err err;
-    int V = e->cfg.vocab_size, n = inner->max_drafts;
-    *w = (wrong_q){ .inner = inner, .be = e->be, .V = V, .q = malloc(sizeof(float) * n * V), .lg = malloc(sizeof(float) * n * V),
-                    .q_dev = e->be->alloc(e->be, sizeof(float) * n * V, &err) };
-    w->iface = (bs_drafter){ .name = "dflash2-wrong-q", .max_drafts = n, .n_taps = inner->n_taps, .taps = inner->taps, .impl = w,
-                             .ctx_init = wq_ctx_init, .ctx_free = wq_ctx_free, .add_context = wq_add_context, .rollback = wq_rollback,
-                             .propose = wq_propose, .free = wq_free };
-    return &w->iface;
+// The wrong q of the control (tests/wrong_q.h): the full softmax of the unary logits at the sampling
+// temperature (what a DFlash drafter reports for its rows), not the walk's distribution over the candidates
+// that the drafts were really drawn from.
+static int dflash2_unary(bs_drafter *inner, bs_drafter_ctx *c, int32_t anchor, int max_n, const bs_sampling *s, bs_rng *rng, bs_draft *out,
+                         float *logits, bs_err *err) {
+    bs_dflash_inspect ins = { .logits = logits };
+    return bs_dflash_forward_block(inner, c, anchor, max_n, s, rng, out, &ins, err);
 }
 
 // The first three sampled tokens against the target's exact joint (a 12-token vocabulary, 8 candidates per
@@ -235,7 +192,7 @@ static void sampling_pvalues(int *failed_, const char *dev, long runs) {
         for (int wrong = 0; wrong < 2; wrong++) {
             bs_drafter *d;
             CHECK(bs_drafter_open(&d, d2, e, 64, &err) == 0, "%s", err.msg);
-            if (wrong) d = wrong_q_wrap(e, d);
+            if (wrong) d = tu_wrong_q_wrap(e, d, "dflash2-wrong-q", dflash2_unary);
             double ar = 0; long imp = 0;
             double pv = tu_spec_sampling_pvalue(e, d, &cfgs[c], runs, &ar, &imp);
             d->free(d);

@@ -142,7 +142,7 @@ static void gemma4_spec(int *failed_, const char *dev, const char *arch) {
     const char *t = GEMMA4_REF "/gemma4_spec";
     const char *tmp = bs_test_tmpdir("gemma4_spec");
     CHECK(tmp);
-    char d[1024], cfg[2048], path[1100], cmd[4096];
+    char d[1024], cfg[2048];
     snprintf(d, sizeof d, "%s/drafter", tmp);
     if (!strcmp(arch, "DFlashDraftModel"))
         snprintf(cfg, sizeof cfg,
@@ -157,26 +157,11 @@ static void gemma4_spec(int *failed_, const char *dev, const char *arch) {
                  "\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"block_size\":4,\"num_target_layers\":4,\"target_layer_ids\":[1,2],"
                  "\"mask_token_id\":7,\"markov_rank\":4,\"markov_head_type\":\"vanilla\",\"enable_confidence_head\":true,"
                  "\"confidence_head_with_markov\":true}");
-    snprintf(path, sizeof path, "%s.json", d);
-    CHECK(tu_write_text(path, cfg) == 0);
-    snprintf(cmd, sizeof cmd, "%s make-random -c %s --out %s --seed 5 >/dev/null", bs_cli_path(), path, d);
-    CHECK(system(cmd) == 0, "%s", cmd);
+    CHECK(tu_make_random_from_config(d, cfg, 5) == 0, "make-random of %s failed", d);
     tu_greedy_spec_equals_plain(failed_, dev, t, d, NULL, 12, 43);
     if (*failed_) return;
-    bs_engine *e;
-    CHECK(bs_engine_open(&e, t, dev, &err) == 0, "%s", err.msg);
-    long accepted = 0, drafted = 0;
-    for (int trial = 0; trial < 4; trial++) {
-        bs_session s; bs_drafter *dr; bs_spec_stats st;
-        int32_t prompt[8], out[64]; int n;
-        for (int i = 0; i < 8; i++) prompt[i] = (int32_t)((i * 5 + trial * 3) % 8);
-        CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0 && bs_drafter_open(&dr, d, e, s.kv.max_ctx, &err) == 0, "%s", err.msg);
-        bs_spec_opts so = { .draft_max = dr->max_drafts };
-        CHECK(bs_generate_spec(&s, dr, prompt, 8, 64, &so, out, &n, NULL, NULL, &st, &err) == 0, "%s", err.msg);
-        accepted += st.accepted; drafted += st.drafted;
-        bs_spec_stats_free(&st); dr->free(dr); bs_session_free(&s);
-    }
-    bs_engine_close(e);
+    long accepted, drafted;
+    CHECK(tu_spec_acceptance(dev, t, d, 8, 3, 64, &accepted, &drafted, &err) == 0, "%s", err.msg);
     printf("  random %s drafter: %ld of %ld drafts accepted\n", arch, accepted, drafted);
     CHECK(accepted > 0, "no draft was ever accepted: the losslessness check only saw rejections");
 }

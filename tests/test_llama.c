@@ -390,34 +390,18 @@ static void llama_spec(int *failed_, const char *dev) {
     const int V = 6, H = 64, L = 3;
     const char *t = make_llama("llama_spec", V, H, L, 4, 2, 128, L3_SCALING, &err);
     CHECK(t, "%s", err.msg);
-    char d[1024], cfg[2048], path[1100], cmd[4096];
+    char d[1024], cfg[2048];
     snprintf(d, sizeof d, "%s/zlab", t);
     snprintf(cfg, sizeof cfg,
              "{\"architectures\":[\"DFlashDraftModel\"],\"model_type\":\"qwen3\",\"hidden_size\":%d,\"num_attention_heads\":4,"
              "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":128,\"num_hidden_layers\":2,\"vocab_size\":%d,"
              "\"rms_norm_eps\":1e-5,\"rope_theta\":500000.0,\"rope_scaling\":" L3_SCALING ",\"block_size\":5,\"num_target_layers\":%d,"
              "\"dflash_config\":{\"mask_token_id\":%d,\"target_layer_ids\":[0,%d]}}", H, V, L, V - 1, L - 1);
-    snprintf(path, sizeof path, "%s.json", d);
-    CHECK(tu_write_text(path, cfg) == 0);
-    snprintf(cmd, sizeof cmd, "%s make-random -c %s --out %s --seed 9 >/dev/null", bs_cli_path(), path, d);
-    CHECK(system(cmd) == 0, "%s", cmd);
+    CHECK(tu_make_random_from_config(d, cfg, 9) == 0, "make-random of %s failed", d);
     tu_greedy_spec_equals_plain(failed_, dev, t, d, NULL, 16, 41);
     if (*failed_) return;
-    // the comparison above must have met accepted drafts, or it only checked the rejection path
-    bs_engine *e;
-    CHECK(bs_engine_open(&e, t, dev, &err) == 0, "%s", err.msg);
-    long accepted = 0, drafted = 0;
-    for (int trial = 0; trial < 4; trial++) {
-        bs_session s; bs_drafter *dr; bs_spec_stats st;
-        int32_t prompt[8], out[96]; int n;
-        for (int i = 0; i < 8; i++) prompt[i] = (int32_t)((i * 5 + trial * 7) % V);
-        CHECK(bs_session_init(&s, e, 256, NULL, &err) == 0 && bs_drafter_open(&dr, d, e, s.kv.max_ctx, &err) == 0, "%s", err.msg);
-        bs_spec_opts so = { .draft_max = dr->max_drafts };
-        CHECK(bs_generate_spec(&s, dr, prompt, 8, 96, &so, out, &n, NULL, NULL, &st, &err) == 0, "%s", err.msg);
-        accepted += st.accepted; drafted += st.drafted;
-        bs_spec_stats_free(&st); dr->free(dr); bs_session_free(&s);
-    }
-    bs_engine_close(e);
+    long accepted, drafted;
+    CHECK(tu_spec_acceptance(dev, t, d, V, 7, 96, &accepted, &drafted, &err) == 0, "%s", err.msg);
     printf("  random drafter: %ld of %ld drafts accepted\n", accepted, drafted);
     CHECK(accepted > 0, "no draft was ever accepted: the losslessness check only saw rejections");
 }

@@ -249,3 +249,31 @@ double tu_spec_sampling_pvalue(bs_engine *e, bs_drafter *d, const bs_sampling *s
     return pv;
 }
 
+int tu_make_random_from_config(const char *dir, const char *cfg, unsigned seed) {
+    char path[1100], cmd[4096];
+    snprintf(path, sizeof path, "%s.json", dir);
+    if (tu_write_text(path, cfg)) return -1;
+    snprintf(cmd, sizeof cmd, "%s make-random -c %s --out %s --seed %u >/dev/null", bs_cli_path(), path, dir, seed);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int tu_spec_acceptance(const char *dev, const char *target, const char *drafter, int vocab, int step, int n_new, long *accepted,
+                       long *drafted, bs_err *err) {
+    bs_engine *e;
+    *accepted = *drafted = 0;
+    if (n_new > 256 || bs_engine_open(&e, target, dev, err)) return -1;
+    int rc = 0;
+    for (int trial = 0; trial < 4 && !rc; trial++) {
+        bs_session s; bs_drafter *dr; bs_spec_stats st;
+        int32_t prompt[8], out[256]; int n;
+        for (int i = 0; i < 8; i++) prompt[i] = (int32_t)((i * 5 + trial * step) % vocab);
+        if (bs_session_init(&s, e, 256, NULL, err)) { rc = -1; break; }
+        if (bs_drafter_open(&dr, drafter, e, s.kv.max_ctx, err)) { bs_session_free(&s); rc = -1; break; }
+        bs_spec_opts so = { .draft_max = dr->max_drafts };
+        rc = bs_generate_spec(&s, dr, prompt, 8, n_new, &so, out, &n, NULL, NULL, &st, err);
+        if (!rc) { *accepted += st.accepted; *drafted += st.drafted; bs_spec_stats_free(&st); }
+        dr->free(dr); bs_session_free(&s);
+    }
+    bs_engine_close(e);
+    return rc;
+}

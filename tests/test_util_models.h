@@ -47,6 +47,16 @@ struct bs_drafter_opts;
 void tu_greedy_spec_equals_plain(int *failed_, const char *dev, const char *target, const char *drafter,
                                  const struct bs_drafter_opts *o, int trials, uint64_t seed);
 
+// A random checkpoint of config JSON text `cfg` in folder dir (the config is written to dir.json, then
+// `blockspec make-random --seed seed`); 0 on success.
+int tu_make_random_from_config(const char *dir, const char *cfg, unsigned seed);
+
+// Drafts accepted and drafted by `drafter` over 4 greedy speculative runs of n_new tokens on engine device dev,
+// prompts of 8 ids (i * 5 + trial * step) % vocab: the runs a losslessness check compared must have met
+// accepted drafts, or it only saw the rejection path. 0, or -1 and err.
+int tu_spec_acceptance(const char *dev, const char *target, const char *drafter, int vocab, int step, int n_new, long *accepted,
+                       long *drafted, bs_err *err);
+
 // Opens `drafter` for engine e (opts NULL: defaults, bs_tuning's drafter_fp8 included) and gives it the
 // context of prompt[0..P): the target's prefill taps (a scratch KV cache, freed again). NULL + err on failure.
 struct bs_drafter *tu_drafter_with_context(bs_engine *e, const char *drafter, const struct bs_drafter_opts *o, struct bs_drafter_ctx *dc,
