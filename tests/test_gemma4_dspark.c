@@ -107,3 +107,23 @@ TEST(gemma4_dspark_config) {
         CHECK(strstr(err.msg, bad[i].named), "%s: error does not name %s: %s", bad[i].field, bad[i].named, err.msg);
     }
 }
+
+// make-random writes a Gemma4DSparkModel checkpoint (the spec fixture's config) that loads and stays lossless.
+TEST(gemma4_dspark_make_random) {
+    const char *tmp = bs_test_tmpdir("gemma4_dspark_random");
+    CHECK(tmp);
+    char d[1024], *cfg = NULL;
+    snprintf(d, sizeof d, "%s/drafter", tmp);
+    FILE *f = fopen(GEMMA4_REF "/gemma4_dspark_spec/config.json", "rb");
+    CHECK(f, "no fixture config");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    cfg = calloc(1, n + 1);
+    CHECK(cfg && fread(cfg, 1, n, f) == (size_t)n);
+    fclose(f);
+    int rc = tu_make_random_from_config(d, cfg, 7);
+    free(cfg);
+    CHECK(rc == 0, "make-random of %s failed", d);
+    tu_greedy_spec_equals_plain(failed_, "cpu", GEMMA4_REF "/gemma4_spec", d, NULL, 6, 44);
+}
