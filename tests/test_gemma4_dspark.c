@@ -2,12 +2,14 @@
 // of tests/ref/gemma4/gemma4_dspark{,_spec} (made by tests/ref/make_gemma4_dspark_fixture.py, a standalone PyTorch
 // forward written from DeepSpec's gemma4/modeling.py) on cpu-ref, cpu and CUDA (SKIP without a GPU): context
 // features, the block's hidden rows, base and Markov-step logits (soft-capped), confidences, greedy drafts; greedy
-// speculative == plain on a Gemma-4 target; config.json refusals naming the field.
+// speculative == plain and sampled output distributed as the target's on a Gemma-4 target; make-random; config.json
+// refusals naming the field.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "harness.h"
+#include "engine/engine.h"
 #include "fixture_util.h"
 #include "test_util_models.h"
 #include "io/drafter_config.h"
@@ -47,6 +49,30 @@ static void dspark_spec(int *failed_, const char *dev) {
 TEST(gemma4_dspark_greedy_spec_equals_plain_cpu) { dspark_spec(failed_, "cpu"); }
 TEST(gemma4_dspark_greedy_spec_equals_plain_cpu_reference) { dspark_spec(failed_, "cpu-ref"); }
 TEST(cuda_gemma4_dspark_greedy_spec_equals_plain) { NEED_CUDA_DEVICE(); dspark_spec(failed_, "cuda"); }
+
+// Sampling (vocabulary 8, soft-capped logits on both sides): the first three tokens are distributed as the target's,
+// with the drafter's q (its soft-capped logits plus the Markov bias along the sampled walk).
+static void dspark_sampling(int *failed_, const char *dev, long runs) {
+    bs_engine *e; bs_err err = {0};
+    CHECK(bs_engine_open(&e, GEMMA4_REF "/gemma4_spec", dev, &err) == 0, "%s", err.msg);
+    bs_sampling cfgs[] = { { 1.0f, 0, 1.0f, 0 }, { 0.7f, 5, 0.9f, 0 } };
+    for (int c = 0; c < 2; c++) {
+        bs_drafter *d;
+        CHECK(bs_drafter_open(&d, GEMMA4_REF "/gemma4_dspark_spec", e, 64, &err) == 0, "%s", err.msg);
+        double ar = 0; long imp = 0;
+        double pv = tu_spec_sampling_pvalue(e, d, &cfgs[c], runs, &ar, &imp);
+        d->free(d);
+        printf("  %s gemma4_spec + Gemma4DSparkModel, T=%.1f top_k=%d top_p=%.1f: p-value %.3g, draft acceptance %.2f\n", dev, cfgs[c].temperature,
+               cfgs[c].top_k, cfgs[c].top_p, pv, ar);
+        CHECK(pv >= 0, "a run failed");
+        CHECK(imp == 0, "%ld draws of impossible outcomes", imp);
+        CHECK(ar > 0.02, "acceptance %.2f: the drafts are never accepted, the test checks little", ar);
+        CHECK(pv > 1e-4, "sampling with the Gemma-4 DSpark drafter's q is not distributed as the target (p = %g)", pv);
+    }
+    bs_engine_close(e);
+}
+TEST(gemma4_dspark_sampling_lossless) { dspark_sampling(failed_, "cpu-ref", 6000); }
+TEST(cuda_gemma4_dspark_sampling_lossless) { NEED_CUDA_DEVICE(); dspark_sampling(failed_, "cuda", 6000); }
 
 // The fixture's config with one field set (JSON text) or removed (NULL), parsed; returns the parser's status.
 static int parse_edited(const char *field, const char *json, bs_drafter_config *c, bs_err *err) {
