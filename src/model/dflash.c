@@ -909,9 +909,6 @@ static const float *head_rows(dflash *m, const float *rows, int n, float *u) {
     return u;
 }
 
-// Backbone + the LM head over the n prediction rows (z-lab: rows 1..n; DeepSpec: rows 0..n-1). With a
-// draft vocabulary the head's rows land in logits_d, spread over logits when `spread` (device picks
-// read logits_d directly).
 // Gemma-4 DSpark: the final-logit soft-cap on rows of the LM head's output (before any Markov bias, as
 // DeepSpec's compute_logits); cols: V, or the draft vocabulary's rows.
 static void head_softcap(dflash *m, float *logits, int rows, int cols) {
@@ -919,6 +916,9 @@ static void head_softcap(dflash *m, float *logits, int rows, int cols) {
     if (m->cfg.gemma && cap > 0 && rows > 0) m->be->softcap(m->be, logits, cap, (size_t)rows * cols);
 }
 
+// Backbone + the LM head over the n prediction rows (z-lab: rows 1..n; DeepSpec: rows 0..n-1). With a
+// draft vocabulary the head's rows land in logits_d, spread over logits when `spread` (device picks
+// read logits_d directly).
 static void block_pass(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, int n, int spread) {
     backbone(m, x, n_ctx, ids);
     if (n <= 0) return;
