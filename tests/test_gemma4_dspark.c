@@ -50,6 +50,17 @@ TEST(gemma4_dspark_greedy_spec_equals_plain_cpu) { dspark_spec(failed_, "cpu"); 
 TEST(gemma4_dspark_greedy_spec_equals_plain_cpu_reference) { dspark_spec(failed_, "cpu-ref"); }
 TEST(cuda_gemma4_dspark_greedy_spec_equals_plain) { NEED_CUDA_DEVICE(); dspark_spec(failed_, "cuda"); }
 
+// With a draft vocabulary (the soft-cap then runs on its rows of the LM head): greedy speculative == plain.
+TEST(gemma4_dspark_draft_vocab_greedy) {
+    const char *tmp = bs_test_tmpdir("gemma4_dspark_dv");
+    CHECK(tmp);
+    char vocab[1024];
+    snprintf(vocab, sizeof vocab, "%s/dv.json", tmp);
+    CHECK(tu_write_text(vocab, "[0, 2, 3, 5, 6]") == 0);
+    bs_drafter_opts o = { .lossy_weights = -1, .draft_vocab = vocab };
+    tu_greedy_spec_equals_plain(failed_, "cpu", GEMMA4_REF "/gemma4_spec", GEMMA4_REF "/gemma4_dspark_spec", &o, 6, 45);
+}
+
 // Sampling (vocabulary 8, soft-capped logits on both sides): the first three tokens are distributed as the target's,
 // with the drafter's q (its soft-capped logits plus the Markov bias along the sampled walk).
 static void dspark_sampling(int *failed_, const char *dev, long runs) {
