@@ -22,4 +22,7 @@ void fx_check_target_fixture(int *failed_, const char *device);
 void fx_check_target_fixture_at(int *failed_, const char *device, const char *model_dir, const char *expect_file);
 // The same for checkpoint REF/NAME and REF/NAME.expect.safetensors of a reference folder (tests/ref/llama,
 // tests/ref/gemma4); SKIPs with `missing` when the vectors are not there.
+// A DFlash / DSpark drafter (ddir) against its reference vectors (file: context_features, block_hidden, logits,
+// draft_tokens, ...), on the target tdir whose prompt_ids are in tfile (tests/test_drafter_fixture.c).
+void fx_check_drafter_fixture_at(int *failed_, const char *dev, const char *tdir, const char *tfile, const char *ddir, const char *file);
 void fx_check_ref_fixture(int *failed_, const char *device, const char *ref, const char *name, const char *missing);

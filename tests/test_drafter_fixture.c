@@ -18,11 +18,16 @@
 #define TOL_HIDDEN 1e-4
 
 static void check_drafter(int *failed_, const char *dev, const char *which) {
-    char tdir[1024], ddir[1024], file[1024];
-    bs_err err = {0};
+    char tdir[1024], ddir[1024], file[1024], tfile[1024];
     snprintf(tdir, sizeof tdir, "%s/target", bs_fixtures_dir());
     snprintf(ddir, sizeof ddir, "%s/%s", bs_fixtures_dir(), which);
     snprintf(file, sizeof file, "%s/%s.expect.safetensors", bs_fixtures_dir(), which);
+    snprintf(tfile, sizeof tfile, "%s/target.expect.safetensors", bs_fixtures_dir());
+    fx_check_drafter_fixture_at(failed_, dev, tdir, tfile, ddir, file);
+}
+
+void fx_check_drafter_fixture_at(int *failed_, const char *dev, const char *tdir, const char *tfile, const char *ddir, const char *file) {
+    bs_err err = {0};
     bs_engine *e; bs_checkpoint *x; bs_drafter *d;
     CHECK(bs_engine_open(&e, tdir, dev, &err) == 0, "%s", err.msg);
     CHECK(bs_checkpoint_open(&x, file, &err) == 0, "%s", err.msg);
@@ -33,8 +38,7 @@ static void check_drafter(int *failed_, const char *dev, const char *which) {
     int V = e->cfg.vocab_size, H = e->cfg.hidden_size, B = c->block_size, zl = c->arch == BS_DRAFTER_ZLAB;
     long P, m, nB, nd;
     bs_checkpoint *tx;
-    snprintf(file, sizeof file, "%s/target.expect.safetensors", bs_fixtures_dir());
-    CHECK(bs_checkpoint_open(&tx, file, &err) == 0, "%s", err.msg);
+    CHECK(bs_checkpoint_open(&tx, tfile, &err) == 0, "%s", err.msg);
     const int32_t *prompt = fx_tensor(tx, "prompt_ids", "I32", -1, &P);
     const int32_t *ids = fx_tensor(x, "target_layer_ids", "I32", -1, &m);
     const float *feat_x = fx_tensor(x, "context_features", "F32", -1, NULL);
@@ -85,6 +89,8 @@ static void check_drafter(int *failed_, const char *dev, const char *which) {
         CHECK(fx_max_abs_diff(st, sx, nd * V) < TOL, "step logits differ by %g", fx_max_abs_diff(st, sx, nd * V));
         CHECK(fx_max_abs_diff(conf, cx, nd) < TOL, "confidence logits differ by %g", fx_max_abs_diff(conf, cx, nd));
         CHECK(dr.has_conf);
+        printf("  %s on %s: max |diff| block hidden %.2g, base logits %.2g, step logits %.2g, confidence logits %.2g\n", ddir, dev,
+               fx_max_abs_diff(hid, hid_x, (long)B * H), fx_max_abs_diff(lg, bx, nd * V), fx_max_abs_diff(st, sx, nd * V), fx_max_abs_diff(conf, cx, nd));
         for (int k = 0; k < nd; k++) CHECK_NEAR(dr.conf[k], 1.0 / (1.0 + exp(-cx[k])), 1e-4);
     }
     // propose() is the same path: same tokens; a shorter proposal is a prefix.

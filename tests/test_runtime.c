@@ -190,6 +190,19 @@ TEST(runtime_batch_invariance_dflash2_cuda) {
     dflash2_batch_invariance(failed_, "cuda");
 }
 
+// DeepSpec's Gemma-4 DSpark drafter (tests/ref/gemma4/gemma4_dspark_spec on the vocabulary-8 Gemma-4 target): the
+// batched pass (its Gemma-4 layers over several blocks) drafts what each sequence drafts alone.
+static void gemma4_dspark_batch_invariance(int *failed_, const char *device) {
+    struct stat st;
+    if (stat("tests/ref/gemma4/gemma4_dspark_spec/config.json", &st)) SKIP("no Gemma-4 DSpark reference drafter in tests/ref/gemma4");
+    check_batch_invariance(failed_, device, "tests/ref/gemma4/gemma4_spec", "tests/ref/gemma4/gemma4_dspark_spec", 10, 9, 5);
+}
+TEST(runtime_batch_invariance_gemma4_dspark) { gemma4_dspark_batch_invariance(failed_, "cpu"); }
+TEST(runtime_batch_invariance_gemma4_dspark_cuda) {
+    NEED_CUDA_DEVICE();
+    gemma4_dspark_batch_invariance(failed_, "cuda");
+}
+
 // The seed's DSpark v1 adapter (tests/ref/dspark_v1, docs/dspark-v1.md): no batched pass, one round per sequence,
 // its context vector the last committed row of each (prompts prefilled in chunks of 5 rows beside decoding).
 static void dspark_v1_batch_invariance(int *failed_, const char *device) {

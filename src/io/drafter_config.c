@@ -6,7 +6,8 @@
 #include "io/json.h"
 
 int bs_is_drafter_arch(const char *a) {
-    return a && (!strcmp(a, "DFlashDraftModel") || !strcmp(a, "Qwen3DSparkModel") || !strcmp(a, "DFlash2DraftModel"));
+    return a && (!strcmp(a, "DFlashDraftModel") || !strcmp(a, "Qwen3DSparkModel") || !strcmp(a, "DFlash2DraftModel") ||
+                 !strcmp(a, "Gemma4DSparkModel"));
 }
 
 void bs_build_target_layer_ids(int Lt, int Ld, int *out) {
@@ -97,6 +98,41 @@ static int dflash2_parse(bs_drafter_config *c, const cJSON *root, const cJSON *d
     return 0;
 }
 
+// DeepSpec's Gemma-4 DSpark drafter (deepspec/modeling/dspark/gemma4): the target's text config with the drafter's
+// depth, read as a Gemma-4 text config (gemma4_config.c; its refusals apply) and then as DeepSpec's layers use it:
+// every layer full attention (global_head_dim; num_global_key_value_heads with attention_k_eq_v) with the
+// full-attention RoPE, whatever layer_types says; no KV sharing (each layer projects the context itself); no
+// per-layer embeddings (DeepSpec sets hidden_size_per_layer_input 0). base.head_dim / n_kv_heads become the full
+// layers' sizes, which every shared drafter step reads.
+static int gemma4_drafter_parse(bs_drafter_config *c, const cJSON *root, const char *file, bs_err *err) {
+    bs_qwen3_config *b = &c->base;
+    // num_kv_shared_layers is the target's (DeepSpec copies the text config); it may exceed the drafter's depth,
+    // which the target parser refuses, so it is read here and left out of that parse.
+    int shared = 0, ple = 0, dw = 0;
+    if (bs_json_int(root, "num_kv_shared_layers", 0, 0, 1 << 16, &shared, file, err) ||
+        bs_json_int(root, "hidden_size_per_layer_input", 0, 0, 1 << 16, &ple, file, err) ||
+        bs_json_bool(root, "use_double_wide_mlp", 0, &dw, file, err)) return -1;
+    if (ple) return bs_fail(err, "%s: field \"hidden_size_per_layer_input\" is %d; a Gemma4DSparkModel drafter has no per-layer inputs (0)", file, ple);
+    cJSON *copy = cJSON_Duplicate(root, 1);
+    if (!copy) return bs_fail(err, "out of memory");
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "num_kv_shared_layers");
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "layer_types");
+    int rc = bs_gemma4_config_parse(b, copy, file, err);
+    cJSON_Delete(copy);
+    if (rc) return -1;
+    // transformers' Gemma4TextMLP: double width where layer_idx >= num_hidden_layers - num_kv_shared_layers > 0
+    if (dw && shared > 0 && b->n_layers - shared > 0)
+        return bs_fail(err, "%s: fields \"use_double_wide_mlp\" and \"num_kv_shared_layers\" (%d) give the drafter's last layers a double-wide "
+                       "MLP; not supported", file, shared);
+    b->gemma.n_kv_shared = 0;
+    b->gemma.ple_dim = 0;
+    for (int l = 0; l < b->n_layers; l++) b->gemma.full[l] = 1;
+    b->head_dim = b->gemma.global_head_dim;
+    b->n_kv_heads = b->gemma.global_kv_heads;
+    b->sliding_window = 0;
+    return 0;
+}
+
 int bs_drafter_config_parse(bs_drafter_config *c, const cJSON *root, const char *file, bs_err *err) {
     memset(c, 0, sizeof *c);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
@@ -106,8 +142,9 @@ int bs_drafter_config_parse(bs_drafter_config *c, const cJSON *root, const char 
     if (!strcmp(a0->valuestring, "DFlashDraftModel")) { c->arch = BS_DRAFTER_ZLAB; c->arch_name = "DFlashDraftModel"; }
     else if (!strcmp(a0->valuestring, "DFlash2DraftModel")) { c->arch = BS_DRAFTER_ZLAB; c->arch_name = "DFlash2DraftModel"; c->dflash2 = 1; }
     else if (!strcmp(a0->valuestring, "Qwen3DSparkModel")) { c->arch = BS_DRAFTER_DEEPSPEC; c->arch_name = "Qwen3DSparkModel"; }
-    else return bs_fail(err, "%s: architectures[0] is \"%s\"; blockspec drafters are \"DFlashDraftModel\" (z-lab DFlash), \"DFlash2DraftModel\" (DFlash 2) and \"Qwen3DSparkModel\" (DeepSpec DFlash / DSpark)", file, a0->valuestring);
-    if (bs_qwen3_config_parse(&c->base, root, file, err)) return -1;
+    else if (!strcmp(a0->valuestring, "Gemma4DSparkModel")) { c->arch = BS_DRAFTER_DEEPSPEC; c->arch_name = "Gemma4DSparkModel"; c->gemma = 1; }
+    else return bs_fail(err, "%s: architectures[0] is \"%s\"; blockspec drafters are \"DFlashDraftModel\" (z-lab DFlash), \"DFlash2DraftModel\" (DFlash 2), \"Qwen3DSparkModel\" (DeepSpec DFlash / DSpark) and \"Gemma4DSparkModel\" (DeepSpec DSpark for Gemma-4)", file, a0->valuestring);
+    if (c->gemma ? gemma4_drafter_parse(c, root, file, err) : bs_qwen3_config_parse(&c->base, root, file, err)) return -1;
     const bs_qwen3_config *b = &c->base;
     if (b->n_layers > BS_MAX_DRAFT_LAYERS) return bs_fail(err, "%s: field \"num_hidden_layers\" (%d) exceeds %d drafter layers", file, b->n_layers, BS_MAX_DRAFT_LAYERS);
     const cJSON *dc = cJSON_GetObjectItemCaseSensitive(root, "dflash_config");

@@ -3,6 +3,8 @@
 //                       no embedding / LM head of its own (the target's are used).
 //   "Qwen3DSparkModel"  DeepSpec (its DFlash baseline with markov_rank 0, and DSpark): rows 0..B-1 are drafts
 //                       (B per round), bundled embed_tokens / lm_head, optional Markov and confidence heads.
+//   "Gemma4DSparkModel" DeepSpec's DSpark for Gemma-4 targets: arch BS_DRAFTER_DEEPSPEC with gemma = 1; Gemma-4
+//                       layers (src/model/gemma4.c), every one full attention (docs/gemma4.md, "DSpark drafters").
 //   "DFlash2DraftModel" DFlash 2: z-lab's layout (arch BS_DRAFTER_ZLAB, dflash2 = 1) plus a grouped two-tap
 //                       dynamic convolution around every sublayer and a candidate selector (docs/dflash2.md).
 // See shared/docs/dflash-dspark.md sections 2 and 4, shared/docs/dflash2.md.
@@ -21,7 +23,8 @@ typedef enum { BS_MARKOV_NONE = 0, BS_MARKOV_VANILLA = 1, BS_MARKOV_GATED = 2, B
 typedef struct bs_drafter_config {
     bs_qwen3_config base;        // the drafter's backbone (n_layers = drafter depth Ld)
     bs_drafter_arch arch;
-    const char *arch_name;       // "DFlashDraftModel" / "Qwen3DSparkModel"
+    const char *arch_name;       // "DFlashDraftModel" / "Qwen3DSparkModel" / "Gemma4DSparkModel" / "DFlash2DraftModel"
+    int gemma;                   // Gemma4DSparkModel: base is a Gemma-4 config (BS_ARCH_GEMMA4); head_dim, n_kv_heads: the full layers' 
     int block_size;              // B
     int mask_token_id;
     int num_target_layers;       // Lt the drafter was trained against

@@ -136,6 +136,25 @@ static void layer_specs(bs_tensor_spec *s, int *n, const bs_qwen3_config *c, con
     }
 }
 
+// One layer of DeepSpec's Gemma-4 DSpark drafter (Gemma4DSparkDecoderLayer; c: the drafter's config, whose head_dim
+// and n_kv_heads are its full layers'): the sandwich norms, no v_proj under attention_k_eq_v, layer_scalar.
+static void gemma4_drafter_layer_specs(bs_tensor_spec *s, int *n, const bs_qwen3_config *c, int l) {
+    int64_t H = c->hidden_size, hd = c->head_dim, qd = (int64_t)c->n_heads * hd, kd = (int64_t)c->n_kv_heads * hd, I = c->intermediate_size;
+    static const char *norms[] = { "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm" };
+    char fmt[160];
+    for (int k = 0; k < 4; k++) { snprintf(fmt, sizeof fmt, "layers.%%d.%s.weight", norms[k]); spec(s, n, BS_INIT_ONES, 0, H, fmt, l); }
+    spec(s, n, BS_INIT_LINEAR, qd, H, "layers.%d.self_attn.q_proj.weight", l);
+    spec(s, n, BS_INIT_LINEAR, kd, H, "layers.%d.self_attn.k_proj.weight", l);
+    if (!c->gemma.k_eq_v) spec(s, n, BS_INIT_LINEAR, kd, H, "layers.%d.self_attn.v_proj.weight", l);
+    spec(s, n, BS_INIT_LINEAR, H, qd, "layers.%d.self_attn.o_proj.weight", l);
+    spec(s, n, BS_INIT_ONES, 0, hd, "layers.%d.self_attn.q_norm.weight", l);
+    spec(s, n, BS_INIT_ONES, 0, hd, "layers.%d.self_attn.k_norm.weight", l);
+    spec(s, n, BS_INIT_LINEAR, I, H, "layers.%d.mlp.gate_proj.weight", l);
+    spec(s, n, BS_INIT_LINEAR, I, H, "layers.%d.mlp.up_proj.weight", l);
+    spec(s, n, BS_INIT_LINEAR, H, I, "layers.%d.mlp.down_proj.weight", l);
+    spec(s, n, BS_INIT_ONES, 0, 1, "layers.%d.layer_scalar", l);
+}
+
 int bs_qwen3_tensor_specs(const bs_qwen3_config *c, bs_tensor_spec **out, int *n_out, bs_err *err) {
     if (c->arch == BS_ARCH_GEMMA4)
         return bs_fail(err, "make-random writes Qwen3 and Llama targets, not Gemma-4 (tests/ref/make_gemma4_fixture.py makes random Gemma-4 checkpoints)");
@@ -161,7 +180,8 @@ int bs_drafter_tensor_specs(const bs_drafter_config *dc, bs_tensor_spec **out, i
     spec(s, &n, BS_INIT_LINEAR, H, (int64_t)dc->n_taps * H, "fc.weight", 0);
     spec(s, &n, BS_INIT_ONES, 0, H, "hidden_norm.weight", 0);
     for (int l = 0; l < c->n_layers; l++) {
-        layer_specs(s, &n, c, "layers", l);
+        if (dc->gemma) gemma4_drafter_layer_specs(s, &n, c, l);
+        else layer_specs(s, &n, c, "layers", l);
         if (dc->dflash2) {   // the convolutions around the attention and the MLP
             int64_t taps = dc->conv_taps, proj = 2 * taps * (H / dc->conv_group);
             spec3(s, &n, BS_INIT_CONV_BASE, 2, taps, H, "layers.%d.attention_conv.base_kernel", l);

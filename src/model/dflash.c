@@ -11,6 +11,7 @@
 #include "io/draft_vocab.h"
 #include "io/quant_config.h"
 #include "model/dflash.h"
+#include "model/gemma4.h"
 #include "model/selector.h"
 #include "model/r1_bind.h"
 #include "util/tuning.h"
@@ -34,6 +35,9 @@ typedef struct dflash {
     // weights (backend views)
     bs_mat fc, hidden_norm, norm, embed, lm_head;
     bs_qwen3_layer *layers;
+    bs_gemma4_layer *glayers;        // Gemma4DSparkModel (cfg.gemma): what a Gemma-4 layer adds (model/gemma4.h)
+    bs_mat ones;                     // (Gemma) [head_dim] of 1: the weightless value norm
+    float *ones_host;
     bs_mat w1, w2, gate_w, joint_w, conf_w;
     float *gate_b, *joint_b, conf_b;  // host copies of the small biases
     // calibration.json (Sequential Temperature Scaling, docs/calibration.md): c_k = sigmoid(z_k / conf_T[k] + conf_bias[k])
@@ -208,6 +212,11 @@ static float *load_host_vec(dflash *m, const char *name, int64_t n, bs_err *err)
 
 static int load_layer(dflash *m, int i, bs_err *err) {
     const bs_qwen3_config *c = &m->cfg.base;
+    if (m->cfg.gemma) {   // Gemma-4 layers, loaded as the target's are (tensors "layers.N." or "model.layers.N.")
+        const char *prefix = bs_checkpoint_find(m->ck, "model.layers.0.input_layernorm.weight") ? "model." : "";
+        if (bs_gemma4_load_layer(m->be, c, prefix, i, &m->layers[i], &m->glayers[i], m->ck, &m->qc, err)) return bs_wrap(err, "drafter %s", m->dir);
+        return 0;
+    }
     bs_qwen3_layer *L = &m->layers[i];
     int H = m->H, hd = c->head_dim;
     struct { bs_mat *w; const char *name; int64_t rows, cols; } w[] = {
@@ -501,7 +510,14 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     if (load_fc(m, err) ||
         load_w(m, "hidden_norm.weight", 0, m->H, &m->hidden_norm, err) ||
         load_w(m, "norm.weight", 0, m->H, &m->norm, err)) goto fail;
-    if (!(m->rope_inv_freq = bs_rope_table(m->be, b->rope_theta, &b->rope, b->head_dim, err))) goto fail;
+    if (c->gemma) {   // the full-attention table (proportional RoPE), the value norm's ones
+        if (target->r1.n) { bs_fail(err, "drafter %s: a Gemma4DSparkModel drafter does not bind to an R1-folded target", dir); goto fail; }
+        if (!(m->rope_inv_freq = bs_gemma4_rope_full(m->be, &b->gemma, err))) goto fail;
+        if (!(m->glayers = bs_calloc(b->n_layers, sizeof *m->glayers, err)) || !(m->ones_host = bs_malloc(sizeof(float) * b->head_dim, err))) goto fail;
+        for (int i = 0; i < b->head_dim; i++) m->ones_host[i] = 1.0f;
+        bs_mat oh = { .data = m->ones_host, .dtype = BS_F32, .rows = 1, .cols = b->head_dim };
+        if (m->be->weight(m->be, &m->ones, &oh, err)) goto fail;
+    } else if (!(m->rope_inv_freq = bs_rope_table(m->be, b->rope_theta, &b->rope, b->head_dim, err))) goto fail;
     if (!(m->layers = bs_calloc(b->n_layers, sizeof *m->layers, err))) goto fail;
     for (int i = 0; i < b->n_layers; i++) if (load_layer(m, i, err)) goto fail;
     if (c->arch == BS_DRAFTER_ZLAB) {
@@ -584,6 +600,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     if (r) { ALLOC_BE(m->vec_r, r * 4); ALLOC_BE(m->vec_z, (2 * r + H) * 4); ALLOC_BE(m->vec_3r, 3 * r * 4); }
     ALLOC_HOST(m->hv, (3 * r + 1) * 4);
     ALLOC_HOST(m->state, (r + 1) * 4);
+    if (c->gemma) ALLOC_BE(m->xa, B * H * 4);   // (Gemma: the sublayers' output rows)
     if (c->dflash2) {
         size_t K = c->sel_top_k, R = c->sel_rank, G = H / c->conv_group, sel = B * (2 * K + R) * 4;
         ALLOC_BE(m->xa, B * H * 4); ALLOC_BE(m->ob, B * H * 4); ALLOC_BE(m->dyn, B * 2 * c->conv_taps * G * 4);
@@ -600,7 +617,7 @@ int bs_dflash_open_opts(bs_drafter **out, const char *dir, bs_qwen3 *target, int
     }
 
     bs_drafter *d = &m->iface;
-    d->name = c->dflash2 ? "dflash2" : c->arch == BS_DRAFTER_ZLAB ? "dflash" : m->r > 0 ? "dspark" : "deepspec-dflash";
+    d->name = c->dflash2 ? "dflash2" : c->gemma ? "gemma4-dspark" : c->arch == BS_DRAFTER_ZLAB ? "dflash" : m->r > 0 ? "dspark" : "deepspec-dflash";
     // The pass's cost: its layers' shape, the block, the LM head's rows (a draft vocabulary's), the weights'
     // dtype and whether the large matrices are lossy.
     snprintf(d->shape, sizeof d->shape, "%s-L%d-H%d-I%d-A%dx%dx%d-B%d-V%d-%s%s", d->name, b->n_layers, m->H, m->I, b->n_heads, b->n_kv_heads,
@@ -636,7 +653,10 @@ static void dflash_free(bs_drafter *d) {
     free(m->vids); free(m->rows_host[0]); free(m->rows_host[1]);
     free(m->hv); free(m->state);
     free(m->gate_b); free(m->joint_b);
+    for (int l = 0; m->glayers && l < m->cfg.base.n_layers; l++) free(m->glayers[l].q_norm_host);
+    free(m->glayers);
     free(m->layers);
+    free(m->ones_host);
     bs_kv_pool_free(&m->ctx_pool);
     free(m->conv_proj); free(m->sel_host);
     bs_r1_bind_free(&m->r1);
@@ -698,8 +718,12 @@ static int dflash_add_context(bs_drafter *d, bs_drafter_ctx *dc, const float *fe
         if (rows > in_page) rows = in_page;
         be->matmul(be, m->ctx, feat + (size_t)r0 * fw, rows, &m->fc, 0);
         be->rmsnorm(be, m->ctx, m->ctx, rows, m->H, &m->hidden_norm, c->rms_eps);
+        // Gemma-4: K, V (k_proj's output with attention_k_eq_v) and the weightless value norm, layer by layer.
+        for (int l = 0; m->cfg.gemma && l < c->n_layers; l++)
+            bs_gemma4_project_qkv(be, &m->layers[l], &m->glayers[l], &m->ones, c->rms_eps, m->ctx, rows, NULL, bs_page_table_k_row(&x->pages, l, pos),
+                                  bs_page_table_v_row(&x->pages, l, pos));
         // Every layer's K and V projections read the same rows: one call per 8 layers.
-        for (int l0 = 0; l0 < c->n_layers; l0 += 8) {
+        for (int l0 = 0; !m->cfg.gemma && l0 < c->n_layers; l0 += 8) {
             float *ys[16]; const bs_mat *ws[16]; int nm = 0;
             for (int l = l0; l < c->n_layers && l < l0 + 8; l++) {
                 ys[nm] = bs_page_table_k_row(&x->pages, l, pos); ws[nm++] = &m->layers[l].wk;
@@ -767,6 +791,33 @@ static void block_attention(dflash *m, const bs_kv_view *kv, int l, int n_ctx, c
     }
 }
 
+// DeepSpec's Gemma-4 DSpark backbone after the embedding lookup (Gemma4DSparkDecoderLayer): the noise rows times
+// sqrt(H) (Gemma4TextScaledWordEmbedding), then per layer the target's Gemma-4 layer (model/gemma4.c) with its
+// attention over [context ; block] as DSpark's (non-causal; scale 1 through the q_norm folded with sqrt(hd)), and
+// layer_scalar; the final norm into b->h. b->xa is the sublayers' output scratch.
+static void gemma_layers(dflash *m, const block_bufs *b, int nb, dflash_ctx *const *xs, const int *n_ctx) {
+    const bs_qwen3_config *c = &m->cfg.base;
+    bs_backend *be = m->be;
+    int B = m->B, H = m->H, R = nb * B, hd = c->head_dim;
+    size_t qw = (size_t)m->qd * B, kw = (size_t)m->kd * B;
+    be->scale(be, b->x, (float)sqrt((double)H), (size_t)R * H);
+    for (int l = 0; l < c->n_layers; l++) {
+        const bs_qwen3_layer *L = &m->layers[l];
+        const bs_gemma4_layer *G = &m->glayers[l];
+        be->rmsnorm(be, b->xn, b->x, R, H, &L->attn_norm, c->rms_eps);
+        bs_gemma4_project_qkv(be, L, G, &m->ones, c->rms_eps, b->xn, R, b->q, b->kx, b->vx);
+        for (int j = 0; j < nb; j++) {
+            const bs_kv_view kv = bs_page_table_view(&xs[j]->pages, l);
+            bs_qk_norm_rope_store(be, b->q + j * qw, b->kx + j * kw, b->vx + j * kw, B, c->n_heads, c->n_kv_heads, hd, &G->q_norm, &L->k_norm,
+                                  c->rms_eps, n_ctx[j], m->rope_inv_freq, &kv);
+            block_attention(m, &kv, l, n_ctx[j], b->q + j * qw, b->att + j * qw);
+        }
+        bs_gemma4_attn_out_mlp(be, c, L, G, b->x, b->xn, b->att, b->xa, b->gate, b->up, R);
+        if (G->scalar != 1.0f) be->scale(be, b->x, G->scalar, (size_t)R * H);
+    }
+    be->rmsnorm(be, b->h, b->x, R, H, &m->norm, c->rms_eps);
+}
+
 // The backbone over nb blocks of B rows (ids [nb][B]); block j sits at positions n_ctx[j] .. of context xs[j].
 // Out: b->h [nb * B][H] after the final norm. The block's K/V rows go to each context's cache rows after its
 // committed ones (transient: the next pass overwrites them). Every op that depends on where a block sits (RoPE,
@@ -787,6 +838,7 @@ static void backbone_blocks(dflash *m, const block_bufs *b, int nb, dflash_ctx *
         be->embed(be, b->x, &m->embed, ids, R);
         if (m->r1_embed) bs_r1_unrotate_rows(&m->r1, b->x, R);
     }
+    if (m->cfg.gemma) { gemma_layers(m, b, nb, xs, n_ctx); return; }
     for (int l = 0; l < c->n_layers; l++) {
         bs_qwen3_layer *L = &m->layers[l];
         be->rmsnorm(be, b->xn, b->x, R, H, &L->attn_norm, c->rms_eps);
@@ -857,6 +909,13 @@ static const float *head_rows(dflash *m, const float *rows, int n, float *u) {
     return u;
 }
 
+// Gemma-4 DSpark: the final-logit soft-cap on rows of the LM head's output (before any Markov bias, as
+// DeepSpec's compute_logits); cols: V, or the draft vocabulary's rows.
+static void head_softcap(dflash *m, float *logits, int rows, int cols) {
+    float cap = m->cfg.base.gemma.final_softcap;
+    if (m->cfg.gemma && cap > 0 && rows > 0) m->be->softcap(m->be, logits, cap, (size_t)rows * cols);
+}
+
 // Backbone + the LM head over the n prediction rows (z-lab: rows 1..n; DeepSpec: rows 0..n-1). With a
 // draft vocabulary the head's rows land in logits_d, spread over logits when `spread` (device picks
 // read logits_d directly).
@@ -865,9 +924,12 @@ static void block_pass(dflash *m, dflash_ctx *x, int n_ctx, const int32_t *ids, 
     if (n <= 0) return;
     const float *rows = m->cfg.arch == BS_DRAFTER_ZLAB ? m->h + m->H : m->h;
     const float *head_in = head_rows(m, rows, n, m->hu);   // rows stay the drafter's own
-    if (!m->vd) m->be->matmul(m->be, m->logits, head_in, n, &m->lm_head, 0);
-    else {
+    if (!m->vd) {
+        m->be->matmul(m->be, m->logits, head_in, n, &m->lm_head, 0);
+        head_softcap(m, m->logits, n, m->V);
+    } else {
         m->be->matmul(m->be, m->logits_d, head_in, n, &m->lm_head, 0);
+        head_softcap(m, m->logits_d, n, m->vd);
         if (spread && !m->cfg.dflash2) spread_rows(m, 0, n);
     }
     if (m->cfg.dflash2) selector_inputs(m, rows, n);
@@ -1228,6 +1290,7 @@ static int batch_alloc(dflash *m, bs_err *err) {
     ALLOC_BE(m->bq, R * m->qd * 4); ALLOC_BE(m->batt, R * m->qd * 4);
     ALLOC_BE(m->bkx, R * m->kd * 4); ALLOC_BE(m->bvx, R * m->kd * 4);
     ALLOC_BE(m->bgate, R * m->I * 4); ALLOC_BE(m->bup, R * m->I * 4);
+    if (m->cfg.gemma) ALLOC_BE(m->bxa, R * H * 4);
     if (m->cfg.dflash2) {
         ALLOC_BE(m->bxa, R * H * 4); ALLOC_BE(m->bob, R * H * 4);
         ALLOC_BE(m->bdyn, R * 2 * m->cfg.conv_taps * (H / m->cfg.conv_group) * 4);
@@ -1259,6 +1322,7 @@ static void propose_pass(dflash *m, int nb, dflash_ctx *const *xs, const int *n_
         p += n[j];
     }
     be->matmul(be, m->blogits, head_rows(m, m->bpred, p, m->bhu), p, &m->lm_head, 0);
+    head_softcap(m, m->blogits, p, V);
     for (int j = 0; j < nb; j++) {
         // The block's rows where propose's picks read them, then the same picks.
         be->copy(be, m->h, m->bh + (size_t)j * B * H, sizeof(float) * B * H);

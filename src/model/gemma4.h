@@ -34,6 +34,21 @@ typedef struct bs_gemma4 {
     char prefix[32];             // "model." or "model.language_model."
 } bs_gemma4;
 
+// The tensors of layer l ("<prefix>layers.<l>.*") into L (the shared fields) and G, shaped by config c (also the
+// DeepSpec Gemma-4 DSpark drafter's layers, src/model/dflash.c: c is the drafter's config, every layer full).
+int bs_gemma4_load_layer(bs_backend *be, const bs_qwen3_config *c, const char *prefix, int l, bs_qwen3_layer *L, bs_gemma4_layer *G,
+                         const bs_checkpoint *ck, const struct bs_quant_config *qc, bs_err *err);
+// The full-attention layers' RoPE table (proportional, or default over global_head_dim), backend memory [global hd / 2].
+float *bs_gemma4_rope_full(bs_backend *be, const bs_gemma4_config *g, bs_err *err);
+// A layer's projections of the normed rows xn (n rows): q (NULL: none, as for a drafter's context rows), k, and
+// v (k_proj's output under attention_k_eq_v) with the weightless value norm (ones: [hd] of 1). q and k are left
+// for the q/k norm + RoPE step.
+void bs_gemma4_project_qkv(bs_backend *be, const bs_qwen3_layer *L, const bs_gemma4_layer *G, const bs_mat *ones, float eps, const float *xn, int n,
+                           float *q, float *kx, float *vx);
+// The layer after its attention: x += post_attn_norm(o_proj(att)); x += post_ff_norm(down(gelu_tanh(gate) * up)(pre_ff_norm(x))).
+// xn, t [n][H], gate, up [n][inter]: scratch.
+void bs_gemma4_attn_out_mlp(bs_backend *be, const bs_qwen3_config *c, const bs_qwen3_layer *L, const bs_gemma4_layer *G, float *x, float *xn,
+                            const float *att, float *t, float *gate, float *up, int n);
 // Loads a Gemma-4 text model's tensors into m (m->cfg, m->be set; m->layers gets the shared fields).
 int bs_gemma4_init(bs_qwen3 *m, const bs_checkpoint *ck, const struct bs_quant_config *qc, bs_err *err);
 void bs_gemma4_free(bs_qwen3 *m);

@@ -601,6 +601,7 @@ int bs_train_drafter_load(bs_train_task **out, bs_train_task *target, const char
     if (bs_drafter_config_load(&c, dir, err)) return -1;
     // A DFlash 2 would load as its DFlash and train without its convolutions and selector: refused instead.
     if (c.dflash2) return bs_fail(err, "drafter %s: training a DFlash2DraftModel (its convolutions and selector) is not implemented yet (docs/dflash2.md)", dir);
+    if (c.gemma) return bs_fail(err, "drafter %s: training a Gemma4DSparkModel (Gemma-4 layers) is not implemented (docs/gemma4.md)", dir);
     drafter *d;
     if (create(&d, target, &c, o, err)) return bs_wrap(err, "drafter %s", dir);
     bs_checkpoint *ck;

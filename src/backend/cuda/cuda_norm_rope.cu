@@ -100,10 +100,16 @@ __global__ void head_norm_rope_multi_kernel(hnr_multi_arg A, int n, int n_heads,
     if (wid >= n * n_heads) return;
     head_norm_rope_warp(A.x[i] + (size_t)wid * hd, NULL, hd, A.w[i], A.dt[i], eps, pv(pos0) + wid / n_heads, inv_freq, lane);
 }
+static void head_norm_rope_wide(cuda_impl *c, float *x, int n, int n_heads, int hd, const bs_mat *norm_w, float eps, int pos0, const float *inv_freq);
+
 void cu_head_norm_rope_multi(bs_backend *be, int count, float *const *x, int n, int n_heads, int hd, const bs_mat *const *norm_w,
                              float eps, int pos0, const float *inv_freq) {
     cuda_impl *c = CI(be);
     if (n <= 0) return;
+    if (hd > ATT_MAX_HD) {   // wide heads (a Gemma-4 DSpark drafter's context keys, 512 wide): the wide kernel per matrix
+        for (int i = 0; i < count; i++) head_norm_rope_wide(c, x[i], n, n_heads, hd, norm_w[i], eps, pos0, inv_freq);
+        return;
+    }
     REQUIRE_HEAD_DIM(c, hd);
     int warps = n * n_heads;
     for (int i0 = 0; i0 < count; i0 += HNR_MULTI) {
