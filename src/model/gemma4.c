@@ -7,15 +7,6 @@
 #include "model/gemma4.h"
 #include "model/rope.h"
 
-static int load_mat(bs_backend *be, const bs_checkpoint *ck, const bs_quant_config *qc, const char *name, int64_t rows, int64_t cols,
-                    bs_mat *dst, bs_mat *host, bs_err *err) {
-    bs_mat h;
-    if (bs_checkpoint_weight(ck, qc, name, rows, cols, &h, err)) return -1;
-    if (be->weight(be, dst, &h, err)) return bs_wrap(err, "%s: tensor '%s'", ck->path, name);
-    if (host) *host = h;
-    return 0;
-}
-
 static int load_vec(bs_backend *be, const bs_checkpoint *ck, const char *name, int64_t n, bs_mat *dst, bs_err *err) {
     bs_mat h;
     if (bs_checkpoint_mat(ck, name, 0, n, &h, err)) return -1;
@@ -58,14 +49,14 @@ int bs_gemma4_load_layer(bs_backend *be, const bs_qwen3_config *c, const char *p
         load_vec(be, ck, NAME("post_attention_layernorm.weight"), H, &G->post_attn_norm, err) ||
         load_vec(be, ck, NAME("pre_feedforward_layernorm.weight"), H, &G->pre_ff_norm, err) ||
         load_vec(be, ck, NAME("post_feedforward_layernorm.weight"), H, &G->post_ff_norm, err) ||
-        load_mat(be, ck, qc, NAME("self_attn.q_proj.weight"), qd, H, &L->wq, NULL, err) ||
-        load_mat(be, ck, qc, NAME("self_attn.o_proj.weight"), H, qd, &L->wo, NULL, err) ||
-        load_mat(be, ck, qc, NAME("mlp.gate_proj.weight"), I, H, &L->w_gate, NULL, err) ||
-        load_mat(be, ck, qc, NAME("mlp.up_proj.weight"), I, H, &L->w_up, NULL, err) ||
-        load_mat(be, ck, qc, NAME("mlp.down_proj.weight"), H, I, &L->w_down, NULL, err)) return -1;
-    if (own_kv && (load_mat(be, ck, qc, NAME("self_attn.k_proj.weight"), kd, H, &L->wk, NULL, err) ||
+        bs_model_load_matrix(ck, qc, be, NAME("self_attn.q_proj.weight"), qd, H, &L->wq, NULL, err) ||
+        bs_model_load_matrix(ck, qc, be, NAME("self_attn.o_proj.weight"), H, qd, &L->wo, NULL, err) ||
+        bs_model_load_matrix(ck, qc, be, NAME("mlp.gate_proj.weight"), I, H, &L->w_gate, NULL, err) ||
+        bs_model_load_matrix(ck, qc, be, NAME("mlp.up_proj.weight"), I, H, &L->w_up, NULL, err) ||
+        bs_model_load_matrix(ck, qc, be, NAME("mlp.down_proj.weight"), H, I, &L->w_down, NULL, err)) return -1;
+    if (own_kv && (bs_model_load_matrix(ck, qc, be, NAME("self_attn.k_proj.weight"), kd, H, &L->wk, NULL, err) ||
                    load_vec(be, ck, NAME("self_attn.k_norm.weight"), hd, &L->k_norm, err))) return -1;
-    if (own_kv && G->has_v && load_mat(be, ck, qc, NAME("self_attn.v_proj.weight"), kd, H, &L->wv, NULL, err)) return -1;
+    if (own_kv && G->has_v && bs_model_load_matrix(ck, qc, be, NAME("self_attn.v_proj.weight"), kd, H, &L->wv, NULL, err)) return -1;
     L->mlp_norm = G->pre_ff_norm;
     // q_norm, folded with sqrt(hd): the ops scale scores by hd^-0.5, Gemma-4 by 1 (q/k are RMS-normed instead).
     bs_mat qn;
@@ -74,8 +65,8 @@ int bs_gemma4_load_layer(bs_backend *be, const bs_qwen3_config *c, const char *p
     float s = sqrtf((float)hd);
     for (int i = 0; i < hd; i++) G->q_norm_host[i] = bs_load_elem(qn.data, qn.dtype, i) * s;
     if (host_vec(be, G->q_norm_host, hd, &G->q_norm, err)) return bs_wrap(err, "%s: tensor '%s'", ck->path, name);
-    if (P && (load_mat(be, ck, qc, NAME("per_layer_input_gate.weight"), P, H, &G->ple_gate, NULL, err) ||
-              load_mat(be, ck, qc, NAME("per_layer_projection.weight"), H, P, &G->ple_proj, NULL, err) ||
+    if (P && (bs_model_load_matrix(ck, qc, be, NAME("per_layer_input_gate.weight"), P, H, &G->ple_gate, NULL, err) ||
+              bs_model_load_matrix(ck, qc, be, NAME("per_layer_projection.weight"), H, P, &G->ple_proj, NULL, err) ||
               load_vec(be, ck, NAME("post_per_layer_input_norm.weight"), H, &G->ple_norm, err))) return -1;
     // layer_scalar: a persistent buffer of one element (1 when a checkpoint leaves it out, as transformers initialises it)
     G->scalar = 1.0f;
@@ -105,7 +96,7 @@ int bs_gemma4_init(bs_qwen3 *m, const bs_checkpoint *ck, const bs_quant_config *
     if (!bs_checkpoint_find(ck, name))
         return bs_fail(err, "%s: missing tensor 'model.embed_tokens.weight' (a Gemma4ForCausalLM checkpoint) or "
                        "'model.language_model.embed_tokens.weight' (a Gemma4ForConditionalGeneration one)", ck->path);
-    if (load_mat(be, ck, qc, name, c->vocab_size, H, &m->embed, &host, err)) return -1;
+    if (bs_model_load_matrix(ck, qc, be, name, c->vocab_size, H, &m->embed, &host, err)) return -1;
     m->embed_host = m->lm_head_host = host;
     snprintf(name, sizeof name, "%snorm.weight", g->prefix);
     if (load_vec(be, ck, name, H, &m->norm, err)) return -1;
@@ -113,14 +104,14 @@ int bs_gemma4_init(bs_qwen3 *m, const bs_checkpoint *ck, const bs_quant_config *
         m->lm_head = m->embed;
     } else if (!bs_checkpoint_find(ck, "lm_head.weight")) {
         return bs_fail(err, "%s: missing tensor 'lm_head.weight' (config.json says tie_word_embeddings is false)", ck->path);
-    } else if (load_mat(be, ck, qc, "lm_head.weight", c->vocab_size, H, &m->lm_head, &m->lm_head_host, err)) {
+    } else if (bs_model_load_matrix(ck, qc, be, "lm_head.weight", c->vocab_size, H, &m->lm_head, &m->lm_head_host, err)) {
         return -1;
     }
     if (P) {
         snprintf(name, sizeof name, "%sembed_tokens_per_layer.weight", g->prefix);
-        if (load_mat(be, ck, qc, name, gc->ple_vocab, (int64_t)L * P, &g->ple_embed, NULL, err)) return -1;
+        if (bs_model_load_matrix(ck, qc, be, name, gc->ple_vocab, (int64_t)L * P, &g->ple_embed, NULL, err)) return -1;
         snprintf(name, sizeof name, "%sper_layer_model_projection.weight", g->prefix);
-        if (load_mat(be, ck, qc, name, (int64_t)L * P, H, &g->ple_model_proj, NULL, err)) return -1;
+        if (bs_model_load_matrix(ck, qc, be, name, (int64_t)L * P, H, &g->ple_model_proj, NULL, err)) return -1;
         snprintf(name, sizeof name, "%sper_layer_projection_norm.weight", g->prefix);
         if (load_vec(be, ck, name, P, &g->ple_proj_norm, err)) return -1;
     }

@@ -10,7 +10,7 @@
 
 // A matrix (Linear, embedding, LM head): dense or MLX affine as the checkpoint holds it, handed to the
 // backend; a backend that cannot compute with its format refuses it here, and the message names the tensor.
-static int load_matrix(const bs_checkpoint *ck, const bs_quant_config *qc, bs_backend *be, const char *name, int64_t rows, int64_t cols,
+int bs_model_load_matrix(const bs_checkpoint *ck, const bs_quant_config *qc, bs_backend *be, const char *name, int64_t rows, int64_t cols,
                        bs_mat *dst, bs_mat *host, bs_err *err) {
     bs_mat h;
     if (bs_checkpoint_weight(ck, qc, name, rows, cols, &h, err)) return -1;
@@ -35,7 +35,7 @@ static int load_layer(bs_qwen3_layer *L, int i, const bs_qwen3_config *c, const 
         if ((w[k].m == &L->q_norm || w[k].m == &L->k_norm) && !bs_qwen3_has_qk_norm(c)) continue;   // Llama
         char name[256]; bs_mat host;
         snprintf(name, sizeof name, "model.layers.%d.%s", i, w[k].name);
-        if (w[k].rows ? load_matrix(ck, qc, be, name, w[k].rows, w[k].cols, w[k].m, NULL, err)
+        if (w[k].rows ? bs_model_load_matrix(ck, qc, be, name, w[k].rows, w[k].cols, w[k].m, NULL, err)
                       : bs_checkpoint_mat(ck, name, 0, w[k].cols, &host, err) || be->weight(be, w[k].m, &host, err)) return -1;
     }
     return 0;
@@ -56,14 +56,14 @@ int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *
         bs_quant_config_free(&qc);
         return 0;
     }
-    if (load_matrix(ck, &qc, be, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, &m->embed, &host, err)) goto fail;
+    if (bs_model_load_matrix(ck, &qc, be, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, &m->embed, &host, err)) goto fail;
     m->embed_host = m->lm_head_host = host;
     if (bs_checkpoint_mat(ck, "model.norm.weight", 0, c->hidden_size, &host, err) || be->weight(be, &m->norm, &host, err)) goto fail;
     if (c->tie_embeddings) {
         m->lm_head = m->embed;
     } else if (!bs_checkpoint_find(ck, "lm_head.weight")) {
         bs_fail(err, "%s: missing tensor 'lm_head.weight' (config.json says tie_word_embeddings is false)", ck->path); goto fail;
-    } else if (load_matrix(ck, &qc, be, "lm_head.weight", c->vocab_size, c->hidden_size, &m->lm_head, &m->lm_head_host, err)) {
+    } else if (bs_model_load_matrix(ck, &qc, be, "lm_head.weight", c->vocab_size, c->hidden_size, &m->lm_head, &m->lm_head_host, err)) {
         goto fail;
     }
     if (!(m->rope_inv_freq = bs_rope_table(be, c->rope_theta, &c->rope, c->head_dim, err))) goto fail;

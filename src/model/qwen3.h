@@ -71,6 +71,13 @@ typedef struct bs_fwd_out {
     float *tap_out;              // backend buffer [rows][n_taps * H], taps concatenated in the given order
 } bs_fwd_out;
 
+// One matrix of a checkpoint (dense or MLX affine, as stored) checked against rows x cols and handed to the
+// backend (host: the checkpoint's view, may be NULL); the message names the file and tensor. The target's and
+// Gemma-4's loaders share it.
+struct bs_quant_config;
+int bs_model_load_matrix(const bs_checkpoint *ck, const struct bs_quant_config *qc, bs_backend *be, const char *name, int64_t rows,
+                         int64_t cols, bs_mat *dst, bs_mat *host, bs_err *err);
+
 // Loads weights from a checkpoint (kept open by the caller) for a parsed config; every tensor's
 // name and shape is checked. Weights are used in place on the CPU.
 int bs_qwen3_init(bs_qwen3 *m, const bs_qwen3_config *cfg, const bs_checkpoint *ck, bs_backend *be, bs_err *err);
