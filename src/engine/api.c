@@ -422,7 +422,7 @@ static int set_schedule_locked(blockspec *bs, blockspec_schedule mode, const blo
     bs_runtime tmp, *rt = bs->has_rt ? &bs->rt : &tmp;
     memset(&tmp, 0, sizeof tmp);
     if (bs_runtime_set_schedule_costs(rt, (bs_sched_mode)mode, &c, &e)) return fail(err, err_len, e.msg);
-    if (rt == &tmp) { free(tmp.sps); free(tmp.sps1); free(tmp.sps_hull); free(tmp.sps1_hull); free(tmp.dps); }
+    if (rt == &tmp) bs_runtime_free_costs(&tmp);
     double *sps, *sps1 = NULL, *dps = NULL;
     if (copy_doubles(cm->verify, cm->n_verify, &sps) || copy_doubles(cm->plain, cm->n_plain, &sps1) || copy_doubles(cm->draft, cm->n_draft, &dps)) {
         free(sps); free(sps1);

@@ -32,6 +32,12 @@ static void free_rows(bs_runtime *rt) {
     rt->cap_logits = rt->cap_feat = 0;
 }
 
+void bs_runtime_free_costs(bs_runtime *rt) {
+    free(rt->sps); free(rt->sps1); free(rt->sps_hull); free(rt->sps1_hull); free(rt->dps);
+    rt->sps = rt->sps1 = rt->sps_hull = rt->sps1_hull = rt->dps = NULL;
+    rt->n_sps = rt->n_sps1 = rt->n_dps = 0;
+}
+
 void bs_runtime_free(bs_runtime *rt) {
     if (!rt->eng) return;
     free_rows(rt);
@@ -40,7 +46,8 @@ void bs_runtime_free(bs_runtime *rt) {
     free(rt->residual); free(rt->seqs); free(rt->rows);
     free(rt->draft_seqs); free(rt->draft_ctx); free(rt->draft_anchor); free(rt->draft_max); free(rt->draft_smp); free(rt->draft_rng);
     free(rt->draft_out);
-    free(rt->sps); free(rt->sps1); free(rt->sps_hull); free(rt->sps1_hull); free(rt->dps); free(rt->sched_in); free(rt->sched_l); free(rt->sched_cand);
+    bs_runtime_free_costs(rt);
+    free(rt->sched_in); free(rt->sched_l); free(rt->sched_cand);
     memset(rt, 0, sizeof *rt);
 }
 
@@ -156,7 +163,7 @@ int bs_runtime_set_schedule_costs(bs_runtime *rt, bs_sched_mode mode, const bs_c
         free(sps); free(sps1); free(hull); free(hull1);
         return -1;
     }
-    free(rt->sps); free(rt->sps1); free(rt->sps_hull); free(rt->sps1_hull); free(rt->dps);
+    bs_runtime_free_costs(rt);
     rt->sps = sps; rt->n_sps = sps ? c->n_sps : 0;
     rt->sps1 = sps1; rt->n_sps1 = sps1 ? c->n_sps1 : 0;
     rt->sps_hull = hull; rt->sps1_hull = hull1;

@@ -102,6 +102,9 @@ int bs_runtime_admit(bs_runtime *rt, bs_err *err);
 // active or waiting, or -1 (err): an error inside a step leaves the sequences in it unusable.
 int bs_runtime_step(bs_runtime *rt, bs_err *err);
 
+// Frees the schedule's cost tables (and their hulls) a runtime holds; the runtime keeps working without them.
+void bs_runtime_free_costs(bs_runtime *rt);
+
 // The scheduler of later steps: mode, and for alg1 / async the cost model sps[0..n_sps) (forwards per
 // second with 1..n_sps rows; copied). Refused while sequences are active (a sequence that started under
 // "none" has no drafter context to draft from).
