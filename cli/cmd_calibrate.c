@@ -201,12 +201,15 @@ static void print_tables(const bs_sts_data *sd, const double *T, const double *B
 }
 
 // The fitted calibration judged on rounds the fit never saw: per position the binned ECE of a_k, raw and
-// calibrated, printed; mean[0], mean[1]: their means over the positions reached.
-static int heldout_ece(const bs_sts_data *hd, const double *T, const double *B, int bins, int n_seqs, double mean[2], bs_err *err) {
+// calibrated, printed with the noise floor of the calibrated ECE; mean[0..2]: their means over the positions reached.
+static int heldout_ece(const bs_sts_data *hd, const double *T, const double *B, int bins, int n_seqs, double mean[3], bs_err *err) {
     double *a = malloc(sizeof(double) * hd->n_rounds);
     uint8_t *lab = malloc(hd->n_rounds);
     if (!a || !lab) { free(a); free(lab); return bs_fail(err, "out of memory"); }
-    printf("\nheld out of the fit: %d rounds on %d sequences\n  pos        n  survival  ECE raw  ECE calibrated\n", hd->n_rounds, n_seqs);
+    // "floor": the ECE a perfectly calibrated predictor with the calibrated predictions would show on these
+    // rounds (mean +- sd over 200 draws of its outcomes): how far below it no fit can be seen to go.
+    printf("\nheld out of the fit: %d rounds on %d sequences\n  pos        n  survival  ECE raw  ECE calibrated  floor (perfect calibration, same n)\n",
+           hd->n_rounds, n_seqs);
     int counted = 0;
     for (int k = 0; k < hd->K; k++) {
         int n = bs_sts_cumulative(hd, NULL, NULL, k, a, lab);
@@ -215,12 +218,13 @@ static int heldout_ece(const bs_sts_data *hd, const double *T, const double *B, 
         for (int r = 0; r < n; r++) surv += lab[r];
         double e0 = bs_sts_ece(a, lab, n, bins, NULL);
         bs_sts_cumulative(hd, T, B, k, a, lab);
-        double e1 = bs_sts_ece(a, lab, n, bins, NULL);
-        printf("  %3d %8d  %8.4f  %6.2f%%  %6.2f%%\n", k + 1, n, (double)surv / n, 100 * e0, 100 * e1);
-        mean[0] += e0; mean[1] += e1; counted++;
+        double e1 = bs_sts_ece(a, lab, n, bins, NULL), sd;
+        double fl = bs_sts_ece_floor(a, n, bins, 200, 0x5EEDull + (uint64_t)k, &sd);
+        printf("  %3d %8d  %8.4f  %6.2f%%  %6.2f%%         %5.2f%% +- %.2f%%\n", k + 1, n, (double)surv / n, 100 * e0, 100 * e1, 100 * fl, 100 * sd);
+        mean[0] += e0; mean[1] += e1; mean[2] += fl; counted++;
     }
-    if (counted) { mean[0] /= counted; mean[1] /= counted; }
-    printf("  mean ECE over positions: raw %.2f%%, calibrated %.2f%%\n", 100 * mean[0], 100 * mean[1]);
+    if (counted) { mean[0] /= counted; mean[1] /= counted; mean[2] /= counted; }
+    printf("  mean ECE over positions: raw %.2f%%, calibrated %.2f%%, floor %.2f%%\n", 100 * mean[0], 100 * mean[1], 100 * mean[2]);
     free(a); free(lab);
     return 0;
 }
@@ -417,7 +421,7 @@ int cmd_calibrate(int argc, char **argv) {
             break;
         }
     print_tables(&sd, T, a.bias ? B : NULL, pos, (int)a.bins);
-    double hece[2] = { 0, 0 };
+    double hece[3] = { 0, 0, 0 };
     if (hd.n_rounds > 0 && heldout_ece(&hd, T, a.bias ? B : NULL, (int)a.bins, n_hold, hece, &err)) goto out;
 
     j = result_json(&a, gamma, K, n_seqs - n_hold, &sd, T, B, pos, ece0, ece1);
@@ -427,6 +431,7 @@ int cmd_calibrate(int argc, char **argv) {
         cJSON_AddNumberToObject(h, "rounds", hd.n_rounds);
         cJSON_AddNumberToObject(h, "mean_ece_before", hece[0]);
         cJSON_AddNumberToObject(h, "mean_ece_after", hece[1]);
+        cJSON_AddNumberToObject(h, "mean_ece_floor", hece[2]);
     }
     // atomic (bs_json_write_file): a drafter folder never holds a half-written calibration
     if (!j || bs_json_write_file(j, out_path, &err)) goto out;

@@ -3,6 +3,7 @@
 // calibration.json (and refusing bad ones, naming the file and field); `blockspec calibrate` end to end, with
 // generate's output unchanged by the calibrated confidence cut.
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -103,6 +104,26 @@ TEST(calibrate_sts_bias_recovers_known_offsets) {
 }
 
 // Degenerate data: a clear status per position, T = 1, finite figures, never a NaN.
+// The ECE's noise floor: one prediction p for every round is one bin, whose ECE is |observed rate - p|, so
+// the floor is E|Binomial(n, p)/n - p| ~ sqrt(2 / pi) sqrt(p (1 - p) / n); certain predictions have none.
+TEST(calibrate_ece_floor_matches_binomial) {
+    enum { N = 20000 };
+    static double a[N];
+    for (int n = 200; n <= N; n *= 10) {
+        for (int i = 0; i < n; i++) a[i] = 0.3;
+        double sd, fl = bs_sts_ece_floor(a, n, 10, 400, 7, &sd);
+        double want = sqrt(2 / M_PI) * sqrt(0.3 * 0.7 / n);
+        CHECK(fabs(fl - want) < 0.12 * want, "n %d: floor %g, binomial %g", n, fl, want);
+        CHECK(sd > 0 && sd < want, "n %d: sd %g", n, sd);
+    }
+    for (int i = 0; i < 1000; i++) a[i] = i % 2;
+    double sd, fl = bs_sts_ece_floor(a, 1000, 10, 50, 1, &sd);
+    CHECK(fl < 1e-6 && sd < 1e-6, "certain predictions: floor %g", fl);
+    // Deterministic in its seed.
+    for (int i = 0; i < 1000; i++) a[i] = (i % 97) / 97.0;
+    CHECK(bs_sts_ece_floor(a, 1000, 10, 20, 3, NULL) == bs_sts_ece_floor(a, 1000, 10, 20, 3, NULL));
+}
+
 TEST(calibrate_sts_degenerate) {
     enum { N = 200, K = 3 };
     float z[N * K];

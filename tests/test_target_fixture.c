@@ -73,19 +73,26 @@ void fx_check_target_fixture_at(int *failed_, const char *dev, const char *model
     if (*failed_) return;
     // Greedy continuation, one token at a time.
     int32_t tok = bs_argmax(logits + (P - 1) * V, V), dev_tok;
+    // Every step's difference is noted before the check, so a failure shows how the error grows.
     bs_fwd_out one = { .logits = dl };
+    double worst = 0;
+    int worst_at = 0;
+    char steps[1024] = "";
     for (int i = 0; i < G; i++) {
         if (i > 0) {
             CHECK(bs_qwen3_forward(&e->target, &kv, &tok, 1, &one, &err) == 0, "%s", err.msg);
             be->download(be, logits, dl, sizeof(float) * V);
             double d = fx_max_abs_diff(logits, step_logits + (size_t)i * V, V);
-            CHECK(d < TOL, "greedy step %d logits differ by %g", i, d);
+            size_t n = strlen(steps);
+            if (n < sizeof steps - 16) snprintf(steps + n, sizeof steps - n, " %.1e", d);
+            if (d > worst) worst = d, worst_at = i;
             tok = bs_argmax(logits, V);
             be->argmax(be, &dev_tok, dl, 1, V);
             CHECK(dev_tok == tok, "backend argmax %d != host argmax %d", dev_tok, tok);
         }
         CHECK(tok == greedy[i], "greedy token %d: got %d, expected %d", i, tok, greedy[i]);
     }
+    CHECK(worst < TOL, "greedy step %d logits differ by %g; max |diff| by step:%s", worst_at, worst, steps);
     // A verify block after the prompt's cache: roll back the greedy rows first.
     CHECK(bs_kv_rollback(&kv, (int)P, &err) == 0, "%s", err.msg);
     CHECK(bs_qwen3_forward(&e->target, &kv, block, (int)B, &fo, &err) == 0, "%s", err.msg);

@@ -43,6 +43,29 @@ double bs_sts_ece(const double *a, const uint8_t *y, int n, int bins, bs_sts_bin
     return ece;
 }
 
+double bs_sts_ece_floor(const double *a, int n, int bins, int draws, uint64_t seed, double *sd) {
+    uint8_t *y = malloc(n > 0 ? (size_t)n : 1);
+    if (!y || draws < 1) { free(y); if (sd) *sd = NAN; return NAN; }
+    double sum = 0, sum2 = 0;
+    uint64_t s = seed;
+    for (int d = 0; d < draws; d++) {
+        for (int i = 0; i < n; i++) {
+            // splitmix64: a uniform in [0, 1) from the top 53 bits
+            uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            z ^= z >> 31;
+            y[i] = (double)(z >> 11) * 0x1.0p-53 < a[i];
+        }
+        double e = bs_sts_ece(a, y, n, bins, NULL);
+        sum += e; sum2 += e * e;
+    }
+    free(y);
+    double mean = sum / draws;
+    if (sd) *sd = draws > 1 ? sqrt(fmax(0, (sum2 - draws * mean * mean) / (draws - 1))) : 0;
+    return mean;
+}
+
 int bs_sts_cumulative(const bs_sts_data *d, const double *T, const double *B, int k, double *a, uint8_t *lab) {
     int m = 0;
     for (int r = 0; r < d->n_rounds; r++) {

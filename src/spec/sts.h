@@ -67,6 +67,12 @@ typedef struct bs_sts_bin { double lo, hi; int n; double pred, obs; } bs_sts_bin
 // clamped to [1e-8, 1 - 1e-8] as DeepSpec's recorder does). out[bins] (may be NULL) receives the bins.
 double bs_sts_ece(const double *a, const uint8_t *y, int n, int bins, bs_sts_bin *out);
 
+// The ECE's noise floor: the mean (and standard deviation) of the ECE that a perfectly calibrated predictor
+// with these same predictions a[0..n) would show, its outcomes drawn as Bernoulli(a_i), over `draws` draws
+// (deterministic: the generator is seeded by `seed`). A measured ECE near it is as good as n rounds can show;
+// only more rounds lower both.
+double bs_sts_ece_floor(const double *a, int n, int bins, int draws, uint64_t seed, double *sd);
+
 // a_k of every round at position k (0-based) under temperatures T[0..k] and biases B[0..k] (NULL: all 1, all 0),
 // for the rounds that reached it, in round order: writes a[] and lab[] (capacity n_rounds), returns their count.
 int bs_sts_cumulative(const bs_sts_data *d, const double *T, const double *B, int k, double *a, uint8_t *lab);
