@@ -81,12 +81,16 @@ int bs_decode_table_build(bs_tokenizer *t, bs_err *err) {
     for (size_t i = 0; i < t->n_ids && !rc; i++) {
         t->dec_off[i] = m;
         if (!src[i]) continue;
-        char *s = malloc(len[i] + 1);
+        // Without per-token steps the token's text is used as it is (no copy: Qwen3 has 151k tokens).
+        char *s = NULL;
         size_t n = len[i];
-        if (!s) { rc = bs_fail(err, "out of memory for the decoder's table"); break; }
-        memcpy(s, src[i], n);
-        if (t->n_dec && token_steps(t, &s, &n, err)) { free(s); rc = bs_wrap(err, "decoding token %zu", i); break; }
-        int b = t->dec_byte_fallback ? fallback_byte(s, n) : -1;
+        if (t->n_dec) {
+            if (!(s = malloc(n + 1))) { rc = bs_fail(err, "out of memory for the decoder's table"); break; }
+            memcpy(s, src[i], n);
+            if (token_steps(t, &s, &n, err)) { free(s); rc = bs_wrap(err, "tokenizer.json: decoding token %zu", i); break; }
+        }
+        const char *x = s ? s : src[i];
+        int b = t->dec_byte_fallback ? fallback_byte(x, n) : -1;
         // A step may lengthen a token (Replace with a longer content): the table grows then.
         if (m + n > cap) {
             size_t nc = 2 * (m + n);
@@ -95,8 +99,8 @@ int bs_decode_table_build(bs_tokenizer *t, bs_err *err) {
             t->dec_bytes = p; cap = nc;
         }
         if (b >= 0) { t->dec_bytes[m++] = (char)b; t->dec_is_byte[i] = 1; }
-        else if (t->dec_byte_level) m += bytelevel_bytes(s, n, t->dec_bytes + m);
-        else { memcpy(t->dec_bytes + m, s, n); m += n; }
+        else if (t->dec_byte_level) m += bytelevel_bytes(x, n, t->dec_bytes + m);
+        else { memcpy(t->dec_bytes + m, x, n); m += n; }
         free(s);
     }
     if (!rc) t->dec_off[t->n_ids] = m;

@@ -17,19 +17,25 @@ int bs_regex_replace(regex_t *re, regex_t *run, const char *s, size_t n, const c
     bs_regex_ws rx = { 0 };
     bs_mspans ms = { 0 };
     *out = NULL;
-    if (bs_find_matches(re, run, &rx, s, n, &ms, err)) { bs_regex_ws_free(&rx); free(ms.v); return -1; }
+    // Text to encode is valid UTF-8 by now, but a token of the file (decoder Replace, a normalised added token)
+    // need not be: the regex only ever sees valid UTF-8 (tokenizers cannot even load such a file).
+    char *clean;
+    size_t cl0 = bs_utf8_sanitize(s, n, &clean);
+    if (clean) { s = clean; n = cl0; }
+    int rc = bs_find_matches(re, run, &rx, s, n, &ms, err);
     bs_regex_ws_free(&rx);
+    if (rc) { free(ms.v); free(clean); return -1; }
     size_t len = 0;
     for (size_t i = 0; i < ms.n; i++) len += ms.v[i].m ? cl : ms.v[i].e - ms.v[i].s;
     char *o = malloc(len + 1);
-    if (!o) { free(ms.v); return bs_fail(err, "out of memory replacing in %zu bytes", n); }
+    if (!o) { free(ms.v); free(clean); return bs_fail(err, "out of memory replacing in %zu bytes", n); }
     size_t m = 0;
     for (size_t i = 0; i < ms.n; i++) {
         if (ms.v[i].m) { memcpy(o + m, content, cl); m += cl; }
         else { memcpy(o + m, s + ms.v[i].s, ms.v[i].e - ms.v[i].s); m += ms.v[i].e - ms.v[i].s; }
     }
     o[m] = 0;
-    free(ms.v);
+    free(ms.v); free(clean);
     *out = o; *out_len = m;
     return 0;
 }
