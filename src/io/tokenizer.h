@@ -1,4 +1,4 @@
-// Hugging Face tokenizer.json compatible tokenizer (BPE models: Qwen3, GPT-2, Llama-3 style files).
+// Hugging Face tokenizer.json compatible tokenizer (BPE models: Qwen3, GPT-2, Llama-3 and Gemma style files).
 // encode(text) gives exactly the ids that Hugging Face `tokenizers` gives for the same text, and
 // decode(ids) gives the text back. See docs/tokenizer.md for the supported components.
 #pragma once
@@ -48,6 +48,8 @@ typedef struct bs_detok {
     int skip_special;
     unsigned char pending[8];
     int n_pending;
+    int started;     // a token has been emitted (without a decoder the next one is preceded by a space)
+    int lead_left;   // leading characters the decoder's Strip still takes off
 } bs_detok;
 void bs_detok_init(bs_detok *d, const bs_tokenizer *t, int skip_special);
 // Appends the newly complete text for id to out (capacity cap, NUL-terminated); returns its length,

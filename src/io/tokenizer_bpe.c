@@ -101,52 +101,70 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     return 0;
 }
 
+// A character the vocabulary lacks: its bytes as <0xXX> tokens (byte_fallback, when every one exists), else the
+// unknown token. As in tokenizers' BPE, an unknown token is held back (*unk_n: bytes it covers, 0 = none) until a
+// known character or the end of the piece adds it; with fuse_unk a run of unknown characters makes one. Byte
+// tokens do not release a held unknown token (tokenizers adds them first). Returns 0, or -1 with a message.
+static int unknown_char(const bs_tokenizer *t, bs_bpe_ws *w, int32_t *m, const unsigned char *c, size_t k,
+                        size_t *unk_n, bs_err *err) {
+    if (t->byte_fallback) {
+        size_t j = 0;
+        while (j < k && t->byte_fallback_id[c[j]] >= 0) j++;
+        if (j == k) {
+            for (j = 0; j < k; j++) w->s[(*m)++].id = t->byte_fallback_id[c[j]];
+            return 0;
+        }
+    }
+    if (t->unk_id < 0) {
+        if (t->unk_name) return bs_fail(err, "tokenizer: a character needs the unknown token \"%s\", which the vocabulary does not have", t->unk_name);
+        return 0;   // no unk token: the character is dropped, as Hugging Face does
+    }
+    if (*unk_n && !t->fuse_unk) w->s[(*m)++].id = t->unk_id;
+    *unk_n += k;
+    return 0;
+}
+
 // Initial symbols of a piece; returns the count, or -1 on error.
 static int32_t init_symbols(const bs_tokenizer *t, bs_bpe_ws *w, const char *s, size_t n, bs_err *err) {
     if (grow((void **)&w->s, &w->s_cap, n + 1, sizeof *w->s)) return bs_fail(err, "out of memory");
     int32_t m = 0;
+    size_t unk_n = 0;
     const unsigned char *u = (const unsigned char *)s;
-    if (t->byte_level && !t->cont_prefix && !t->eow_suffix) {
-        for (size_t i = 0; i < n; i++) {
-            int32_t id = t->byte_id[u[i]];
-            if (id < 0) {
-                if (t->byte_fallback && t->byte_fallback_id[u[i]] >= 0) id = t->byte_fallback_id[u[i]];
-                else if (t->unk_id >= 0) { if (t->fuse_unk && m && w->s[m - 1].id == t->unk_id) continue; id = t->unk_id; }
-                else continue;   // no unk token: the character is dropped, as Hugging Face does
-            }
-            w->s[m++].id = id;
-        }
-        return m;
-    }
-    // General case: one symbol per character, with the continuing-subword prefix / end-of-word suffix.
     size_t pl = t->cont_prefix ? strlen(t->cont_prefix) : 0, sl = t->eow_suffix ? strlen(t->eow_suffix) : 0;
+    int plain_bytes = t->byte_level && !pl && !sl;
     size_t i = 0;
     char cbuf[8];
     while (i < n) {
         size_t k; const char *c; int clen;
-        if (t->byte_level) { int l; bs_bytelevel_char(u[i], cbuf, &l); c = cbuf; clen = l; k = 1; }
-        else { uint32_t cp; k = bs_utf8_decode(u + i, n - i, &cp); if (!k) k = 1; c = s + i; clen = (int)k; }
-        size_t need = pl + clen + sl;
-        if (grow((void **)&w->tmp, &w->tmp_cap, need + 1, 1)) return bs_fail(err, "out of memory");
-        size_t q = 0;
-        if (i > 0 && pl) { memcpy(w->tmp, t->cont_prefix, pl); q = pl; }
-        memcpy(w->tmp + q, c, clen); q += clen;
-        if (i + k == n && sl) { memcpy(w->tmp + q, t->eow_suffix, sl); q += sl; }
-        int32_t id = bs_tok_map_get(&t->vocab, w->tmp, q);
-        if (id >= 0) w->s[m++].id = id;
-        else if (t->byte_fallback) {
-            int ok = 1;
-            for (size_t j = 0; j < k; j++) ok &= t->byte_fallback_id[u[i + j]] >= 0;
-            if (ok) for (size_t j = 0; j < k; j++) {
-                if (grow((void **)&w->s, &w->s_cap, m + 2 + n, sizeof *w->s)) return bs_fail(err, "out of memory");
-                w->s[m++].id = t->byte_fallback_id[u[i + j]];
-            }
-            else if (t->unk_id >= 0) w->s[m++].id = t->unk_id;
-        } else if (t->unk_id >= 0) {
-            if (!(t->fuse_unk && m && w->s[m - 1].id == t->unk_id)) w->s[m++].id = t->unk_id;
+        int32_t id;
+        if (plain_bytes) { k = 1; id = t->byte_id[u[i]]; c = NULL; clen = 0; }
+        else {
+            // One symbol per character, with the continuing-subword prefix / end-of-word suffix.
+            if (t->byte_level) { int l; bs_bytelevel_char(u[i], cbuf, &l); c = cbuf; clen = l; k = 1; }
+            else { uint32_t cp; k = bs_utf8_decode(u + i, n - i, &cp); if (!k) k = 1; c = s + i; clen = (int)k; }
+            size_t need = pl + clen + sl;
+            if (grow((void **)&w->tmp, &w->tmp_cap, need + 1, 1)) return bs_fail(err, "out of memory");
+            size_t q = 0;
+            if (i > 0 && pl) { memcpy(w->tmp, t->cont_prefix, pl); q = pl; }
+            memcpy(w->tmp + q, c, clen); q += clen;
+            if (i + k == n && sl) { memcpy(w->tmp + q, t->eow_suffix, sl); q += sl; }
+            id = bs_tok_map_get(&t->vocab, w->tmp, q);
         }
+        // At most 5 symbols per character: a held unknown token and the character, or up to 4 byte tokens.
+        if (grow((void **)&w->s, &w->s_cap, (size_t)m + 8, sizeof *w->s)) return bs_fail(err, "out of memory");
+        if (id >= 0) {
+            if (unk_n) { w->s[m++].id = t->unk_id; unk_n = 0; }
+            w->s[m++].id = id;
+            i += k;
+            continue;
+        }
+        // The bytes tokenizers falls back to are those of the character it looked up (ByteLevel's mapped one).
+        if (plain_bytes) { int l; bs_bytelevel_char(u[i], cbuf, &l); c = cbuf; clen = l; }
+        if (unknown_char(t, w, &m, (const unsigned char *)(t->byte_level ? c : s + i), t->byte_level ? (size_t)clen : k, &unk_n, err))
+            return -1;
         i += k;
     }
+    if (unk_n) w->s[m++].id = t->unk_id;
     return m;
 }
 

@@ -36,15 +36,16 @@ static uint32_t last_cp(const char *s, size_t n, size_t *start) {
     return cp;
 }
 
-// Longest added token of set `normalized` starting at s[i], or NULL.
+// Longest added token of set `normalized` starting at s[i], or NULL: one lookup per distinct length, longest
+// first (Gemma's files have thousands of added tokens in a few dozen lengths).
 static const bs_added_token *match_at(const bs_tokenizer *t, int normalized, const char *s, size_t n, size_t i) {
-    const bs_added_token *best = NULL;
-    for (size_t k = 0; k < t->n_added; k++) {
-        const bs_added_token *a = &t->added[k];
-        if ((a->normalized && t->n_norm > 0) != normalized || a->len > n - i || (best && a->len <= best->len)) continue;
-        if (!memcmp(s + i, a->content, a->len)) best = a;
+    const uint32_t *L = t->added_lens[normalized];
+    for (size_t j = 0; j < t->n_added_lens[normalized]; j++) {
+        if (L[j] > n - i) continue;
+        int32_t k = bs_tok_map_get(&t->added_map[normalized], s + i, L[j]);
+        if (k >= 0) return &t->added[k];
     }
-    return best;
+    return NULL;
 }
 
 static int encode_plain(const bs_tokenizer *t, enc_ctx *c, const char *s, size_t n, bs_err *err);
@@ -59,7 +60,7 @@ static int split_added(const bs_tokenizer *t, enc_ctx *c, int normalized, const 
         if (!first[(unsigned char)s[i]]) { i++; continue; }
         const bs_added_token *a = match_at(t, normalized, s, n, i);
         if (!a) { i++; continue; }
-        size_t start = i, stop = i + a->len;
+        size_t start = i, stop = i + a->match_len;
         i = stop;   // matches never overlap, as with aho-corasick's leftmost-longest iteration
         if (a->single_word) {
             int ok_left = start == 0 || !is_word_cp(last_cp(s, start, NULL));

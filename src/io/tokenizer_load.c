@@ -80,6 +80,8 @@ static int load_model(bs_tokenizer *t, const cJSON *model, const cJSON *added, b
     }
     const char *unk = jstr(model, "unk_token");
     t->unk_id = unk ? bs_tok_map_get(&t->vocab, unk, strlen(unk)) : -1;
+    // tokenizers loads such a file and fails only when a character needs the unknown token; so does encode.
+    if (unk && t->unk_id < 0 && !(t->unk_name = strdup(unk))) return bs_fail(err, "out of memory");
     for (int b = 0; b < 256; b++) {
         char name[8]; snprintf(name, sizeof name, "<0x%02X>", b);
         t->byte_fallback_id[b] = t->byte_fallback ? bs_tok_map_get(&t->vocab, name, 6) : -1;
@@ -115,6 +117,49 @@ static int load_model(bs_tokenizer *t, const cJSON *model, const cJSON *added, b
     return 0;
 }
 
+// Escapes a literal Split pattern ({"String": ...}) into a regex.
+static char *regex_escape(const char *s) {
+    char *o = malloc(2 * strlen(s) + 1), *p = o;
+    if (!o) return NULL;
+    for (; *s; s++) { if (strchr("\\^$.|?*+()[]{}-", *s)) *p++ = '\\'; *p++ = *s; }
+    *p = 0;
+    return o;
+}
+
+// The match text of an added token: normalized=true tokens are matched on normalised text, so by their
+// normalised form (tokenizers normalises their content too); it is also what decode gives for them.
+static int added_match_text(bs_tokenizer *t, bs_added_token *a, bs_err *err) {
+    char *norm = NULL; size_t nl = a->len;
+    if (a->normalized && t->n_norm > 0 && bs_normalize(t, a->content, a->len, &norm, &nl, err))
+        return bs_wrap(err, "%s: added token \"%s\"", t->src, a->content);
+    if (!norm && !(norm = strdup(a->content))) return bs_fail(err, "out of memory");
+    a->match = norm; a->match_len = nl;
+    return 0;
+}
+
+// Indexes the added tokens for matching: per set (normalized or not), match text -> first token with it, and
+// the distinct lengths longest first, so that the longest match at a position takes one lookup per length.
+static int index_added(bs_tokenizer *t, bs_err *err) {
+    for (size_t k = 0; k < t->n_added; k++) {
+        const bs_added_token *a = &t->added[k];
+        int set = a->normalized && t->n_norm > 0;
+        if (!a->match_len) continue;   // a token normalised to nothing can never match
+        if (bs_tok_map_get(&t->added_map[set], a->match, a->match_len) >= 0) continue;
+        if (bs_tok_map_put(&t->added_map[set], a->match, a->match_len, (int32_t)k)) return bs_fail(err, "out of memory");
+        t->added_first[set][(unsigned char)a->match[0]] = 1;
+        t->has_normalized_added |= set;
+        size_t j = 0, *nl = &t->n_added_lens[set];
+        uint32_t *L = t->added_lens[set];
+        while (j < *nl && L[j] > a->match_len) j++;
+        if (j < *nl && L[j] == a->match_len) continue;
+        if (!(L = realloc(L, (*nl + 1) * sizeof *L))) return bs_fail(err, "out of memory");
+        memmove(L + j + 1, L + j, (*nl - j) * sizeof *L);
+        L[j] = (uint32_t)a->match_len;
+        t->added_lens[set] = L; (*nl)++;
+    }
+    return 0;
+}
+
 static int load_added(bs_tokenizer *t, const cJSON *added, bs_err *err) {
     int n = cJSON_GetArraySize(added);
     t->added = calloc(n ? n : 1, sizeof *t->added);
@@ -125,32 +170,45 @@ static int load_added(bs_tokenizer *t, const cJSON *added, bs_err *err) {
         const char *c = jstr(it, "content");
         a->len = strlen(c);
         if (!a->len) continue;   // an empty token can never match
-        a->content = strdup(c);
+        if (!(a->content = strdup(c))) return bs_fail(err, "out of memory");
+        t->n_added++;   // counted from here, so that bs_tokenizer_free releases what follows
         a->id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
-        // As in Hugging Face, a token the model vocab (or an earlier added token) already has keeps
-        // that id, whatever id the entry declares.
-        a->special = jbool(it, "special", 0);   // before the early path below, which marks the id special too
-        int32_t have = bs_tok_map_get(&t->vocab, c, a->len);
-        if (have >= 0) {
-            a->id = have;
-            t->id_special[a->id] |= a->special;
-            t->added_first[a->normalized && t->n_norm > 0][(unsigned char)c[0]] = 1;
-            t->has_normalized_added |= a->normalized && t->n_norm > 0;
-            t->n_added++;
-            continue;
-        }
+        a->special = jbool(it, "special", 0);
         a->lstrip = jbool(it, "lstrip", 0);
         a->rstrip = jbool(it, "rstrip", 0);
         a->normalized = jbool(it, "normalized", !a->special);
         a->single_word = jbool(it, "single_word", 0);
-        if (!a->content || bs_tok_map_put(&t->vocab, c, a->len, a->id) || set_id_str(t, a->id, c, a->len, err))
+        if (added_match_text(t, a, err)) return -1;
+        // As in Hugging Face, a token the model vocab (or an earlier added token) already has keeps
+        // that id, whatever id the entry declares.
+        int32_t have = bs_tok_map_get(&t->vocab, c, a->len);
+        if (have >= 0) a->id = have;
+        else if (bs_tok_map_put(&t->vocab, c, a->len, a->id) || set_id_str(t, a->id, c, a->len, err))
             return bs_fail(err, "out of memory");
-        t->id_special[a->id] = a->special;
-        // Tokens with normalized=true are matched on the normalised text, the others on the raw text.
-        t->added_first[a->normalized && t->n_norm > 0][(unsigned char)c[0]] = 1;
-        t->has_normalized_added |= a->normalized && t->n_norm > 0;
-        t->n_added++;
+        t->id_special[a->id] |= a->special;
     }
+    return index_added(t, err);
+}
+
+// Replace's pattern: {"String": s} or {"Regex": r}. A non-empty String is kept as a literal (re NULL); an empty one
+// becomes the empty regex (it matches between characters, as in tokenizers).
+static int load_pattern(bs_tokenizer *t, const cJSON *o, const char *what, regex_t **re, regex_t **run,
+                        char **lit, size_t *lit_len, bs_err *err) {
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(o, "pattern");
+    const char *rx = jstr(pat, "Regex"), *str = jstr(pat, "String");
+    if (!rx && !str) return bs_fail(err, "%s: %s needs pattern.String or pattern.Regex (a string)", t->src, what);
+    if (str && *str) {
+        if (!(*lit = strdup(str))) return bs_fail(err, "out of memory");
+        *lit_len = strlen(str);
+        return 0;
+    }
+    char *esc = str ? regex_escape(str) : NULL;
+    const char *use = rx ? rx : esc;
+    if (!use) return bs_fail(err, "out of memory");
+    int rc = bs_regex_compile(re, use, strlen(use), err);
+    free(esc);
+    if (rc) return bs_wrap(err, "%s: %s pattern", t->src, what);
+    *run = bs_regex_run_form(*re);
     return 0;
 }
 
@@ -165,20 +223,25 @@ static int load_normalizer(bs_tokenizer *t, const cJSON *n, bs_err *err) {
         return 0;
     }
     int k = !strcmp(type, "NFC") ? BS_NORM_NFC : !strcmp(type, "NFD") ? BS_NORM_NFD : !strcmp(type, "NFKC") ? BS_NORM_NFKC
-          : !strcmp(type, "NFKD") ? BS_NORM_NFKD : !strcmp(type, "Lowercase") ? BS_NORM_LOWERCASE : 0;
-    if (!k) return bs_fail(err, "%s: normalizer \"%s\" is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, Sequence)", t->src, type);
+          : !strcmp(type, "NFKD") ? BS_NORM_NFKD : !strcmp(type, "Lowercase") ? BS_NORM_LOWERCASE
+          : !strcmp(type, "Replace") ? BS_NORM_REPLACE : !strcmp(type, "Prepend") ? BS_NORM_PREPEND : 0;
+    if (!k) return bs_fail(err, "%s: normalizer \"%s\" is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Sequence)", t->src, type);
     if (t->n_norm == 8) return bs_fail(err, "%s: more than 8 normalisers", t->src);
-    t->norm[t->n_norm++] = k;
+    bs_norm_step *st = &t->norm[t->n_norm];
+    memset(st, 0, sizeof *st);
+    st->kind = k;
+    if (k == BS_NORM_REPLACE || k == BS_NORM_PREPEND) {
+        const char *key = k == BS_NORM_REPLACE ? "content" : "prepend", *c = jstr(n, key);
+        if (!c) return bs_fail(err, "%s: normalizer %s needs a string \"%s\"", t->src, type, key);
+        if (!(st->content = strdup(c))) return bs_fail(err, "out of memory");
+        st->content_len = strlen(c);
+        t->n_norm++;   // counted now: bs_tokenizer_free releases the step's strings and regex on any error below
+        if (k == BS_NORM_REPLACE && load_pattern(t, n, "normalizer Replace", &st->re, &st->run, &st->pattern, &st->pattern_len, err))
+            return -1;
+        return 0;
+    }
+    t->n_norm++;
     return 0;
-}
-
-// Escapes a literal Split pattern ({"String": ...}) into a regex.
-static char *regex_escape(const char *s) {
-    char *o = malloc(2 * strlen(s) + 1), *p = o;
-    if (!o) return NULL;
-    for (; *s; s++) { if (strchr("\\^$.|?*+()[]{}-", *s)) *p++ = '\\'; *p++ = *s; }
-    *p = 0;
-    return o;
 }
 
 static int load_pretok(bs_tokenizer *t, const cJSON *p, bs_err *err) {
@@ -282,17 +345,67 @@ static int load_post(bs_tokenizer *t, const cJSON *p, bs_err *err) {
     return 0;
 }
 
-static int load_decoder(bs_tokenizer *t, const cJSON *d, bs_err *err) {
+// A Strip decoder's fields: one character, and counts that are small non-negative integers.
+static int load_strip(bs_tokenizer *t, const cJSON *d, bs_dec_step *st, bs_err *err) {
+    const char *c = jstr(d, "content");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(d, "start"), *b = cJSON_GetObjectItemCaseSensitive(d, "stop");
+    uint32_t cp;
+    if (!c || !*c || bs_utf8_decode((const unsigned char *)c, strlen(c), &cp) != (int)strlen(c) ||
+        !bs_json_is_int(a, 0, 1 << 20) || !bs_json_is_int(b, 0, 1 << 20))
+        return bs_fail(err, "%s: decoder Strip needs \"content\" (one character) and \"start\", \"stop\" (integers >= 0)", t->src);
+    if (!(st->content = strdup(c))) return bs_fail(err, "out of memory");
+    st->content_len = strlen(c);
+    st->start = a->valueint; st->stop = b->valueint;
+    return 0;
+}
+
+// The decoder, flattened. What it gives is worked out per token at load (bs_decode_table_build) and then
+// concatenated, which is what tokenizers' chain gives when the steps come in the orders real files use:
+// per-token Replace / Strip first; then ByteFallback or ByteLevel; Fuse; a Strip of leading characters of the
+// whole text (Llama-2, Mistral). Other orders are refused rather than decoded differently.
+static int load_decoder(bs_tokenizer *t, const cJSON *d, int *fused, bs_err *err) {
     if (!d || cJSON_IsNull(d)) return 0;
     const char *type = jstr(d, "type");
     if (!type) return bs_fail(err, "%s: decoder has no \"type\"", t->src);
+    t->has_decoder = 1;
     if (!strcmp(type, "Sequence")) {
         const cJSON *it, *list = cJSON_GetObjectItemCaseSensitive(d, "decoders");
-        cJSON_ArrayForEach(it, list) if (load_decoder(t, it, err)) return -1;
+        if (!cJSON_IsArray(list)) return bs_fail(err, "%s: Sequence decoder needs a \"decoders\" array", t->src);
+        cJSON_ArrayForEach(it, list) if (load_decoder(t, it, fused, err)) return -1;
         return 0;
     }
-    if (!strcmp(type, "ByteLevel")) { t->dec_byte_level = 1; return 0; }
-    return bs_fail(err, "%s: decoder \"%s\" is not supported (supported: ByteLevel, Sequence)", t->src, type);
+    int after_bytes = t->dec_byte_level || t->dec_byte_fallback;
+    if (!strcmp(type, "ByteLevel") || !strcmp(type, "ByteFallback")) {
+        if (after_bytes || *fused)
+            return bs_fail(err, "%s: decoder %s after ByteLevel, ByteFallback or Fuse is not supported", t->src, type);
+        if (type[4] == 'L') { t->dec_byte_level = 1; *fused = 1; }   // ByteLevel hands back one string
+        else t->dec_byte_fallback = 1;
+        return 0;
+    }
+    if (!strcmp(type, "Fuse")) { *fused = 1; return 0; }
+    if (strcmp(type, "Replace") && strcmp(type, "Strip"))
+        return bs_fail(err, "%s: decoder \"%s\" is not supported (supported: ByteLevel, ByteFallback, Fuse, Replace, Strip, Sequence)", t->src, type);
+    if (type[0] == 'S' && *fused) {   // Strip of the whole text: leading characters only (a stream cannot see its end)
+        bs_dec_step st = { 0 };
+        if (load_strip(t, d, &st, err)) return -1;
+        int ok = st.stop == 0 && !t->dec_lead_n;
+        if (ok) { memcpy(t->dec_lead, st.content, st.content_len); t->dec_lead_len = (int)st.content_len; t->dec_lead_n = st.start; }
+        free(st.content);
+        return ok ? 0 : bs_fail(err, "%s: decoder Strip after Fuse must have \"stop\": 0 and come once (trailing characters are not stripped)", t->src);
+    }
+    if (after_bytes || *fused)
+        return bs_fail(err, "%s: decoder %s after ByteFallback or Fuse is not supported (it must come before them, or a Strip after Fuse)", t->src, type);
+    if (t->n_dec == 8) return bs_fail(err, "%s: more than 8 decoder steps", t->src);
+    bs_dec_step *st = &t->dec[t->n_dec];
+    memset(st, 0, sizeof *st);
+    st->kind = type[0] == 'R' ? BS_DEC_REPLACE : BS_DEC_STRIP;
+    t->n_dec++;   // counted now: bs_tokenizer_free releases what the step holds on any error below
+    if (st->kind == BS_DEC_STRIP) return load_strip(t, d, st, err);
+    const char *c = jstr(d, "content");
+    if (!c) return bs_fail(err, "%s: decoder Replace needs a string \"content\"", t->src);
+    if (!(st->content = strdup(c))) return bs_fail(err, "out of memory");
+    st->content_len = strlen(c);
+    return load_pattern(t, d, "decoder Replace", &st->re, &st->run, &st->pattern, &st->pattern_len, err);
 }
 
 static int32_t config_token(const bs_tokenizer *t, const cJSON *cfg, const char *key) {
@@ -339,7 +452,8 @@ static int load_json_named(bs_tokenizer **out, const char *json, size_t len, con
     if (!rc) rc = load_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), err);
     if (!rc && added) rc = load_added(t, added, err);
     if (!rc) rc = load_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), err);
-    if (!rc) rc = load_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), err);
+    int fused = 0;
+    if (!rc) rc = load_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), &fused, err);
     cJSON_Delete(root);
     if (!rc && t->byte_level)
         for (int b = 0; b < 256; b++) { char c[4]; int l; bs_bytelevel_char((unsigned char)b, c, &l); t->byte_id[b] = bs_tok_map_get(&t->vocab, c, l); }
@@ -386,10 +500,13 @@ void bs_tokenizer_free(bs_tokenizer *t) {
     bs_tok_map_free(&t->vocab);
     for (size_t i = 0; i < t->n_ids; i++) free(t->id_to_str ? t->id_to_str[i] : NULL);
     free(t->id_to_str); free(t->id_len); free(t->id_special); free(t->merges);
-    free(t->dec_bytes); free(t->dec_off);
-    free(t->cont_prefix); free(t->eow_suffix);
+    free(t->dec_bytes); free(t->dec_off); free(t->dec_is_byte);
+    free(t->cont_prefix); free(t->eow_suffix); free(t->unk_name);
+    for (int i = 0; i < t->n_norm; i++) { bs_regex_free(t->norm[i].re); free(t->norm[i].pattern); free(t->norm[i].content); }
+    for (int i = 0; i < t->n_dec; i++) { bs_regex_free(t->dec[i].re); free(t->dec[i].pattern); free(t->dec[i].content); }
+    for (int s = 0; s < 2; s++) { bs_tok_map_free(&t->added_map[s]); free(t->added_lens[s]); }
     for (int i = 0; i < t->n_pre; i++) bs_regex_free(t->pre[i].re);
-    for (size_t i = 0; i < t->n_added; i++) free(t->added[i].content);
+    for (size_t i = 0; i < t->n_added; i++) { free(t->added[i].content); free(t->added[i].match); }
     free(t->added); free(t->post_pre); free(t->post_post); free(t->chat_template);
     free(t);
 }

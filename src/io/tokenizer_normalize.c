@@ -1,4 +1,5 @@
-// Normalisers: Unicode normal forms through utf8proc, and Lowercase.
+// Normalisers: Unicode normal forms through utf8proc, Lowercase, Replace (SentencePiece-style files turn
+// spaces into U+2581 with it) and Prepend.
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -11,8 +12,71 @@ static int is_ascii(const char *s, size_t n) {
     return 1;
 }
 
-static int apply(int kind, const char *s, size_t n, char **out, size_t *out_len, bs_err *err) {
+int bs_regex_replace(regex_t *re, regex_t *run, const char *s, size_t n, const char *content, size_t cl,
+                     char **out, size_t *out_len, bs_err *err) {
+    bs_regex_ws rx = { 0 };
+    bs_mspans ms = { 0 };
     *out = NULL;
+    // Text to encode is valid UTF-8 by now, but a token of the file (decoder Replace, a normalised added token)
+    // need not be: the regex only ever sees valid UTF-8 (tokenizers cannot even load such a file).
+    char *clean;
+    size_t cl0 = bs_utf8_sanitize(s, n, &clean);
+    if (clean) { s = clean; n = cl0; }
+    int rc = bs_find_matches(re, run, &rx, s, n, &ms, err);
+    bs_regex_ws_free(&rx);
+    if (rc) { free(ms.v); free(clean); return -1; }
+    size_t len = 0;
+    for (size_t i = 0; i < ms.n; i++) len += ms.v[i].m ? cl : ms.v[i].e - ms.v[i].s;
+    char *o = malloc(len + 1);
+    if (!o) { free(ms.v); free(clean); return bs_fail(err, "out of memory replacing in %zu bytes", n); }
+    size_t m = 0;
+    for (size_t i = 0; i < ms.n; i++) {
+        if (ms.v[i].m) { memcpy(o + m, content, cl); m += cl; }
+        else { memcpy(o + m, s + ms.v[i].s, ms.v[i].e - ms.v[i].s); m += ms.v[i].e - ms.v[i].s; }
+    }
+    o[m] = 0;
+    free(ms.v); free(clean);
+    *out = o; *out_len = m;
+    return 0;
+}
+
+int bs_replace_literal(const char *pat, size_t pl, const char *content, size_t cl, const char *s, size_t n,
+                       char **out, size_t *out_len, bs_err *err) {
+    size_t hits = 0;
+    *out = NULL;
+    for (const char *p = s, *e = s + n; (p = memmem(p, (size_t)(e - p), pat, pl)); p += pl) hits++;
+    if (!hits) return 0;
+    size_t len = n - hits * pl + hits * cl;
+    char *o = malloc(len + 1);
+    if (!o) return bs_fail(err, "out of memory replacing in %zu bytes", n);
+    const char *p = s, *e = s + n, *q;
+    size_t m = 0;
+    while ((q = memmem(p, (size_t)(e - p), pat, pl))) {
+        memcpy(o + m, p, (size_t)(q - p)); m += (size_t)(q - p);
+        memcpy(o + m, content, cl); m += cl;
+        p = q + pl;
+    }
+    memcpy(o + m, p, (size_t)(e - p)); m += (size_t)(e - p);
+    o[m] = 0;
+    *out = o; *out_len = m;
+    return 0;
+}
+
+static int apply(const bs_norm_step *st, const char *s, size_t n, char **out, size_t *out_len, bs_err *err) {
+    int kind = st->kind;
+    *out = NULL;
+    if (kind == BS_NORM_REPLACE)
+        return st->re ? bs_regex_replace(st->re, st->run, s, n, st->content, st->content_len, out, out_len, err)
+                      : bs_replace_literal(st->pattern, st->pattern_len, st->content, st->content_len, s, n, out, out_len, err);
+    if (kind == BS_NORM_PREPEND) {
+        if (!n) return 0;   // an empty text stays empty, as in tokenizers
+        char *o = malloc(st->content_len + n + 1);
+        if (!o) return bs_fail(err, "out of memory normalising %zu bytes", n);
+        memcpy(o, st->content, st->content_len); memcpy(o + st->content_len, s, n);
+        o[st->content_len + n] = 0;
+        *out = o; *out_len = st->content_len + n;
+        return 0;
+    }
     if (kind == BS_NORM_LOWERCASE) {
         char *o = malloc(4 * n + 1);
         if (!o) return bs_fail(err, "out of memory normalising %zu bytes", n);
@@ -45,7 +109,7 @@ int bs_normalize(const bs_tokenizer *t, const char *s, size_t n, char **out, siz
     char *cur = NULL; size_t cur_len = n;
     for (int i = 0; i < t->n_norm; i++) {
         char *o; size_t ol;
-        if (apply(t->norm[i], cur ? cur : s, cur_len, &o, &ol, err)) { free(cur); return -1; }
+        if (apply(&t->norm[i], cur ? cur : s, cur_len, &o, &ol, err)) { free(cur); return -1; }
         if (o) { free(cur); cur = o; cur_len = ol; }
     }
     *out = cur; *out_len = cur_len;

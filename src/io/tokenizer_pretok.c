@@ -10,28 +10,24 @@ void bs_pretok_ws_free(bs_pretok_ws *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
-// Match list of one piece, as the onig crate's find_iter yields it (an empty match right after the
-// previous match is skipped by one character), tagged is_match.
-typedef struct { size_t s, e; int m; } mspan;
-typedef struct { mspan *v; size_t n, cap; } mspans;
-static int mpush(mspans *a, size_t s, size_t e, int m) {
+static int mpush(bs_mspans *a, size_t s, size_t e, int m) {
     if (a->n == a->cap) {
         size_t c = a->cap ? a->cap * 2 : 64;
         void *p = realloc(a->v, c * sizeof *a->v);
         if (!p) return -1;
         a->v = p; a->cap = c;
     }
-    a->v[a->n++] = (mspan){ s, e, m };
+    a->v[a->n++] = (bs_mspan){ s, e, m };
     return 0;
 }
 
-static int find_matches(const bs_pretok *pt, bs_regex_ws *rx, const char *s, size_t n, mspans *out, bs_err *err) {
+int bs_find_matches(regex_t *re, regex_t *run, bs_regex_ws *rx, const char *s, size_t n, bs_mspans *out, bs_err *err) {
     out->n = 0;
     size_t last_end = 0, prev = 0; long last_match_end = -1;
     int done = 0;
     while (!done && last_end <= n) {
         bs_span m[BS_REGEX_RUN];
-        int k = bs_regex_search(pt->re, pt->run, rx, s, n, last_end, m, err);
+        int k = bs_regex_search(re, run, rx, s, n, last_end, m, err);
         if (k < 0) return bs_wrap(err, "tokenizer");
         if (k == 0) break;
         // Each match as if its own search had found it (bs_regex_search: the ones after the first are what the
@@ -56,7 +52,7 @@ static int find_matches(const bs_pretok *pt, bs_regex_ws *rx, const char *s, siz
 }
 
 // Applies the Split behaviour to the match list, in place; returns the new count.
-static size_t apply_behavior(mspans *a, int behavior, int invert) {
+static size_t apply_behavior(bs_mspans *a, int behavior, int invert) {
     size_t k = 0; int prevm = 0;
     if (invert) for (size_t i = 0; i < a->n; i++) a->v[i].m = !a->v[i].m;
     switch (behavior) {
@@ -66,7 +62,7 @@ static size_t apply_behavior(mspans *a, int behavior, int invert) {
         return k;
     case BS_SPLIT_MERGED_PREV:
         for (size_t i = 0; i < a->n; i++) {
-            mspan x = a->v[i];
+            bs_mspan x = a->v[i];
             if (x.m && !prevm && k) a->v[k - 1].e = x.e; else a->v[k++] = x;
             prevm = x.m;
         }
@@ -75,7 +71,7 @@ static size_t apply_behavior(mspans *a, int behavior, int invert) {
         // Walk backwards, merging a match into the piece after it, then restore the order.
         size_t n = a->n;
         for (size_t j = n; j-- > 0;) {
-            mspan x = a->v[j];
+            bs_mspan x = a->v[j];
             if (x.m && !prevm && k) a->v[n - k].s = x.s;   // last pushed sits at n-k
             else { k++; a->v[n - k] = x; }
             prevm = x.m;
@@ -85,7 +81,7 @@ static size_t apply_behavior(mspans *a, int behavior, int invert) {
     }
     case BS_SPLIT_CONTIGUOUS:
         for (size_t i = 0; i < a->n; i++) {
-            mspan x = a->v[i];
+            bs_mspan x = a->v[i];
             if (k && x.m == prevm) a->v[k - 1].e = x.e; else a->v[k++] = x;
             prevm = x.m;
         }
@@ -110,7 +106,7 @@ int bs_pretokenize(const bs_tokenizer *t, bs_pretok_ws *ws, const char *s, size_
     ws->buf_len = n;
     ws->a.n = 0;
     if (n && bs_spans_push(&ws->a, 0, n)) return bs_fail(err, "out of memory");
-    mspans ms = { 0 };
+    bs_mspans ms = { 0 };
     int rc = 0;
     for (int p = 0; p < t->n_pre && !rc; p++) {
         const bs_pretok *pt = &t->pre[p];
@@ -137,7 +133,7 @@ int bs_pretokenize(const bs_tokenizer *t, bs_pretok_ws *ws, const char *s, size_
         ws->b.n = 0;
         for (size_t i = 0; i < ws->a.n && !rc; i++) {
             bs_span x = ws->a.v[i];
-            if (find_matches(pt, &ws->rx, ws->buf + x.off, x.len, &ms, err)) { rc = -1; break; }
+            if (bs_find_matches(pt->re, pt->run, &ws->rx, ws->buf + x.off, x.len, &ms, err)) { rc = -1; break; }
             size_t k = apply_behavior(&ms, behavior, pt->kind == BS_PRE_SPLIT && pt->invert);
             for (size_t j = 0; j < k; j++)
                 if (ms.v[j].e > ms.v[j].s && bs_spans_push(&ws->b, x.off + ms.v[j].s, ms.v[j].e - ms.v[j].s)) {

@@ -143,7 +143,7 @@ static int count_piece(trainer *T, bs_tok_map *words, const unsigned char *p, si
 static int count_segment(trainer *T, bs_tok_map *words, const char *text, size_t len, regex_t *re, bs_regex_ws *rx, bs_err *err) {
     regex_t *run = bs_regex_run_form(re);
     bs_tokenizer nfc = { 0 };
-    nfc.n_norm = 1; nfc.norm[0] = BS_NORM_NFC;
+    nfc.n_norm = 1; nfc.norm[0].kind = BS_NORM_NFC;
     char *clean; size_t cl = bs_utf8_sanitize(text, len, &clean);
     const char *s = clean ? clean : text;
     char *norm; size_t nl;

@@ -34,6 +34,9 @@ checkpoint_dir) tmp=$(mktemp -d)   # the fixture target's layout (every tensor, 
 tokenizer_load) # a vocabulary holding none of the harness's characters (no unk): pieces encode to nothing; the long run of
                 # 2026-12-03 found NULL + 0 on that path (src/io/tokenizer_bpe.c), so the seed keeps it tested
                 put no_tokens '{"version":"1.0","added_tokens":[],"normalizer":null,"pre_tokenizer":null,"post_processor":null,"decoder":null,"model":{"type":"BPE","vocab":{"q":0,"z":1},"merges":[]}}'
+                # SentencePiece-style BPE as Gemma's and Llama-2's files (Prepend + Replace U+2581, Split " ", byte_fallback,
+                # fuse_unk, merges as pairs, decoder Replace + ByteFallback + Fuse + Strip; docs/tokenizer.md)
+                { cat tests/fuzz/gemma_tokenizer.json; printf '%s' "$sep"; cat tests/ref/gemma_tok/tokenizer_config.json; } > "$dir/gemma"
                 tmp=$(mktemp -d)
                 head -c 20000 README.md > "$tmp/corpus.txt"
                 for v in 270 300; do
