@@ -256,6 +256,11 @@ def plan_gemma4(cfg, tensors):
     double_wide = bool(cfg.get("use_double_wide_mlp", False)) and shared > 0
     rp = cfg.get("rope_parameters") or {}
     rp_swa, rp_full = rp.get("sliding_attention", {}), rp.get("full_attention", {})
+    if shared and not (first_shared >= 2 and not swa[first_shared - 1] and swa[first_shared - 2]):
+        # llama.cpp's KV-shared layers reuse layer first_shared-1 (full) or first_shared-2 (sliding), which is
+        # transformers' rule only when those two layers are of those types (true of the published E2B / E4B)
+        fail("num_kv_shared_layers %d: llama.cpp needs layer %d full and layer %d sliding to share K/V as transformers "
+             "does" % (shared, first_shared - 1, first_shared - 2))
     if cfg.get("enable_moe_block"):
         fail("Gemma-4 mixture-of-experts checkpoints are not converted here (blockspec does not run them)")
 
