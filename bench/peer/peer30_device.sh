@@ -47,12 +47,16 @@ df -h /dev/shm /tmp | tee -a "$PREP"
 export XDG_CACHE_HOME=/tmp/bscache
 
 # --- checkpoints: both written at once in the background (each single-threaded) -------------------------
-W=/dev/shm/peer30; rm -rf "$W"; mkdir -p "$W"
+# Both in /dev/shm when it can hold them and the Llama GGUF at once (56 GB; tmpfs is half of a 128 GiB host's
+# memory), else the Gemma checkpoint goes to /tmp's disk (the page cache keeps it warm).
+W=/dev/shm/peer30; WD=/tmp/peer30-work; rm -rf "$W" "$WD"; mkdir -p "$W"
+declare -A DIR=([llama]=$W [gemma]=$W)
+[ "$(df -B1 --output=avail /dev/shm | tail -1)" -gt $(( 60 << 30 )) ] || { mkdir -p "$WD"; DIR[gemma]=$WD; }
 # CFG_LLAMA / CFG_GEMMA / BS_DEVICE: only to try the script's flow on a small config and the CPU (no GPU here)
 declare -A CFG=([llama]=${CFG_LLAMA:-bench/configs/llama-3.1-8b.json} [gemma]=${CFG_GEMMA:-bench/configs/gemma-4-12b.json})
 declare -A MR CV GGUF
 for m in llama gemma; do
-    ( nice -n 5 timeout 240 $B make-random -c "${CFG[$m]}" --out "$W/$m" > "$W/mr_$m.log" 2>&1; echo "make-random rc $?" >> "$W/mr_$m.log" ) &
+    ( nice -n 5 timeout 240 $B make-random -c "${CFG[$m]}" --out "${DIR[$m]}/$m" > "$W/mr_$m.log" 2>&1; echo "make-random rc $?" >> "$W/mr_$m.log" ) &
     MR[$m]=$!
 done
 
@@ -63,15 +67,15 @@ gguf_dir() {   # $1: bytes needed
     [ "$free" -gt $(( $1 + (4 << 30) )) ] && echo "$W" || { mkdir -p /tmp/peer30-gguf; echo /tmp/peer30-gguf; }
 }
 convert() {    # $1: model; in the background, after its checkpoint exists
-    local m=$1 need; need=$(du -sb "$W/$m" | cut -f1)
+    local m=$1 need; need=$(du -sb "${DIR[$m]}/$m" | cut -f1)
     GGUF[$m]=$(gguf_dir "$need")/$m.gguf
-    ( { nice -n 5 timeout 200 python3 bench/peer/gguf_from_safetensors.py "$W/$m" "${GGUF[$m]}" &&
+    ( { nice -n 5 timeout 200 python3 bench/peer/gguf_from_safetensors.py "${DIR[$m]}/$m" "${GGUF[$m]}" &&
         python3 bench/peer/gguf_check.py "${GGUF[$m]}"; } > "$W/cv_$m.log" 2>&1; echo "convert rc $?" >> "$W/cv_$m.log" ) &
     CV[$m]=$!
 }
 bs_bench() {   # $1: model
     el "blockspec backend_bench $1"
-    timeout "$(cap 150)" $BB -m "$W/$1" --device "${BS_DEVICE:-cuda}" --ctx 512 --steps 128 --block 16 --rows 2,4,8 --quick > "$OUT/bs_$1.log" 2>&1
+    timeout "$(cap 150)" $BB -m "${DIR[$1]}/$1" --device "${BS_DEVICE:-cuda}" --ctx 512 --steps 128 --block 16 --rows 2,4,8 --quick > "$OUT/bs_$1.log" 2>&1
     echo "backend_bench $1 rc $?"
     grep -E "^(load_s|copy_bw|weight_bytes|kv_bytes|roofline|decode_graph|forward_rows)" "$OUT/bs_$1.log" | tr '\n' ' '; echo
 }
@@ -91,7 +95,7 @@ lb_bench() {   # $1: model
     echo "llama-bench $1 rc $rc"
 }
 
-# --- Llama-3.1-8B shape --------------------------------------------------------------------------------
+# --- Llama-3.1-8B shape (the Gemma checkpoint is still being written meanwhile) ------------------------
 el "make-random (both shapes, background)"
 ok() { grep -q "$2 rc 0" "$W/$1.log" 2>/dev/null; }
 wait "${MR[llama]}"; cat "$W/mr_llama.log" >> "$PREP"; el "llama checkpoint: $(tail -1 "$W/mr_llama.log"), $(du -sh "$W/llama" | cut -f1)"
@@ -99,23 +103,19 @@ if ok mr_llama make-random; then
     convert llama
     bs_bench llama
     wait "${CV[llama]}"; cat "$W/cv_llama.log" >> "$PREP"; el "llama GGUF: $(grep -E "^(wrote|/)" "$W/cv_llama.log" | tr '\n' ' ')"
+    ok cv_llama convert && lb_bench llama
 fi
-# The Gemma GGUF is written while llama.cpp measures Llama when /dev/shm has room for it beside the Llama
-# files (a large tmpfs); otherwise once they are gone, while blockspec measures Gemma.
-wait "${MR[gemma]}"; cat "$W/mr_gemma.log" >> "$PREP"; el "gemma checkpoint: $(tail -1 "$W/mr_gemma.log"), $(du -sh "$W/gemma" | cut -f1)"
-early=0
-if ok mr_gemma make-random && [ "$(gguf_dir "$(du -sb "$W/gemma" | cut -f1)")" = "$W" ]; then convert gemma; early=1; fi
-ok cv_llama convert && lb_bench llama
-rm -rf "$W/llama" "${GGUF[llama]:-}"
+rm -rf "$W/llama" "${GGUF[llama]:-}"   # room for the Gemma GGUF
 
-# --- Gemma-4-12B shape ---------------------------------------------------------------------------------
+# --- Gemma-4-12B shape: its GGUF is written while blockspec measures it ----------------------------------
+wait "${MR[gemma]}"; cat "$W/mr_gemma.log" >> "$PREP"; el "gemma checkpoint: $(tail -1 "$W/mr_gemma.log"), $(du -sh "${DIR[gemma]}/gemma" | cut -f1)"
 if ok mr_gemma make-random; then
-    [ $early = 1 ] || convert gemma
+    convert gemma
     bs_bench gemma
     wait "${CV[gemma]}"; cat "$W/cv_gemma.log" >> "$PREP"; el "gemma GGUF: $(grep -E "^(wrote|/)" "$W/cv_gemma.log" | tr '\n' ' ')"
     ok cv_gemma convert && lb_bench gemma
 fi
-rm -rf "$W" /tmp/peer30-gguf
+rm -rf "$W" "$WD" /tmp/peer30-gguf
 
 el "summary"
 python3 bench/peer/peer30_summary.py "$OUT" llama gemma | tee "$OUT/summary.txt"
