@@ -1,4 +1,4 @@
-// backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16]
+// backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16] [--rows N,N,...]
 // Decode-shaped timings of one backend in one run: device-to-device copy bandwidth (the roofline's
 // ceiling), plain greedy decode tok/s against the bandwidth roofline, the target forward of B rows
 // vs 1 row at the context length, and each weight GEMM's achieved bandwidth at 1 and B rows.
@@ -21,6 +21,7 @@ int main(int argc, char **argv) {
     const char *model = NULL, *device = "cuda";
     int ctx = 512, steps = 64, B = 16;
     const char *drafters[16], *vocab[16] = { 0 }, *draft_vocab = NULL; int n_drafters = 0, lossy[16] = { 0 }, fp8 = 0, gemm_only = 0, quick = 0;
+    int extra_rows[8], n_extra = 0;   // --rows: more forward sizes to time besides 1 and --block (a verify of each size)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -32,7 +33,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--draft-vocab") && i + 1 < argc) draft_vocab = argv[++i];   // ... and with this draft vocabulary
         else if (!strcmp(argv[i], "--gemm-only")) gemm_only = 1;   // stop after the GEMM figures (profiling one kernel)
         else if (!strcmp(argv[i], "--quick")) quick = 1;   // decode and the 1 / B-row forwards only
-        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16] [--drafter DIR]... [--drafter-fp8] [--draft-vocab FILE] [--gemm-only] [--quick]\n"); return 2; }
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {   // e.g. --rows 2,4,8: forward_rowsN_ms for each (1..64)
+            for (char *p = argv[++i]; *p && n_extra < 8; ) {
+                long v = strtol(p, &p, 10);
+                if (v < 1 || v > 64) { fprintf(stderr, "backend_bench: --rows takes row counts from 1 to 64\n"); return 2; }
+                extra_rows[n_extra++] = (int)v;
+                if (*p == ',') p++; else if (*p) { fprintf(stderr, "backend_bench: --rows: a comma-separated list\n"); return 2; }
+            }
+        }
+        else { fprintf(stderr, "usage: backend_bench -m DIR [--device cuda] [--ctx 512] [--steps 64] [--block 16] [--drafter DIR]... [--drafter-fp8] [--draft-vocab FILE] [--gemm-only] [--quick] [--rows N,N,...]\n"); return 2; }
     }
     for (int i = 0, n0 = n_drafters; fp8 && i < n0; i++) { drafters[n_drafters] = drafters[i]; lossy[n_drafters++] = 1; }
     for (int i = 0, n0 = n_drafters; draft_vocab && i < n0; i++) { drafters[n_drafters] = drafters[i]; lossy[n_drafters] = lossy[i]; vocab[n_drafters++] = draft_vocab; }
@@ -72,7 +81,15 @@ int main(int argc, char **argv) {
         const bs_mat *ms[] = { &L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->q_norm, &L->k_norm, &L->mlp_norm, &L->w_gate, &L->w_up, &L->w_down };
         for (int k = 0; k < 11; k++) wbytes += mat_bytes(ms[k]);
     }
-    double kvbytes = 2.0 * c->n_layers * (double)ctx * c->n_kv_heads * c->head_dim * 4;
+    // K and V rows (fp32) each layer's attention reads at ctx: its own heads and head size (Gemma-4's full layers
+    // differ from its sliding ones; the pool's rows are the widest layer's, but a layer reads only its own
+    // width), and no more than the window on a sliding layer. KV-shared layers read their source's rows.
+    double kvbytes = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        int rows = ctx;
+        if (c->arch == BS_ARCH_GEMMA4 && !c->gemma.full[l] && c->gemma.sliding_window < rows) rows = c->gemma.sliding_window;
+        kvbytes += 2.0 * rows * bs_cfg_layer_kv_heads(c, l) * bs_cfg_layer_head_dim(c, l) * 4;
+    }
     double roof = bw / (wbytes + kvbytes);
     printf("weight_bytes_per_step %.0f\nkv_bytes_at_ctx %.0f\nroofline_tok_s %.1f\n", wbytes, kvbytes, roof);
 
@@ -183,8 +200,8 @@ int main(int argc, char **argv) {
 
     // 4. target forward of B rows (all logits, as a verify needs) vs 1 row, at ctx
     double fw[2];
-    for (int k = 0; k < 2; k++) {
-        int n = k ? B : 1, R = 30;
+    for (int k = 0; k < 2 + n_extra; k++) {
+        int n = k == 0 ? 1 : k == 1 ? B : extra_rows[k - 2], R = 30;
         bs_fwd_out fo = { .logits = lg, .logits_all = 1 };
         double tv[30];
         for (int w = 0; w < 3; w++) { bs_qwen3_forward(&e->target, &s.kv, ids + ctx, n, &fo, &err); be->sync(be); bs_kv_rollback(&s.kv, ctx, &err); }
@@ -195,8 +212,9 @@ int main(int argc, char **argv) {
             tv[r] = bs_now() - a;
             bs_kv_rollback(&s.kv, ctx, &err);
         }
-        fw[k] = median(tv, R);
-        printf("forward_rows%d_ms %.3f\n", n, fw[k] * 1e3);
+        double med = median(tv, R);
+        if (k < 2) fw[k] = med;
+        printf("forward_rows%d_ms %.3f\n", n, med * 1e3);
     }
     if (quick) { bs_engine_close(e); return 0; }
 

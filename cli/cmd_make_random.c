@@ -1,5 +1,5 @@
 // blockspec make-random -c config.json --out DIR [--seed S] [--shards N]
-// config.json's architectures[0] picks the kind: Qwen3ForCausalLM or LlamaForCausalLM (targets), DFlashDraftModel,
+// config.json's architectures[0] picks the kind: Qwen3ForCausalLM, LlamaForCausalLM or Gemma4ForCausalLM (targets), DFlashDraftModel,
 // DFlash2DraftModel, Qwen3DSparkModel or Gemma4DSparkModel (drafters); a dspark.json ("kind": "dspark-drafter": the seed's DSpark v1 drafter,
 // docs/dspark-v1.md) writes that format (dspark.json + model.safetensors, bf16) instead.
 #include <stdio.h>
@@ -44,7 +44,7 @@ int cmd_make_random(int argc, char **argv) {
         bs_drafter_config dc;
         if (bs_drafter_config_parse(&dc, root, cfg_path, &err) || bs_drafter_tensor_specs(&dc, &specs, &n, &err)) goto out;
     } else if (cJSON_IsString(arch) && bs_model_arch_of(root) < 0) {
-        bs_fail(&err, "%s: make-random writes Qwen3ForCausalLM, LlamaForCausalLM, DFlashDraftModel, DFlash2DraftModel, Qwen3DSparkModel and Gemma4DSparkModel checkpoints, not \"%s\"",
+        bs_fail(&err, "%s: make-random writes Qwen3ForCausalLM, LlamaForCausalLM, Gemma4ForCausalLM, DFlashDraftModel, DFlash2DraftModel, Qwen3DSparkModel and Gemma4DSparkModel checkpoints, not \"%s\"",
                 cfg_path, arch->valuestring); goto out;
     } else if (bs_qwen3_config_parse(&c, root, cfg_path, &err) || bs_qwen3_tensor_specs(&c, &specs, &n, &err)) goto out;
     mkdir(out, 0755);

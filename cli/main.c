@@ -8,7 +8,7 @@ static const struct { const char *name, *help; int (*run)(int argc, char **argv)
     { "generate",        "generate tokens (plain or speculative with -d DRAFTER)", cmd_generate },
     { "dump",            "write the engine's tensors for given ids to a safetensors file", cmd_dump },
     { "bench",           "benchmark forwards and print figures beside the machine's rooflines", cmd_bench },
-    { "make-random",     "write a random checkpoint of any Qwen3 / drafter shape", cmd_make_random },
+    { "make-random",     "write a random checkpoint of any Qwen3 / Llama / Gemma-4 / drafter shape", cmd_make_random },
     { "quantize",        "write an MLX affine 4- or 8-bit copy of a float checkpoint (docs/quantization.md)", cmd_quantize },
     { "rotate",          "write the R1-folded copy of a float Qwen3 / Llama checkpoint (docs/rotation.md)", cmd_rotate },
     { "tokenize",        "print the ids of a text", cmd_tokenize },

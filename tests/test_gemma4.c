@@ -303,3 +303,74 @@ TEST(gemma4_config_e2b_shapes) {
     }
     CHECK(c.n_eos == 2 && c.eos_ids[1] == 106);
 }
+
+// make-random writes Gemma-4 text targets (bench/peer/peer30_device.sh benchmarks the 12B shape on them): the
+// loader, which checks every tensor's shape against config.json, opens them, and greedy decoding runs. Two
+// structures: bench/configs/gemma-4-12b.json's (5 sliding : 1 full, attention_k_eq_v with one global K/V head,
+// so no v_proj on full layers; proportional RoPE, soft-cap) scaled down, and the E variants' (KV-shared layers
+// without K/V projections, double-wide MLPs, per-layer embeddings), plus speculative == plain on the latter.
+static void gemma4_make_random(int *failed_, const char *tag, const char *extra, int spec) {
+    char lt[1024] = "", cfg[4096], dir[1024];
+    for (int l = 0; l < 12; l++) strcat(lt, l % 6 == 5 ? "\"full_attention\"," : "\"sliding_attention\",");
+    lt[strlen(lt) - 1] = 0;
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\":[\"Gemma4ForCausalLM\"],\"model_type\":\"gemma4_text\",\"vocab_size\":8,\"hidden_size\":32,"
+             "\"intermediate_size\":48,\"num_hidden_layers\":12,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":8,"
+             "\"global_head_dim\":16,\"sliding_window\":4,\"layer_types\":[%s],\"final_logit_softcapping\":30.0,"
+             "\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":10000.0},"
+             "\"full_attention\":{\"rope_type\":\"proportional\",\"rope_theta\":1000000.0,\"partial_rotary_factor\":0.25}},%s}", lt, extra);
+    const char *tmp = bs_test_tmpdir(tag);
+    CHECK(tmp);
+    snprintf(dir, sizeof dir, "%s/target", tmp);
+    CHECK(tu_make_random_from_config(dir, cfg, 3) == 0, "make-random of %s failed", cfg);
+    bs_err err = {0};
+    bs_engine *e;
+    CHECK(bs_engine_open(&e, dir, "cpu", &err) == 0, "%s", err.msg);
+    bs_session s;
+    int32_t prompt[6] = { 1, 2, 3, 4, 5, 6 }, out[16]; int n = 0;
+    CHECK(bs_session_init(&s, e, 64, NULL, &err) == 0, "%s", err.msg);
+    CHECK(bs_generate_plain(&s, prompt, 6, 16, 0, out, &n, NULL, NULL, &err) == 0 && n == 16, "%s", err.msg);
+    for (int i = 0; i < n; i++) CHECK(out[i] >= 0 && out[i] < 8, "token %d: %d", i, out[i]);
+    bs_session_free(&s);
+    bs_engine_close(e);
+    if (!spec) return;
+    char d[1100], dcfg[1024];
+    snprintf(d, sizeof d, "%s/drafter", tmp);
+    snprintf(dcfg, sizeof dcfg,
+             "{\"architectures\":[\"DFlashDraftModel\"],\"model_type\":\"qwen3\",\"hidden_size\":32,\"num_attention_heads\":4,"
+             "\"num_key_value_heads\":2,\"head_dim\":8,\"intermediate_size\":64,\"num_hidden_layers\":1,\"vocab_size\":8,"
+             "\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"block_size\":4,\"num_target_layers\":12,"
+             "\"dflash_config\":{\"mask_token_id\":7,\"target_layer_ids\":[1,10]}}");
+    CHECK(tu_make_random_from_config(d, dcfg, 4) == 0, "make-random of the drafter failed");
+    tu_greedy_spec_equals_plain(failed_, "cpu", dir, d, NULL, 6, 44);
+}
+
+TEST(gemma4_make_random_12b_structure) {
+    gemma4_make_random(failed_, "gemma4_mr12", "\"attention_k_eq_v\":true,\"num_global_key_value_heads\":1,\"hidden_size_per_layer_input\":0", 0);
+}
+TEST(gemma4_make_random_e_variant_structure) {
+    gemma4_make_random(failed_, "gemma4_mre", "\"num_kv_shared_layers\":4,\"use_double_wide_mlp\":true,\"hidden_size_per_layer_input\":4,"
+                       "\"vocab_size_per_layer_input\":8,\"tie_word_embeddings\":false", 1);
+}
+
+// bench/configs/gemma-4-12b.json (docs/benchmarks.md says where its numbers come from): the shapes it gives.
+TEST(gemma4_config_12b_benchmark_shape) {
+    bs_qwen3_config c; bs_err err = {0};
+    size_t len;
+    char *txt = bs_read_file("bench/configs/gemma-4-12b.json", &len, &err);
+    CHECK(txt, "%s", err.msg);
+    cJSON *root = bs_json_parse(txt, len, "gemma-4-12b.json", &err);
+    free(txt);
+    CHECK(root, "%s", err.msg);
+    int rc = bs_qwen3_config_parse(&c, root, "gemma-4-12b.json", &err);
+    cJSON_Delete(root);
+    CHECK(rc == 0, "%s", err.msg);
+    CHECK(c.arch == BS_ARCH_GEMMA4 && !c.gemma.multimodal && c.tie_embeddings && c.n_layers == 48 && c.hidden_size == 3840);
+    CHECK(c.vocab_size == 262144 && c.gemma.sliding_window == 1024 && c.gemma.final_softcap == 30.0f && c.gemma.k_eq_v);
+    CHECK(bs_cfg_max_kv_width(&c) == 2048 && bs_cfg_max_q_width(&c) == 8192 && bs_cfg_max_inter(&c) == 15360);
+    for (int l = 0; l < 48; l++) {
+        int full = l % 6 == 5;
+        CHECK(c.gemma.full[l] == full && bs_cfg_layer_head_dim(&c, l) == (full ? 512 : 256) && bs_cfg_layer_kv_heads(&c, l) == (full ? 1 : 8),
+              "layer %d", l);
+    }
+}

@@ -155,9 +155,60 @@ static void gemma4_drafter_layer_specs(bs_tensor_spec *s, int *n, const bs_qwen3
     spec(s, n, BS_INIT_ONES, 0, 1, "layers.%d.layer_scalar", l);
 }
 
+// A Gemma-4 text target (Gemma4ForCausalLM layout, prefix "model."), as src/model/gemma4.c loads it: per-layer
+// head sizes and K/V heads (sliding vs full), no v_proj on full layers under attention_k_eq_v, no K/V
+// projections on KV-shared layers (transformers ignores theirs, so leaving them out only saves disk), the
+// per-layer-embedding tensors when hidden_size_per_layer_input > 0, and layer_scalar (published checkpoints
+// carry it; 1 here, its initial value). Written for benchmarks (bench/peer/peer30_device.sh): speed depends
+// on the shapes only.
+static int gemma4_tensor_specs(const bs_qwen3_config *c, bs_tensor_spec **out, int *n_out, bs_err *err) {
+    const bs_gemma4_config *g = &c->gemma;
+    int64_t H = c->hidden_size, V = c->vocab_size, L = c->n_layers, P = g->ple_dim;
+    bs_tensor_spec *s = calloc((size_t)L * 18 + 8, sizeof *s);
+    if (!s) return bs_fail(err, "out of memory");
+    int n = 0;
+    spec(s, &n, BS_INIT_EMBED, V, H, "model.embed_tokens.weight", 0);
+    if (P) {
+        spec(s, &n, BS_INIT_EMBED, g->ple_vocab, L * P, "model.embed_tokens_per_layer.weight", 0);
+        spec(s, &n, BS_INIT_LINEAR, L * P, H, "model.per_layer_model_projection.weight", 0);
+        spec(s, &n, BS_INIT_ONES, 0, P, "model.per_layer_projection_norm.weight", 0);
+    }
+    for (int l = 0; l < L; l++) {
+        int64_t hd = bs_cfg_layer_head_dim(c, l), qd = (int64_t)c->n_heads * hd, kd = (int64_t)bs_cfg_layer_kv_heads(c, l) * hd;
+        int64_t I = bs_cfg_layer_inter(c, l);
+        int own_kv = bs_cfg_layer_kv_source(c, l) == l, has_v = !(g->k_eq_v && g->full[l]);
+        spec(s, &n, BS_INIT_ONES, 0, H, "model.layers.%d.input_layernorm.weight", l);
+        spec(s, &n, BS_INIT_ONES, 0, H, "model.layers.%d.post_attention_layernorm.weight", l);
+        spec(s, &n, BS_INIT_ONES, 0, H, "model.layers.%d.pre_feedforward_layernorm.weight", l);
+        spec(s, &n, BS_INIT_ONES, 0, H, "model.layers.%d.post_feedforward_layernorm.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, qd, H, "model.layers.%d.self_attn.q_proj.weight", l);
+        if (own_kv) spec(s, &n, BS_INIT_LINEAR, kd, H, "model.layers.%d.self_attn.k_proj.weight", l);
+        if (own_kv && has_v) spec(s, &n, BS_INIT_LINEAR, kd, H, "model.layers.%d.self_attn.v_proj.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, H, qd, "model.layers.%d.self_attn.o_proj.weight", l);
+        spec(s, &n, BS_INIT_ONES, 0, hd, "model.layers.%d.self_attn.q_norm.weight", l);
+        if (own_kv) spec(s, &n, BS_INIT_ONES, 0, hd, "model.layers.%d.self_attn.k_norm.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, I, H, "model.layers.%d.mlp.gate_proj.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, I, H, "model.layers.%d.mlp.up_proj.weight", l);
+        spec(s, &n, BS_INIT_LINEAR, H, I, "model.layers.%d.mlp.down_proj.weight", l);
+        if (P) {
+            spec(s, &n, BS_INIT_LINEAR, P, H, "model.layers.%d.per_layer_input_gate.weight", l);
+            spec(s, &n, BS_INIT_LINEAR, H, P, "model.layers.%d.per_layer_projection.weight", l);
+            spec(s, &n, BS_INIT_ONES, 0, H, "model.layers.%d.post_per_layer_input_norm.weight", l);
+        }
+        spec(s, &n, BS_INIT_ONES, 0, 1, "model.layers.%d.layer_scalar", l);
+    }
+    spec(s, &n, BS_INIT_ONES, 0, H, "model.norm.weight", 0);
+    if (!c->tie_embeddings) spec(s, &n, BS_INIT_LINEAR, V, H, "lm_head.weight", 0);
+    *out = s; *n_out = n;
+    return 0;
+}
+
 int bs_qwen3_tensor_specs(const bs_qwen3_config *c, bs_tensor_spec **out, int *n_out, bs_err *err) {
-    if (c->arch == BS_ARCH_GEMMA4)
-        return bs_fail(err, "make-random writes Qwen3 and Llama targets, not Gemma-4 (tests/ref/make_gemma4_fixture.py makes random Gemma-4 checkpoints)");
+    if (c->arch == BS_ARCH_GEMMA4) {
+        if (c->gemma.multimodal)
+            return bs_fail(err, "make-random writes Gemma-4 text targets (Gemma4ForCausalLM), not the multimodal layout");
+        return gemma4_tensor_specs(c, out, n_out, err);
+    }
     int64_t H = c->hidden_size, V = c->vocab_size;
     bs_tensor_spec *s = calloc((size_t)c->n_layers * 11 + 3, sizeof *s);
     if (!s) return bs_fail(err, "out of memory");
