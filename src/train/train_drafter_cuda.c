@@ -220,6 +220,10 @@ int bs_train_drafter_cuda_new(bs_train_task **out, const char *target_dir, const
     u->cfg = *bs_train_drafter_config_of(u->cpu);
     if (o) u->opt = *o; else bs_drafter_loss_defaults(&u->opt, &u->cfg);
     const bs_drafter_config *cf = &u->cfg;
+    if (cf->dflash2) {   // until the device step has the convolutions and the selector (it would train a DFlash)
+        bs_fail(err, "drafter (cuda): DFlash 2 is not on the GPU yet (train it on the cpu)");
+        goto fail;
+    }
     if (cf->markov_rank > 0 && cf->markov_type != BS_MARKOV_VANILLA) {
         bs_fail(err, "drafter (cuda): the %s Markov head is not on the GPU yet (vanilla is; train gated / rnn heads on the cpu)",
                 cf->markov_type == BS_MARKOV_GATED ? "gated" : "rnn");
