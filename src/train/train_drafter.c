@@ -591,6 +591,11 @@ static int create(drafter **out, bs_train_task *target, const bs_drafter_config 
         if (bs_layer_params_add(ps, prefix, &d->shape, 1, err)) goto fail;
     }
     if (bs_param_add(ps, "norm.weight", 1, (int64_t[]){ H }, 1, 0, err) < 0) goto fail;
+    for (int l = 0; d->d2 && l < b->n_layers; l++) {   // DFlash 2: every layer's convolutions (4 a layer), then the selector's 3
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "layers.%d.", l);
+        if (bs_layer_conv_params_add(ps, prefix, &d->shape, 1, err)) goto fail;
+    }
     if (d->d2 && (bs_param_add(ps, "candidate_selector.hidden_projection.weight", 2, (int64_t[]){ d->R, H }, 1, 1, err) < 0 ||
                   bs_param_add(ps, "candidate_selector.predecessor_codebook", 2, (int64_t[]){ V, d->R }, 1, 1, err) < 0 ||
                   bs_param_add(ps, "candidate_selector.successor_codebook", 2, (int64_t[]){ V, d->R }, 1, 1, err) < 0)) goto fail;

@@ -31,7 +31,9 @@ const char *bs_drafter_kind(const bs_drafter_config *c);
 
 // A drafter config for a fresh drafter of `kind` over `target` (backbone = the target's shape with n_layers
 // layers; taps z-lab's default spread; DSpark: Markov head of `markov_rank` and type, confidence head with the
-// Markov embedding when markov_rank > 0).
+// Markov embedding when markov_rank > 0; "dflash2": z-lab's with 2-tap convolutions in groups of 16 channels (or
+// the largest divisor of H below), a selector of rank markov_rank (> 0; else 64) over 16 candidates: fields the
+// caller may change before bs_train_drafter_new).
 int bs_train_drafter_config(bs_drafter_config *c, const bs_qwen3_config *target, const char *kind, int n_layers, int block_size,
                             int mask_token_id, int markov_rank, bs_markov_type type, bs_err *err);
 // A fresh drafter initialised as DeepSpec does (Linear / Embedding N(0, 0.02), biases 0, norm gains 1; the

@@ -221,7 +221,11 @@ int bs_layer_params_add(bs_param_set *ps, const char *prefix, const bs_layer_sha
         int mat = shapes[i][1] > 0;
         if (bs_param_add(ps, name, mat ? 2 : 1, shapes[i], trainable, mat, err) < 0) return -1;
     }
-    for (int site = 0; s->conv_taps && site < 2; site++) {   // DFlash 2
+    return 0;
+}
+
+int bs_layer_conv_params_add(bs_param_set *ps, const char *prefix, const bs_layer_shape *s, int trainable, bs_err *err) {
+    for (int site = 0; site < 2; site++) {
         char name[BS_PARAM_NAME_MAX];
         snprintf(name, sizeof name, "%s%s_conv.base_kernel", prefix, site ? "mlp" : "attention");
         if (bs_param_add(ps, name, 3, (int64_t[]){ 2, s->conv_taps, s->H }, trainable, 0, err) < 0) return -1;

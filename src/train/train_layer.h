@@ -82,10 +82,13 @@ void bs_layer_bwd(const bs_layer_shape *s, const bs_layer_w *w, const bs_layer_a
 double bs_layer_flops(const bs_layer_shape *s, int n, int m, double attended);
 
 // Adds the layer's tensors (eleven; nine without q/k norm) to a parameter set under prefix + the transformers
-// names ("input_layernorm.weight", "self_attn.q_proj.weight", ...); matrices decay, norm gains do not. With
-// convolutions, four more: {attention,mlp}_conv.base_kernel (no decay) and .kernel_projection.weight.
+// names ("input_layernorm.weight", "self_attn.q_proj.weight", ...); matrices decay, norm gains do not.
 #include "train/params.h"
 int bs_layer_params_add(bs_param_set *ps, const char *prefix, const bs_layer_shape *s, int trainable, bs_err *err);
+// DFlash 2: the layer's four convolution tensors, {attention,mlp}_conv.base_kernel (no decay) and
+// .kernel_projection.weight. Separate so a drafter can add them after all layers: the eleven of every layer
+// then stay evenly spaced in the set, as the GPU trainer indexes them (td_shape.i_layer0 + 11 l + k).
+int bs_layer_conv_params_add(bs_param_set *ps, const char *prefix, const bs_layer_shape *s, int trainable, bs_err *err);
 // Points w at those tensors (call after the set is complete); frozen tensors leave their g_ NULL, absent ones
 // (q/k norm of a Llama layer) both.
 void bs_layer_w_bind(bs_layer_w *w, const bs_param_set *ps, const char *prefix);
