@@ -67,6 +67,7 @@ const char *bs_drafter_kind(const bs_drafter_config *c) {
 
 void bs_drafter_loss_defaults(bs_drafter_loss_opts *o, const bs_drafter_config *c) {
     int dspark = !strcmp(bs_drafter_kind(c), "dspark");
+    memset(o, 0, sizeof *o);   // every field: callers fill a stack struct with this (target_labels was left unset)
     o->gamma = 4.0f;
     o->ce_alpha = dspark ? 0.1f : 1.0f;
     o->l1_alpha = dspark ? 0.9f : 0.0f;
