@@ -15,7 +15,8 @@ from builtin_speedup import BIN, prompts  # noqa: E402
 
 def block_of(d):
     c = json.load(open(os.path.join(d, "config.json")))
-    return c.get("block_size", 4) - (1 if c.get("architectures", [""])[0] == "DFlashDraftModel" else 0)
+    # z-lab layouts (DFlash, DFlash 2): row 0 is the anchor, B - 1 drafts
+    return c.get("block_size", 4) - (1 if c.get("architectures", [""])[0] in ("DFlashDraftModel", "DFlash2DraftModel") else 0)
 
 
 def stats(drafter, prompt, tokens, dm, temp, seed):

@@ -1,7 +1,7 @@
 // Throughput of the GPU drafter trainer (train_cuda_drafter.h) against a random ~30M Qwen3 target (the
 // built-in model's shape, issue 24): random tokens, anchors drawn as in training, AdamW every step.
 //
-//   build-cuda/train_drafter_cuda [--arch dspark|dflash|zlab-dflash] [-L 1] [-B 8] [-T 1024] [-A 256] [--block 7]
+//   build-cuda/train_drafter_cuda [--arch dspark|dflash|zlab-dflash|dflash2] [-L 1] [-B 8] [-T 1024] [-A 256] [--block 7]
 //       [--rank 64] [--steps 8] [--gemm bf16|tf32|fp32] [--target DIR]
 //
 // Without --target a random target (N(0, 0.02), tied) is made on the GPU and exported to

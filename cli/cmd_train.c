@@ -38,12 +38,14 @@ static void usage_target(void) {
 
 static void usage_drafter(void) {
     fprintf(stderr,
-        "usage: blockspec train-drafter -m TARGET --arch dspark|dflash|zlab-dflash --data CORPUS --out DIR [options]\n"
+        "usage: blockspec train-drafter -m TARGET --arch dspark|dflash|zlab-dflash|dflash2 --data CORPUS --out DIR [options]\n"
         "  Trains a block drafter against the frozen TARGET (Qwen3 or Llama-3.x), online. The drafter's layers are\n"
         "  Qwen3's (q/k norm) with the target's RoPE (theta, llama3 scaling), as z-lab's and DeepSpec's.\n"
         "  --layers N (5)  --block B (7)  --markov-rank R (dspark 256, else 0)  --markov-head vanilla|gated|rnn\n"
         "  --no-confidence  --taps 1,9,17  --anchors N (512)  --gamma X (4)  --ce X --l1 X --conf X (dspark 0.1/0.9/1.0,\n"
-        "  else 1/0/0)  --mask-id N  --init DIR (start from a drafter checkpoint)\n"
+        "  else 1/0/0; dflash2: --conf is the selector's CE, 1/0/1)  --mask-id N  --init DIR (start from a drafter checkpoint)\n"
+        "  dflash2 (z-lab's layout + convolutions + candidate selector): --selector-rank R (64)  --selector-top-k K (16)\n"
+        "  --conv-group G (16, or the largest divisor of the hidden size below it)\n"
         "  --labels data|target (data): learn the data's next tokens, or the target's own greedy next tokens on the\n"
         "  data (distillation: what greedy verification accepts)\n");
     usage_common();
@@ -136,6 +138,9 @@ static int run(int drafter, int argc, char **argv) {
         INT("--layers", 1, 256, dopt.layers)
         INT("--block", 2, 64, dopt.block_size)
         INT("--markov-rank", 0, 1 << 16, dopt.markov_rank)
+        INT("--selector-rank", 1, 1 << 16, dopt.sel_rank)
+        INT("--selector-top-k", 1, 1024, dopt.sel_top_k)
+        INT("--conv-group", 1, 1 << 20, dopt.conv_group)
         INT("--anchors", 1, 1 << 20, dopt.num_anchors)
         INT("--mask-id", 0, INT32_MAX, dopt.mask_token_id)
         NUM("--gamma", 1e-6, 1e6, dopt.gamma)
@@ -154,8 +159,8 @@ static int run(int drafter, int argc, char **argv) {
     if (!drafter && !tokenizer) { fprintf(stderr, "blockspec train-target: --tokenizer DIR is required (the corpus is checked against it)\n"); goto out; }
     if (drafter) {
         if (!dopt.target_dir || !dopt.arch) { fprintf(stderr, "blockspec train-drafter: -m TARGET and --arch are required\n"); goto out; }
-        int dspark = !strcmp(dopt.arch, "dspark");
-        if (!dspark && strcmp(dopt.arch, "dflash") && strcmp(dopt.arch, "zlab-dflash")) { fprintf(stderr, "blockspec train-drafter: --arch is dspark, dflash or zlab-dflash, got '%s'\n", dopt.arch); goto out; }
+        int dspark = !strcmp(dopt.arch, "dspark"), d2 = !strcmp(dopt.arch, "dflash2");
+        if (!dspark && !d2 && strcmp(dopt.arch, "dflash") && strcmp(dopt.arch, "zlab-dflash")) { fprintf(stderr, "blockspec train-drafter: --arch is dspark, dflash, zlab-dflash or dflash2, got '%s'\n", dopt.arch); goto out; }
         // DeepSpec's defaults: DSpark with a rank-256 vanilla Markov head, the confidence head and (0.1, 0.9, 1.0);
         // the DFlash baselines CE only, no heads.
         if (dopt.markov_rank < 0) dopt.markov_rank = dspark ? 256 : 0;
@@ -163,7 +168,7 @@ static int run(int drafter, int argc, char **argv) {
         dopt.confidence_head = dspark && !no_conf;
         if (dopt.ce_alpha < 0) dopt.ce_alpha = dspark ? 0.1 : 1.0;
         if (dopt.l1_alpha < 0) dopt.l1_alpha = dspark ? 0.9 : 0.0;
-        if (dopt.conf_alpha < 0) dopt.conf_alpha = dopt.confidence_head ? 1.0 : 0.0;
+        if (dopt.conf_alpha < 0) dopt.conf_alpha = dopt.confidence_head || d2 ? 1.0 : 0.0;   // DFlash 2: the selector's term
         dopt.seed = o.seed;
     }
     to.seed = o.seed;

@@ -2,7 +2,7 @@
 // target (exported, then loaded by both), the same drafter weights, the same sequences and fixed anchors
 // (dummy blocks, anchors near the end, keys over several 32-key tiles), exact fp32 GEMMs: every loss term
 // within 1e-4 relative and every gradient within 1e-3 of its tensor's largest, for DSpark (vanilla Markov +
-// confidence with the Markov feature), DeepSpec DFlash and z-lab DFlash, against Qwen3 and Llama targets. Then: the loss falls over 20 AdamW
+// confidence with the Markov feature), DeepSpec DFlash, z-lab DFlash and DFlash 2, against Qwen3 and Llama targets. Then: the loss falls over 20 AdamW
 // steps, the export decodes in the engine with greedy speculative == plain, `blockspec train-drafter
 // --device cuda` runs end to end, bad input fails cleanly. Without a GPU every test is SKIPPED with the reason.
 #include <math.h>
@@ -82,6 +82,21 @@ static void make_seqs(bs_train_seq seqs[2]) {
     seqs[1] = (bs_train_seq){ ids1, m1, 29 };
 }
 
+// DFlash 2's own tensors at values that exercise them (tt_scale_weights leaves the zero projections at 0 and
+// scales the identity kernels): kernels around the identity, small projections, unit codebooks.
+static void set_dflash2_tensors(bs_train_task *t, uint64_t seed) {
+    bs_rng r; bs_rng_seed(&r, seed);
+    for (int i = 0; i < t->params.n; i++) {
+        bs_param *p = &t->params.p[i];
+        int base = strstr(p->name, ".base_kernel") != NULL, book = strstr(p->name, "_codebook") != NULL;
+        if (!base && !book && !strstr(p->name, "kernel_projection") && !strstr(p->name, "hidden_projection")) continue;
+        for (int64_t j = 0; j < p->n; j++) {
+            float u = (float)(bs_rng_uniform(&r) * 2 - 1);
+            p->w[j] = base ? ((j % (p->shape[1] * p->shape[2])) < p->shape[2] ? 1.0f : 0.0f) + 0.3f * u : book ? u : 0.1f * u;
+        }
+    }
+}
+
 static int rel_ok(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(b), 1e-3); }
 
 static void vs_cpu(int *failed_, const kcase *k) {
@@ -97,6 +112,7 @@ static void vs_cpu(int *failed_, const kcase *k) {
     CHECK(bs_train_target_load(&ct, tdir, 0, &err) == 0, "%s", err.msg);
     CHECK(bs_train_drafter_new(&cd, ct, &dc, &o, 5, &err) == 0, "%s", err.msg);
     tt_scale_weights(cd, 20.0f);
+    if (dc.dflash2) set_dflash2_tensors(cd, 17);
     CHECK(bs_train_drafter_cuda_new(&gd, tdir, &dc, NULL, &o, 5, 2, 64, &err) == 0, "%s", err.msg);
     CHECK(gd->params.n == cd->params.n && !strcmp(gd->kind, cd->kind), "parameter sets differ");
     for (int i = 0; i < cd->params.n; i++) {
@@ -148,6 +164,10 @@ static void vs_cpu(int *failed_, const kcase *k) {
 TEST(train_cuda_drafter_vs_cpu_dspark) { kcase k = { "dspark", { 0, 2 }, 0 }; vs_cpu(failed_, &k); }
 TEST(train_cuda_drafter_vs_cpu_dflash) { kcase k = { "dflash", { -1, 1 }, 1 }; vs_cpu(failed_, &k); }
 TEST(train_cuda_drafter_vs_cpu_zlab) { kcase k = { "zlab-dflash", { 1, 2 }, 0 }; vs_cpu(failed_, &k); }
+// DFlash 2 (convolutions with every coefficient live, the selector's CE in the conf term): z-lab's layout plus
+// its three selector tensors and four convolution tensors a layer, all compared.
+TEST(train_cuda_drafter_vs_cpu_dflash2) { kcase k = { "dflash2", { 1, 2 }, 0 }; vs_cpu(failed_, &k); }
+TEST(train_cuda_drafter_vs_cpu_dflash2_target_labels) { kcase k = { "dflash2", { 0, 2 }, 1, 1 }; vs_cpu(failed_, &k); }
 // Distillation labels (the target's argmax) chosen on the device: the same terms and gradients as the CPU's.
 TEST(train_cuda_drafter_vs_cpu_dspark_target_labels) { kcase k = { "dspark", { 0, 2 }, 0, 1 }; vs_cpu(failed_, &k); }
 TEST(train_cuda_drafter_vs_cpu_dflash_target_labels) { kcase k = { "dflash", { -1, 1 }, 1, 1 }; vs_cpu(failed_, &k); }
@@ -172,6 +192,7 @@ static void learn_export(int *failed_, const kcase *k, int seed) {
     bs_train_task *gd;
     CHECK(bs_train_drafter_cuda_new(&gd, tdir, &dc, NULL, &o, 3, 4, 64, &err) == 0, "%s", err.msg);
     tt_scale_weights(gd, 5.0f);
+    if (dc.dflash2) set_dflash2_tensors(gd, 4);
     CHECK(gd->sync_from_host(gd, NULL, NULL, 0, &err) == 0, "%s", err.msg);
     // the target's own greedy text is learnable; random tokens with a repeated phrase will do here
     static int32_t data[4][48];
@@ -201,6 +222,7 @@ static void learn_export(int *failed_, const kcase *k, int seed) {
     gd->free(gd);
     tu_greedy_spec_equals_plain(failed_, "cpu", tdir, ddir, NULL, 3, 11);
 }
+TEST(train_cuda_drafter_learns_and_exports_dflash2) { kcase k = { "dflash2", { 1, 2 }, 0 }; learn_export(failed_, &k, 3); }
 TEST(train_cuda_drafter_learns_and_exports_dspark) { kcase k = { "dspark", { 0, 2 }, 0 }; learn_export(failed_, &k, 1); }
 TEST(train_cuda_drafter_learns_and_exports_zlab) { kcase k = { "zlab-dflash", { 1, 2 }, 1 }; learn_export(failed_, &k, 2); }
 TEST(train_cuda_drafter_learns_and_exports_llama_dspark) { kcase k = { "dspark", { 0, 2 }, 0, 0, 1 }; learn_export(failed_, &k, 1); }

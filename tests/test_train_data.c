@@ -305,7 +305,7 @@ TEST(train_cli_bad_corpus) {
     // Usage errors: exit 2.
     snprintf(cmd, sizeof cmd, "%s train-drafter -m %s/target --arch eagle --data %s --out %s/o", bs_cli_path(), bs_fixtures_dir(), path, dir);
     st = bs_test_run(cmd, 1, out, sizeof out);
-    CHECK(st == 2 && strstr(out, "--arch is dspark, dflash or zlab-dflash"), "exit %d: %s", st, out);
+    CHECK(st == 2 && strstr(out, "--arch is dspark, dflash, zlab-dflash or dflash2"), "exit %d: %s", st, out);
     snprintf(cmd, sizeof cmd, "%s train-target --config %s --tokenizer %s --data %s --out %s/o --lr abc", bs_cli_path(), fixture_cfg, tok, path, dir);
     st = bs_test_run(cmd, 1, out, sizeof out);
     CHECK(st == 2 && strstr(out, "--lr"), "exit %d: %s", st, out);

@@ -1,10 +1,10 @@
 #!/bin/bash
-# Trains the built-in target's three drafters on the GPU machine in one device call: DSpark (Markov +
-# confidence heads), DeepSpec DFlash (markov_rank 0) and z-lab DFlash, each with `blockspec train-drafter
+# Trains the built-in target's drafters on the GPU machine in one device call: DSpark (Markov + confidence
+# heads), DeepSpec DFlash (markov_rank 0), z-lab DFlash and DFlash 2 (z-lab's + convolutions + selector), each with `blockspec train-drafter
 # --device cuda` on the same data and budget. Carried in RUNDIR: target.tar.xz (models/blockspec-30m) and the
 # corpus as .xz text. Each export comes back cut into 15 MiB pieces, configs and logs in one tar.
 # Usage (repository root): models/recipe/train_drafters_device.sh RUNDIR
-# Settings (environment): DRAFTERS (dspark dflash zlab), LAYERS (1), BLOCK (7; z-lab's block is BLOCK+1, the same
+# Settings (environment): DRAFTERS (dspark dflash zlab; dflash2 on request), LAYERS (1), BLOCK (7; z-lab's block is BLOCK+1, the same
 # number of drafts), LABELS (data | target: the target's own greedy next tokens), STEPS (5000), MINUTES (2.0,
 # a safety cap per drafter), LR (1e-3), DISTILL_SECONDS (0: train on the corpus alone; else first let the target
 # write greedy continuations of corpus prompts for that long, `blockspec distill-corpus`, returned as gen.bsc.xz,
@@ -50,6 +50,8 @@ for d in ${DRAFTERS:-dspark dflash zlab}; do
     dspark) train dspark --arch dspark --block ${BLOCK:-7} --markov-rank 64 ;;
     dflash) train dflash --arch dflash --block ${BLOCK:-7} ;;
     zlab)   train zlab --arch zlab-dflash --block $(( ${BLOCK:-7} + 1 )) ;;
+    # DFlash 2: z-lab's layout (block BLOCK+1: the same drafts) + convolutions + a selector of rank 64 over 16 candidates
+    dflash2) train dflash2 --arch dflash2 --block $(( ${BLOCK:-7} + 1 )) --selector-rank ${SEL_RANK:-64} --selector-top-k ${SEL_TOP_K:-16} ;;
   esac
 done
 tar czf "$OUT/logs.tgz" -C $W logs

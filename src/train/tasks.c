@@ -100,6 +100,11 @@ int bs_train_drafter_task_new(bs_train_task **out, const bs_train_drafter_opts *
             c.n_taps = o->n_taps;
             c.taps_defaulted = 0;
         }
+        if (!rc && c.dflash2) {   // (bs_train_drafter_new checks them against the shapes)
+            if (o->sel_rank > 0) c.sel_rank = o->sel_rank;
+            if (o->sel_top_k > 0) c.sel_top_k = o->sel_top_k;
+            if (o->conv_group > 0) c.conv_group = o->conv_group;
+        }
         if (!rc && c.arch == BS_DRAFTER_DEEPSPEC) {
             c.conf_head = o->confidence_head;
             c.conf_with_markov = o->confidence_head && o->markov_rank > 0;

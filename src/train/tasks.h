@@ -16,7 +16,7 @@ typedef struct {
 // A block drafter trained against a frozen target (DeepSpec's objective; z-lab DFlash's CE).
 typedef struct {
     const char *target_dir;      // the frozen target: config.json + safetensors
-    const char *arch;            // "dspark", "dflash" (DeepSpec, markov_rank 0), "zlab-dflash"
+    const char *arch;            // "dspark", "dflash" (DeepSpec, markov_rank 0), "zlab-dflash", "dflash2"
     int layers;                  // drafter depth
     int block_size;              // B
     int markov_rank;             // r; 0: no Markov head
@@ -28,6 +28,7 @@ typedef struct {
     double ce_alpha, l1_alpha, conf_alpha;
     int target_labels;           // 1: labels are the target's greedy next tokens (bs_drafter_loss_opts.target_labels)
     int mask_token_id;           // -1: from the target (its tokenizer's mask token)
+    int sel_rank, sel_top_k, conv_group;   // dflash2: selector rank R, candidates K, convolution group (0: defaults)
     const char *init_dir;        // start from an existing drafter checkpoint, or NULL
     const char *device;          // "cpu" or "cuda" (NULL: cpu)
     uint64_t seed;

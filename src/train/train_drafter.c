@@ -7,10 +7,14 @@
 //   5. per chunk of rows: logits = hp lm_head^T + u W2^T, target logits from T[a+k]; CE, L1, BCE and dlogits
 //   6. backward: dlogits -> dhp, du, dW2; Markov and confidence heads -> dhp, de, dW1; final norm, layers
 //      (dc collects every layer's context K/V gradient), hidden_norm, fc
+// DFlash 2 (z-lab's layout plus its convolutions, inside the layers: train_layer.c) adds in 5 each row's K
+// candidates (top-K of its logits, the label put in when missing) and then the selector's K-way CE, teacher
+// forced, whose gradient reaches the selector's three tensors only (docs/training.md, "DFlash 2").
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "train/train_dflash2_ops.h"
 #include "train/train_drafter.h"
 #include "train/train_io.h"
 #include "train/train_layer.h"
@@ -27,10 +31,12 @@ typedef struct {
     bs_train_task *target;
     bs_layer_shape shape;
     int zl, B, P, H, V, r, m;             // z-lab?, block, prediction rows, hidden, vocab, Markov rank, taps
+    int d2, K, R;                         // DFlash 2: selector candidates and rank (0: not DFlash 2)
     int taps[BS_MAX_TAPS];                // hidden_states indices of the taps
     // weights (the embedding / LM head: own frozen copies, or the target's for z-lab)
     const float *embed, *lm_head;
     bs_param *fc, *hidden_norm, *norm, *w1, *w2, *mw, *mb, *cw, *cb;   // mw/mb: gate_proj or joint_proj
+    bs_param *sel_w, *sel_a, *sel_b;      // DFlash 2: hidden_projection [R][H], predecessor / successor codebooks [V][R]
     bs_layer_w *lw;
     bs_op_markov mop;
     int conf_in;                          // confidence head input width (0: no head)
@@ -45,6 +51,8 @@ typedef struct {
     float *hp, *dhp, *e, *de, *u, *du, *msave, *mscratch, *f, *df, *conf, *dconf, *w, *acc, *ce_row, *l1_row, *bce_row, *acc_held;
     int32_t *prev, *tid, *tpos, *evm;
     float *z, *dz, *p, *zt, *tT;          // [LOGIT_ROWS][V] (tT: [LOGIT_ROWS][H])
+    int32_t *cand, *gold;                 // DFlash 2: [np][K] candidates, [np] the label's index among them
+    float *cval, *zsel, *dzsel, *sel_s;   // [np][K] their logits, [np][R] z = hidden_projection(h) and its gradient, [K]
 } drafter;
 
 static drafter *impl(const bs_train_task *t) { return (drafter *)t->impl; }
@@ -52,16 +60,19 @@ const bs_drafter_config *bs_train_drafter_config_of(const bs_train_task *t) { re
 int bs_train_drafter_rows(const bs_train_task *t) { return impl(t)->P; }
 
 const char *bs_drafter_kind(const bs_drafter_config *c) {
+    if (c->dflash2) return "dflash2";
     if (c->arch == BS_DRAFTER_ZLAB) return "zlab-dflash";
     return c->markov_rank > 0 || c->conf_head ? "dspark" : "dflash";
 }
 
 void bs_drafter_loss_defaults(bs_drafter_loss_opts *o, const bs_drafter_config *c) {
     int dspark = !strcmp(bs_drafter_kind(c), "dspark");
+    memset(o, 0, sizeof *o);   // every field: callers fill a stack struct with this (target_labels was left unset)
     o->gamma = 4.0f;
     o->ce_alpha = dspark ? 0.1f : 1.0f;
     o->l1_alpha = dspark ? 0.9f : 0.0f;
     o->conf_alpha = dspark && c->conf_head ? 1.0f : 0.0f;
+    if (c->dflash2) o->conf_alpha = 1.0f;   // DFlash 2: the third term is the selector's CE
     o->num_anchors = 512;
 }
 
@@ -80,7 +91,7 @@ static int buffers(drafter *d, buf *b, int nb, int alloc, bs_err *err) {
 static int workspace(drafter *d, int S, int A, int alloc, bs_err *err) {
     size_t H = d->H, V = d->V, r = d->r, nq = (size_t)A * d->B, np = (size_t)A * d->P, mH = (size_t)d->m * H, f4 = sizeof(float);
     size_t ms = d->r ? (size_t)bs_op_markov_save_per_row(&d->mop) : 0, mc = d->r ? (size_t)bs_op_markov_scratch_per_row(&d->mop) : 0;
-    size_t fin = d->conf_in ? d->conf_in : 1;
+    size_t fin = d->conf_in ? d->conf_in : 1, K = d->K, R = d->R;
     buf b[] = {
         { (void **)&d->F, S * mH * f4 }, { (void **)&d->T, S * H * f4 }, { (void **)&d->c_pre, S * H * f4 }, { (void **)&d->c, S * H * f4 },
         { (void **)&d->rstd_c, S * f4 }, { (void **)&d->dc, S * H * f4 }, { (void **)&d->dc_pre, S * H * f4 },
@@ -96,6 +107,8 @@ static int workspace(drafter *d, int S, int A, int alloc, bs_err *err) {
         { (void **)&d->prev, np * 4 }, { (void **)&d->tid, np * 4 }, { (void **)&d->tpos, np * 4 }, { (void **)&d->evm, np * 4 },
         { (void **)&d->z, LOGIT_ROWS * V * f4 }, { (void **)&d->dz, LOGIT_ROWS * V * f4 }, { (void **)&d->p, LOGIT_ROWS * V * f4 },
         { (void **)&d->zt, LOGIT_ROWS * V * f4 }, { (void **)&d->tT, LOGIT_ROWS * H * f4 },
+        { (void **)&d->cand, np * K * 4 }, { (void **)&d->gold, np * 4 }, { (void **)&d->cval, np * K * f4 },
+        { (void **)&d->zsel, np * R * f4 }, { (void **)&d->dzsel, np * R * f4 }, { (void **)&d->sel_s, K * f4 },
     };
     int L = d->cfg.base.n_layers;
     if (!alloc) {
@@ -164,6 +177,7 @@ static void row_task(void *ctx, int i, int n) {
     d->ce_row[row] = d->l1_row[row] = 0;
     d->acc[row] = 0;
     if (w == 0) return;
+    if (d->d2) d->gold[row] = bs_selector_candidates(d->cand + (size_t)row * d->K, d->cval + (size_t)row * d->K, z, V, d->K, d->tid[row]);
     float lse = bs_op_softmax(p, z, V);
     d->ce_row[row] = bs_op_ce(j->do_grad ? dz : NULL, p, lse, z, d->tid[row], V, j->ce_s * w);
     if (!j->need_t) return;
@@ -190,6 +204,28 @@ static void target_labels(drafter *d, int np) {
         }
     }
     for (int row = 0; row < np; row++) if (row % P) d->prev[row] = d->tid[row - 1];
+}
+
+// DFlash 2's selector term over the np prediction rows (candidates from row_task): z = hidden_projection(hp),
+// each supervised row's K-way CE with the previous token teacher forced (the anchor, then the labels: what the
+// walk's prev is when every earlier draft was accepted). Returns sum(w * CE); with do_grad adds s * w * dCE
+// into the selector's tensors (s: the step's scale x alpha / (sum w + 1e-6)). hp and the unary logits are held
+// fixed: the selector re-ranks the backbone's candidates without pulling the backbone toward its own term.
+static double selector(drafter *d, const float *hp, int np, int do_grad, float s) {
+    int K = d->K, R = d->R, H = d->H;
+    bs_op_linear_fwd(d->zsel, hp, d->sel_w->w, NULL, np, H, R, 0);
+    if (do_grad) memset(d->dzsel, 0, sizeof(float) * (size_t)np * R);
+    double sum = 0;
+    for (int i = 0; i < np; i++) {
+        if (d->w[i] == 0) continue;
+        float *A = d->sel_a->w + (size_t)d->prev[i] * R;
+        float ce = bs_op_selector_ce(do_grad ? d->dzsel + (size_t)i * R : NULL, do_grad ? d->sel_a->g + (size_t)d->prev[i] * R : NULL,
+                                     do_grad ? d->sel_b->g : NULL, d->zsel + (size_t)i * R, A, d->sel_b->w, d->cand + (size_t)i * K,
+                                     d->cval + (size_t)i * K, K, R, d->gold[i], s * d->w[i], d->sel_s);
+        sum += (double)d->w[i] * ce;
+    }
+    if (do_grad) bs_op_linear_bwd(NULL, d->sel_w->g, NULL, d->dzsel, hp, d->sel_w->w, np, H, R);
+    return sum;
 }
 
 int bs_train_drafter_step(bs_train_task *t, const bs_train_seq *seq, const int32_t *anchors, const int32_t *keep, int A,
@@ -319,9 +355,10 @@ int bs_train_drafter_step(bs_train_task *t, const bs_train_seq *seq, const int32
         n_blk++;
         tau += s;
     }
+    double sel = d->d2 ? selector(d, hp, np, do_grad, scale * d->opt.conf_alpha * inv) : 0;
     terms->ce = ce / (den + 1e-6);
     terms->l1 = l1_on && den > 0 ? l1 / (den + 1e-6) : 0;
-    terms->conf = has_conf ? bce / (den + 1e-6) : 0;
+    terms->conf = has_conf ? bce / (den + 1e-6) : d->d2 ? sel / (den + 1e-6) : 0;
     terms->loss = d->opt.ce_alpha * terms->ce + d->opt.l1_alpha * terms->l1 + d->opt.conf_alpha * terms->conf;
     terms->n_tokens = n_tok;
     terms->n_blocks = n_blk;
@@ -412,6 +449,14 @@ static cJSON *drafter_config_json(const drafter *d) {
         cJSON *dc = cJSON_AddObjectToObject(root, "dflash_config");
         cJSON_AddNumberToObject(dc, "mask_token_id", c->mask_token_id);
         cJSON_AddItemToObject(dc, "target_layer_ids", ids_json(c));
+        if (c->dflash2) {   // docs/dflash2.md "Config": full, non-causal layers; no multiplier, soft-cap or embedding scale
+            cJSON_AddNumberToObject(dc, "block_size", c->block_size);
+            cJSON_AddNumberToObject(dc, "conv_kernel_size", c->conv_taps);
+            cJSON_AddNumberToObject(dc, "conv_group_size", c->conv_group);
+            cJSON_AddNumberToObject(dc, "selector_rank", c->sel_rank);
+            cJSON_AddNumberToObject(dc, "selector_top_k", c->sel_top_k);
+            cJSON_AddBoolToObject(root, "is_causal", 0);
+        }
         return root;
     }
     static const char *types[] = { "", "vanilla", "gated", "rnn" };
@@ -460,8 +505,8 @@ static void drafter_free(bs_train_task *t) {
 int bs_train_drafter_config(bs_drafter_config *c, const bs_qwen3_config *target, const char *kind, int n_layers, int block_size,
                             int mask_token_id, int markov_rank, bs_markov_type type, bs_err *err) {
     memset(c, 0, sizeof *c);
-    int zl = !strcmp(kind, "zlab-dflash"), dspark = !strcmp(kind, "dspark");
-    if (!zl && !dspark && strcmp(kind, "dflash")) return bs_fail(err, "drafter kind \"%s\": expected dspark, dflash or zlab-dflash", kind);
+    int d2 = !strcmp(kind, "dflash2"), zl = d2 || !strcmp(kind, "zlab-dflash"), dspark = !strcmp(kind, "dspark");
+    if (!zl && !dspark && strcmp(kind, "dflash")) return bs_fail(err, "drafter kind \"%s\": expected dspark, dflash, zlab-dflash or dflash2", kind);
     if (n_layers < 1 || n_layers > BS_MAX_DRAFT_LAYERS || n_layers > BS_MAX_TAPS) return bs_fail(err, "drafter layers %d out of range [1, %d]", n_layers, BS_MAX_TAPS);
     if (block_size < 2 || block_size > BS_MAX_DRAFT) return bs_fail(err, "block size %d out of range [2, %d]", block_size, BS_MAX_DRAFT);
     if (mask_token_id < 0 || mask_token_id >= target->vocab_size) return bs_fail(err, "mask token %d outside the vocabulary [0, %d)", mask_token_id, target->vocab_size);
@@ -471,7 +516,7 @@ int bs_train_drafter_config(bs_drafter_config *c, const bs_qwen3_config *target,
     c->base.n_layers = n_layers;
     c->base.tie_embeddings = 0;
     c->arch = zl ? BS_DRAFTER_ZLAB : BS_DRAFTER_DEEPSPEC;
-    c->arch_name = zl ? "DFlashDraftModel" : "Qwen3DSparkModel";
+    c->arch_name = d2 ? "DFlash2DraftModel" : zl ? "DFlashDraftModel" : "Qwen3DSparkModel";
     c->block_size = block_size;
     c->mask_token_id = mask_token_id;
     c->num_target_layers = target->n_layers;
@@ -479,6 +524,15 @@ int bs_train_drafter_config(bs_drafter_config *c, const bs_qwen3_config *target,
     c->n_taps = n_layers;
     for (int i = 0; i < c->n_taps; i++)   // tiny targets: keep the spread inside [0, Lt-1]
         if (c->target_layer_ids[i] >= target->n_layers) c->target_layer_ids[i] = target->n_layers - 1;
+    if (d2) {   // the published checkpoints' shape where it fits: 2 taps, groups of 16 channels, 16 candidates
+        c->dflash2 = 1;
+        c->conv_taps = 2;
+        c->conv_group = 16;
+        while (target->hidden_size % c->conv_group) c->conv_group--;
+        c->sel_rank = markov_rank > 0 ? markov_rank : 64;
+        c->sel_top_k = target->vocab_size < 16 ? target->vocab_size : 16;
+        c->out_mult = 1; c->embed_scale = 1;
+    }
     if (dspark) {
         c->markov_rank = markov_rank;
         c->markov_type = type ? type : BS_MARKOV_VANILLA;
@@ -499,6 +553,15 @@ static int create(drafter **out, bs_train_task *target, const bs_drafter_config 
         if (c->target_layer_ids[i] < -1 || c->target_layer_ids[i] >= tc->n_layers)
             return bs_fail(err, "drafter: target_layer_ids[%d] = %d but the target has %d layers", i, c->target_layer_ids[i], tc->n_layers);
     if (b->sliding_window) return bs_fail(err, "drafter: sliding-window layers are not supported in training");
+    if (c->dflash2) {   // what the trainer's DFlash 2 computes: full non-causal layers, plain unary logits and embeddings
+        for (int l = 0; l < b->n_layers; l++)
+            if (c->layer_window[l] || c->layer_causal[l]) return bs_fail(err, "drafter: DFlash 2 with sliding or causal layers is not supported in training");
+        if (c->out_mult != 1 || c->softcap != 0 || c->embed_scale != 1)
+            return bs_fail(err, "drafter: DFlash 2 with output_multiplier, final_logit_softcapping or input_embedding_scale is not supported in training");
+        if (c->conv_taps > c->block_size || c->sel_top_k > b->vocab_size || c->sel_top_k > 1024 || c->conv_group < 1 || b->hidden_size % c->conv_group)
+            return bs_fail(err, "drafter: DFlash 2 conv_kernel_size %d / selector_top_k %d / conv_group_size %d do not fit block %d, vocabulary %d, hidden %d",
+                           c->conv_taps, c->sel_top_k, c->conv_group, c->block_size, b->vocab_size, b->hidden_size);
+    }
     drafter *d = calloc(1, sizeof *d);
     if (!d) return bs_fail(err, "out of memory");
     d->cfg = *c;
@@ -511,6 +574,10 @@ static int create(drafter **out, bs_train_task *target, const bs_drafter_config 
     for (int i = 0; i < d->m; i++) d->taps[i] = c->target_layer_ids[i] + 1;   // -1 (DeepSpec: embeddings) -> 0
     d->shape = bs_layer_shape_of(b);
     d->shape.qk_norm = 1;   // drafter layers are Qwen3's (q/k norm) whatever the target, as z-lab's and DeepSpec's
+    if (c->dflash2) {
+        d->d2 = 1; d->K = c->sel_top_k; d->R = c->sel_rank;
+        d->shape.conv_taps = c->conv_taps; d->shape.conv_group = c->conv_group; d->shape.conv_block = d->B;   // packed blocks of B rows
+    }
     bs_train_task *t = &d->task;
     t->kind = bs_drafter_kind(c); t->impl = d;
     t->loss_grad = drafter_loss_grad; t->loss_eval = drafter_loss_eval; t->export_model = drafter_export;
@@ -525,6 +592,14 @@ static int create(drafter **out, bs_train_task *target, const bs_drafter_config 
         if (bs_layer_params_add(ps, prefix, &d->shape, 1, err)) goto fail;
     }
     if (bs_param_add(ps, "norm.weight", 1, (int64_t[]){ H }, 1, 0, err) < 0) goto fail;
+    for (int l = 0; d->d2 && l < b->n_layers; l++) {   // DFlash 2: every layer's convolutions (4 a layer), then the selector's 3
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "layers.%d.", l);
+        if (bs_layer_conv_params_add(ps, prefix, &d->shape, 1, err)) goto fail;
+    }
+    if (d->d2 && (bs_param_add(ps, "candidate_selector.hidden_projection.weight", 2, (int64_t[]){ d->R, H }, 1, 1, err) < 0 ||
+                  bs_param_add(ps, "candidate_selector.predecessor_codebook", 2, (int64_t[]){ V, d->R }, 1, 1, err) < 0 ||
+                  bs_param_add(ps, "candidate_selector.successor_codebook", 2, (int64_t[]){ V, d->R }, 1, 1, err) < 0)) goto fail;
     if (!d->zl && (bs_param_add(ps, "embed_tokens.weight", 2, (int64_t[]){ V, H }, 0, 0, err) < 0 ||
                    bs_param_add(ps, "lm_head.weight", 2, (int64_t[]){ V, H }, 0, 0, err) < 0)) goto fail;
     if (r > 0) {
@@ -554,6 +629,9 @@ static int create(drafter **out, bs_train_task *target, const bs_drafter_config 
     d->mw = bs_param_find(ps, c->markov_type == BS_MARKOV_RNN ? "markov_head.joint_proj.weight" : "markov_head.gate_proj.weight");
     d->mb = bs_param_find(ps, c->markov_type == BS_MARKOV_RNN ? "markov_head.joint_proj.bias" : "markov_head.gate_proj.bias");
     d->cw = bs_param_find(ps, "confidence_head.proj.weight"); d->cb = bs_param_find(ps, "confidence_head.proj.bias");
+    d->sel_w = bs_param_find(ps, "candidate_selector.hidden_projection.weight");
+    d->sel_a = bs_param_find(ps, "candidate_selector.predecessor_codebook");
+    d->sel_b = bs_param_find(ps, "candidate_selector.successor_codebook");
     if (d->zl) { d->embed = bs_train_target_embed(target); d->lm_head = bs_train_target_lm_head(target); }
     else { d->embed = bs_param_find(ps, "embed_tokens.weight")->w; d->lm_head = bs_param_find(ps, "lm_head.weight")->w; }
     if (r > 0) {
@@ -578,6 +656,28 @@ static void copy_target_tables(drafter *d) {
     memcpy(bs_param_find(&d->task.params, "lm_head.weight")->w, bs_train_target_lm_head(d->target), sizeof(float) * n);
 }
 
+// DFlash 2's own tensors (the convolutions' and the selector's).
+static int is_dflash2_tensor(const char *name) { return strstr(name, "_conv.") || !strncmp(name, "candidate_selector.", 19); }
+
+// A fresh DFlash 2 is its DFlash (docs/dflash2.md "Fresh DFlash 2 = DFlash"): identity base kernels (tap 0 = 1),
+// zero kernel projections and a zero hidden projection (z = 0: every edge 0). The codebooks are drawn N(0, 1):
+// with z = 0 their gradient is 0 and the projection's is sum_k ds_k (A[prev] * B[c_k]) h, so zero codebooks
+// would keep the whole selector at 0 for ever; at unit scale an edge is ~|z| and the projection (zero at
+// start, Adam steps of ~lr) sets the selector's strength. Drawn from a stream of their own, so the tensors a
+// DFlash drafter also has get exactly the values they get in one with the same seed.
+static void dflash2_init(drafter *d, uint64_t seed) {
+    bs_rng r;
+    bs_rng_seed(&r, seed ^ 0x9e3779b97f4a7c15ull);
+    for (int i = 0; i < d->task.params.n; i++) {
+        bs_param *p = &d->task.params.p[i];
+        if (!is_dflash2_tensor(p->name)) continue;
+        memset(p->w, 0, sizeof(float) * p->n);
+        if (strstr(p->name, ".base_kernel"))   // [2 stages][taps][H]: tap 0 of each stage = 1
+            for (int st = 0; st < 2; st++) for (int64_t c = 0; c < p->shape[2]; c++) p->w[(size_t)st * p->shape[1] * p->shape[2] + c] = 1.0f;
+        else if (strstr(p->name, "_codebook")) bs_train_fill_normal(p->w, p->n, 1.0f, &r);
+    }
+}
+
 int bs_train_drafter_new(bs_train_task **out, bs_train_task *target, const bs_drafter_config *c, const bs_drafter_loss_opts *o,
                          uint64_t seed, bs_err *err) {
     drafter *d;
@@ -586,11 +686,13 @@ int bs_train_drafter_new(bs_train_task **out, bs_train_task *target, const bs_dr
     bs_rng_seed(&r, seed);
     for (int i = 0; i < d->task.params.n; i++) {
         bs_param *p = &d->task.params.p[i];
+        if (is_dflash2_tensor(p->name)) continue;   // below, from their own stream
         int is_bias = strstr(p->name, ".bias") != NULL;
         if (is_bias) memset(p->w, 0, sizeof(float) * p->n);
         else if (p->n_dims == 1) for (int64_t k = 0; k < p->n; k++) p->w[k] = 1.0f;
         else bs_train_fill_normal(p->w, p->n, 0.02f, &r);
     }
+    if (d->d2) dflash2_init(d, seed);
     copy_target_tables(d);
     *out = &d->task;
     return 0;
@@ -599,8 +701,6 @@ int bs_train_drafter_new(bs_train_task **out, bs_train_task *target, const bs_dr
 int bs_train_drafter_load(bs_train_task **out, bs_train_task *target, const char *dir, const bs_drafter_loss_opts *o, bs_err *err) {
     bs_drafter_config c;
     if (bs_drafter_config_load(&c, dir, err)) return -1;
-    // A DFlash 2 would load as its DFlash and train without its convolutions and selector: refused instead.
-    if (c.dflash2) return bs_fail(err, "drafter %s: training a DFlash2DraftModel (its convolutions and selector) is not implemented yet (docs/dflash2.md)", dir);
     if (c.gemma) return bs_fail(err, "drafter %s: training a Gemma4DSparkModel (Gemma-4 layers) is not implemented (docs/gemma4.md)", dir);
     drafter *d;
     if (create(&d, target, &c, o, err)) return bs_wrap(err, "drafter %s", dir);
@@ -613,7 +713,11 @@ int bs_train_drafter_load(bs_train_task **out, bs_train_task *target, const char
         snprintf(alt, sizeof alt, "model.%s", p->name);
         // DeepSpec's bundled embedding / head: the checkpoint's when it carries them, else the target's
         if (!p->trainable && !bs_checkpoint_find(ck, p->name) && !bs_checkpoint_find(ck, alt)) continue;
-        if (bs_train_param_load(p, ck, p->name, err)) {
+        const char *nm = p->name;
+        char mlx[300];   // DFlash 2's codebooks as MLX renames them (a ".weight" suffix): read too, as the engine does
+        snprintf(mlx, sizeof mlx, "%s.weight", p->name);
+        if (strstr(p->name, "_codebook") && !bs_checkpoint_find(ck, nm) && bs_checkpoint_find(ck, mlx)) nm = mlx;
+        if (bs_train_param_load(p, ck, nm, err)) {
             bs_checkpoint_close(ck);
             drafter_free(&d->task);
             return bs_wrap(err, "loading drafter %s", dir);

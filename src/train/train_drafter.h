@@ -3,6 +3,8 @@
 //   "dspark"       Qwen3DSparkModel with a Markov head and/or a confidence head: rows 0..B-1 predict a+1..a+B
 //   "dflash"       Qwen3DSparkModel with markov_rank 0 and no confidence head (DeepSpec's DFlash baseline)
 //   "zlab-dflash"  DFlashDraftModel: rows 1..B-1 predict a+1..a+B-1 (CE); no embedding / LM head of its own
+//   "dflash2"      DFlash2DraftModel: z-lab's, with the convolutions around every sublayer and the candidate
+//                  selector; loss = ce_alpha CE + conf_alpha selector CE (the `conf` term; docs/training.md)
 // Per sequence: the target runs on it (taps + final normed hidden state, no gradient), anchors are drawn
 // among valid candidates, the blocks [anchor, MASK...] are packed after the S context rows under DeepSpec's
 // block mask, and loss = ce_alpha CE + l1_alpha L1(p_draft, p_target) + conf_alpha BCE(conf, 1 - L1/2), each a
@@ -24,12 +26,14 @@ typedef struct {
 
 // DSpark: gamma 4, (0.1, 0.9, 1.0); DeepSpec DFlash and z-lab: gamma 4, (1, 0, 0); 512 anchors.
 void bs_drafter_loss_defaults(bs_drafter_loss_opts *o, const bs_drafter_config *c);
-// "dspark", "dflash" or "zlab-dflash" for a config.
+// "dspark", "dflash", "zlab-dflash" or "dflash2" for a config.
 const char *bs_drafter_kind(const bs_drafter_config *c);
 
 // A drafter config for a fresh drafter of `kind` over `target` (backbone = the target's shape with n_layers
 // layers; taps z-lab's default spread; DSpark: Markov head of `markov_rank` and type, confidence head with the
-// Markov embedding when markov_rank > 0).
+// Markov embedding when markov_rank > 0; "dflash2": z-lab's with 2-tap convolutions in groups of 16 channels (or
+// the largest divisor of H below), a selector of rank markov_rank (> 0; else 64) over 16 candidates: fields the
+// caller may change before bs_train_drafter_new).
 int bs_train_drafter_config(bs_drafter_config *c, const bs_qwen3_config *target, const char *kind, int n_layers, int block_size,
                             int mask_token_id, int markov_rank, bs_markov_type type, bs_err *err);
 // A fresh drafter initialised as DeepSpec does (Linear / Embedding N(0, 0.02), biases 0, norm gains 1; the

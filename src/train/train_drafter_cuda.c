@@ -22,6 +22,7 @@ typedef struct {
     bs_drafter_config cfg;
     bs_drafter_loss_opts opt;
     int B, P, zl, r, A, S, T, V, need_t, has_conf;
+    int d2;                               // DFlash 2: the device's bce_row carries the selector's CE (the conf term)
     int64_t step;
     int32_t *ids, *blk_ids, *qpos, *anchor, *keep, *base, *tid, *tpos, *prev, *evm, *an, *kp;
     float *w, *rs, *ce_row, *l1_row, *acc, *bce_row;
@@ -95,7 +96,7 @@ static int run(bs_train_task *t, const bs_train_seq *seqs, int n, const int32_t 
         for (size_t row = (size_t)s * A * P; row < (size_t)(s + 1) * A * P; row++) {
             ce += (double)u->w[row] * u->ce_row[row];
             l1 += (double)u->w[row] * u->l1_row[row];
-            if (u->has_conf) bce += (double)u->w[row] * u->bce_row[row];
+            if (u->has_conf || u->d2) bce += (double)u->w[row] * u->bce_row[row];
             n_tok += u->evm[row];
         }
         for (int bi = 0; bi < A; bi++) {
@@ -108,7 +109,7 @@ static int run(bs_train_task *t, const bs_train_seq *seqs, int n, const int32_t 
         }
         double tce = ce / (den[s] + 1e-6);
         double tl1 = u->opt.l1_alpha > 0 && den[s] > 0 ? l1 / (den[s] + 1e-6) : 0;
-        double tcf = u->has_conf ? bce / (den[s] + 1e-6) : 0;
+        double tcf = u->has_conf || u->d2 ? bce / (den[s] + 1e-6) : 0;
         sum.ce += tce; sum.l1 += tl1; sum.conf += tcf;
         sum.loss += u->opt.ce_alpha * tce + u->opt.l1_alpha * tl1 + u->opt.conf_alpha * tcf;
         sum.n_tokens += n_tok; sum.n_blocks += n_blk;
@@ -230,6 +231,7 @@ int bs_train_drafter_cuda_new(bs_train_task **out, const char *target_dir, const
     u->B = cf->block_size; u->zl = cf->arch == BS_DRAFTER_ZLAB; u->P = bs_train_drafter_rows(u->cpu); u->r = cf->markov_rank;
     u->A = u->opt.num_anchors; u->S = max_batch_seqs; u->T = max_seq_len; u->V = cf->base.vocab_size;
     u->has_conf = param_index(&u->cpu->params, "confidence_head.proj.weight") >= 0;
+    u->d2 = cf->dflash2;
     u->need_t = u->opt.l1_alpha > 0 || u->has_conf || u->opt.target_labels;
     if (bs_train_target_cuda_new(&u->gpu_tgt, NULL, target_dir, 0, max_batch_seqs, max_seq_len, err)) {
         bs_wrap(err, "the frozen target %s on the GPU", target_dir);
@@ -257,6 +259,18 @@ int bs_train_drafter_cuda_new(bs_train_task **out, const char *target_dir, const
         s.i_w1 = param_index(ps, "markov_head.markov_w1.weight"); s.i_w2 = param_index(ps, "markov_head.markov_w2.weight");
         s.i_cw = param_index(ps, "confidence_head.proj.weight"); s.i_cb = param_index(ps, "confidence_head.proj.bias");
         s.conf_in = s.i_cw >= 0 ? (int)ps->p[s.i_cw].n : 0;
+        if (cf->dflash2) {   // the conv tensors follow all layers, 4 a layer, then the selector's 3 (train_drafter.c's order)
+            s.d2 = 1; s.conv_taps = cf->conv_taps; s.conv_group = cf->conv_group; s.K = cf->sel_top_k; s.R = cf->sel_rank;
+            s.i_conv0 = param_index(ps, "layers.0.attention_conv.base_kernel");
+            s.i_sel = param_index(ps, "candidate_selector.hidden_projection.weight");
+            for (int l = 0; l < s.L && s.i_conv0 >= 0; l++) {
+                char nm[96];
+                snprintf(nm, sizeof nm, "layers.%d.mlp_conv.kernel_projection.weight", l);
+                if (param_index(ps, nm) != s.i_conv0 + 4 * l + 3) s.i_conv0 = -1;
+            }
+            if (s.i_sel < 0 || param_index(ps, "candidate_selector.successor_codebook") != s.i_sel + 2) s.i_sel = -1;
+            if (s.i_conv0 < 0 || s.i_sel < 0) { bs_fail(err, "drafter (cuda): DFlash 2's tensors are not where the GPU step reads them"); goto fail; }
+        }
         s.t_embed = 0; s.t_lm = tc->tie_embeddings ? 0 : 2 + tc_per_layer(bs_qwen3_has_qk_norm(tc)) * tc->n_layers; s.t_final = tc->n_layers;
         if (s.i_fc < 0 || s.i_hn < 0 || s.i_layer0 < 0 || s.i_norm < 0 || (!s.zl && (s.i_embed < 0 || s.i_lm < 0)) ||
             (s.r > 0 && (s.i_w1 < 0 || s.i_w2 < 0)) || (s.i_cw >= 0) != (s.i_cb >= 0)) {

@@ -8,6 +8,11 @@
 //   xn = RMSNorm_in(x); q = rope(q_norm(xn Wq^T)); K = rope(k_norm([c ; xn] Wk^T)); V = [c ; xn] Wv^T
 //   x1 = x + attention(q, K, V, mask) Wo^T;  out = x1 + (silu(xn2 Wg^T) * (xn2 Wu^T)) Wd^T, xn2 = RMSNorm_post(x1)
 //   (no q_norm / k_norm when qk_norm is 0)
+// DFlash 2 (conv_taps > 0; docs/dflash2.md): each sublayer reads Conv_0 of its normed input and the residual
+// stream gains Conv_1 of its output, both with per-row coefficients D = kernel_projection(normed input):
+//   D = xn Wkp_a^T; a = Conv_0(xn); q/k/v from a; x1 = x + Conv_1(att Wo^T)
+//   D' = xn2 Wkp_m^T; u = Conv_0(xn2); out = x1 + Conv_1((silu(u Wg^T) * (u Wu^T)) Wd^T)
+// (train_dflash2_ops.h; the context rows' K/V are projected from c directly, as in the engine).
 #pragma once
 #include <stdint.h>
 #include "io/config.h"
@@ -19,6 +24,7 @@ typedef struct {
     int qk_norm;                 // 1: q_norm / k_norm (Qwen3, every drafter); 0: none (Llama)
     float theta;                 // RoPE: rope_theta and the scaling (the table is bs_rope_inv_freqs of both)
     bs_rope_scaling rope;
+    int conv_taps, conv_group, conv_block;   // DFlash 2's convolutions (0: none); rows come in blocks of conv_block
 } bs_layer_shape;
 
 // The layer shape of a config (target or drafter backbone): sizes, eps, RoPE, and q/k norm by its family.
@@ -28,6 +34,9 @@ bs_layer_shape bs_layer_shape_of(const bs_qwen3_config *c);
 typedef struct {
     float *ln1, *wq, *wk, *wv, *wo, *qn, *kn, *ln2, *wg, *wu, *wd;
     float *g_ln1, *g_wq, *g_wk, *g_wv, *g_wo, *g_qn, *g_kn, *g_ln2, *g_wg, *g_wu, *g_wd;
+    // DFlash 2, per site (0: attention, 1: MLP): base kernels [2 stages][taps][H], kernel_projection
+    // [2 * taps * G][H] (its output row read as [stage][tap][group]); NULL without convolutions
+    float *conv_base[2], *conv_proj[2], *g_conv_base[2], *g_conv_proj[2];
 } bs_layer_w;
 
 // Activations of one layer for up to n_cap rows and m_cap context rows.
@@ -41,12 +50,16 @@ typedef struct {
     float *x1, *xn2, *rstd2;               // [n][H], [n][H], [n]
     float *g, *u, *hh;                     // [n][I]
     float *out;                            // [n][H]
+    // DFlash 2, per site: coefficients [n][2 * taps * G], Conv_0 of the normed input (what the sublayer reads)
+    // and the sublayer's output before Conv_1, [n][H] each
+    float *dyn[2], *cin[2], *sub[2];
 } bs_layer_act;
 
 // Gradient scratch shared by all layers of a model (sized like one layer's activations).
 typedef struct {
     int n_cap, m_cap;
     float *dx1, *dxn, *datt, *dq, *dq_pre, *dk, *dk_pre, *dv, *dhh, *dg, *du;
+    float *dsub, *dcin, *ddyn;             // DFlash 2 ([n][H], [n][H], [n][2 * taps * G])
 } bs_layer_grad;
 
 int bs_layer_act_alloc(bs_layer_act *a, const bs_layer_shape *s, int n, int m, bs_err *err);
@@ -72,6 +85,10 @@ double bs_layer_flops(const bs_layer_shape *s, int n, int m, double attended);
 // names ("input_layernorm.weight", "self_attn.q_proj.weight", ...); matrices decay, norm gains do not.
 #include "train/params.h"
 int bs_layer_params_add(bs_param_set *ps, const char *prefix, const bs_layer_shape *s, int trainable, bs_err *err);
+// DFlash 2: the layer's four convolution tensors, {attention,mlp}_conv.base_kernel (no decay) and
+// .kernel_projection.weight. Separate so a drafter can add them after all layers: the eleven of every layer
+// then stay evenly spaced in the set, as the GPU trainer indexes them (td_shape.i_layer0 + 11 l + k).
+int bs_layer_conv_params_add(bs_param_set *ps, const char *prefix, const bs_layer_shape *s, int trainable, bs_err *err);
 // Points w at those tensors (call after the set is complete); frozen tensors leave their g_ NULL, absent ones
 // (q/k norm of a Llama layer) both.
 void bs_layer_w_bind(bs_layer_w *w, const bs_param_set *ps, const char *prefix);

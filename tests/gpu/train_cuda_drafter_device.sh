@@ -24,7 +24,7 @@ if [ -x build-cuda/run_tests_broken ]; then
 fi
 echo "== bench (random ~30M target, random tokens)"
 tg=""
-for args in "-L 1 -B 8" "-L 2 -B 8" "-L 1 -B 16" "--arch dflash -L 1 -B 8" "--arch zlab-dflash -L 1 -B 8"; do
+for args in "-L 1 -B 8" "-L 2 -B 8" "-L 1 -B 16" "--arch dflash -L 1 -B 8" "--arch zlab-dflash -L 1 -B 8" "--arch dflash2 -L 1 -B 8"; do
   timeout 60 ./build-cuda/train_drafter_cuda $args $tg -T 1024 -A 256 --block 7 --steps ${STEPS:-7} 2>&1 | tee -a "$OUT/bench.log" | grep -E "^(drafter|summary)|train_drafter_cuda:"
   [ -d /tmp/bs_drafter_bench_target ] && tg="--target /tmp/bs_drafter_bench_target"
 done

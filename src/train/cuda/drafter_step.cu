@@ -9,6 +9,9 @@
 //   4. prediction rows (z-lab: rows 1..B-1), Markov (vanilla: u = W1[prev]) and confidence heads, logits
 //      hp lm^T + u W2^T and target logits T[tpos] lm^T as full [np][V] GEMMs, per-row CE / L1 / BCE and dz
 //   5. the backward of all of it; context K/V gradients of all blocks meet in dck/dcv through atomics.
+// DFlash 2 (s.d2): each sublayer reads Conv_0 of its normed input and the residual gains Conv_1 of its output
+// (td_dflash2.cuh, train_layer.c's order); the selector's candidates are taken from the logits before the row
+// loss overwrites them, and its CE and gradients (to its three tensors only) run in the forward.
 // Numerics as the target trainer's: fp32 storage, cuBLAS GEMMs (bf16 tensor-core products by default,
 // exact fp32 for the tests), fp32 kernels for the rest.
 #include <cublas_v2.h>
@@ -29,6 +32,7 @@ extern "C" {
 #define TD_TILE 32
 
 namespace {
+#include "td_dflash2.cuh"
 
 // ---- kernels ---------------------------------------------------------------------------------------------
 
@@ -330,6 +334,7 @@ struct td_layer {
     float *qraw, *rq, *q, *kraw, *rk, *k, *v;      // block rows
     float *ckraw, *crk, *ck, *cv;                  // context rows
     float *att, *lse, *mid, *xn2, *rstd2, *gate, *up;
+    float *dyn[2], *cin[2], *sub[2];               // DFlash 2, per site (attention, MLP): coefficients, Conv_0 output, sublayer output
 };
 
 struct td_dev {
@@ -355,6 +360,8 @@ struct td_dev {
     float *w, *rs, *ce_row, *l1_row, *acc, *bce_row;
     double *norm_part, *norm_out;
     float *coef;
+    float *dsub, *dcin, *ddyn, *cval, *zsel, *dzsel, *sel_s;   // DFlash 2
+    int32_t *cand, *gold;
     size_t bytes;
     std::vector<void *> allocs;
     cudaEvent_t ev[5];
@@ -408,6 +415,60 @@ static size_t att_smem(const td_dev *d, int bwd) {
     return f * sizeof(float);
 }
 
+// ---- DFlash 2's convolutions (train_layer.c's conv_in / conv_out and their backward) ----------------------------
+static int dyn_w(const td_dev *d) { return 2 * d->s.conv_taps * (d->s.H / d->s.conv_group); }
+static int CI(const td_dev *d, int l, int site, int proj) { return d->s.i_conv0 + 4 * l + 2 * site + proj; }
+// Stage 0: coefficients from the normed input xn, cin = Conv_0(xn).
+static int conv_in_fwd(td_dev *d, td_layer *a, int l, int site, const float *xn, long long n, bs_err *err) {
+    int H = d->s.H, dw = dyn_w(d);
+    if (lin_fwd(d, a->dyn[site], xn, P_(d, CI(d, l, site, 1)), n, dw, H, 0.f, err)) return -1;
+    td_conv_fwd<<<tc_blocks(n * H, 256), 256, 0, d->st>>>(a->cin[site], xn, n, H, d->s.B, d->s.conv_taps, P_(d, CI(d, l, site, 0)), a->dyn[site],
+                                                          dw, d->s.conv_group, 0);
+    LAUNCHED();
+    return 0;
+}
+// Stage 1: y += Conv_1(sub), the same coefficients.
+static int conv_out_fwd(td_dev *d, td_layer *a, int l, int site, float *y, long long n, bs_err *err) {
+    int H = d->s.H, T = d->s.conv_taps, G = H / d->s.conv_group;
+    td_conv_fwd<<<tc_blocks(n * H, 256), 256, 0, d->st>>>(y, a->sub[site], n, H, d->s.B, T, P_(d, CI(d, l, site, 0)) + (size_t)T * H,
+                                                          a->dyn[site] + (size_t)T * G, dyn_w(d), d->s.conv_group, 1);
+    LAUNCHED();
+    return 0;
+}
+// Backward of stage 1: dy -> d->dsub; stage 1's columns of d->ddyn and its base kernel's gradient.
+static int conv_out_bwd(td_dev *d, td_layer *a, int l, int site, const float *dy, long long n, bs_err *err) {
+    int H = d->s.H, T = d->s.conv_taps, G = H / d->s.conv_group, dw = dyn_w(d);
+    const float *base = P_(d, CI(d, l, site, 0)) + (size_t)T * H;
+    td_conv_bwd_dx<<<tc_blocks(n * H, 256), 256, 0, d->st>>>(d->dsub, dy, n, H, d->s.B, T, base, a->dyn[site] + (size_t)T * G, dw, d->s.conv_group);
+    td_conv_bwd_ddyn<<<tc_blocks(n * T * G, 256), 256, 0, d->st>>>(d->ddyn + (size_t)T * G, dy, a->sub[site], n, H, d->s.B, T, dw, d->s.conv_group);
+    td_conv_bwd_dbase<<<dim3((H + 31) / 32, T), dim3(32, 8), 0, d->st>>>(G_(d, CI(d, l, site, 0)) + (size_t)T * H, dy, a->sub[site], n, H, d->s.B);
+    LAUNCHED();
+    return 0;
+}
+// Backward of stage 0 and of the coefficients: d->dcin -> dxn (overwritten), stage 0's columns of d->ddyn, the
+// base kernel's and kernel_projection's gradients.
+static int conv_in_bwd(td_dev *d, td_layer *a, int l, int site, const float *xn, float *dxn, long long n, bs_err *err) {
+    int H = d->s.H, T = d->s.conv_taps, dw = dyn_w(d);
+    td_conv_bwd_dx<<<tc_blocks(n * H, 256), 256, 0, d->st>>>(dxn, d->dcin, n, H, d->s.B, T, P_(d, CI(d, l, site, 0)), a->dyn[site], dw, d->s.conv_group);
+    td_conv_bwd_ddyn<<<tc_blocks(n * T * (H / d->s.conv_group), 256), 256, 0, d->st>>>(d->ddyn, d->dcin, xn, n, H, d->s.B, T, dw, d->s.conv_group);
+    td_conv_bwd_dbase<<<dim3((H + 31) / 32, T), dim3(32, 8), 0, d->st>>>(G_(d, CI(d, l, site, 0)), d->dcin, xn, n, H, d->s.B);
+    LAUNCHED();
+    return lin_bwd(d, dxn, 1.f, G_(d, CI(d, l, site, 1)), d->ddyn, xn, P_(d, CI(d, l, site, 1)), n, dw, H, err);
+}
+// The selector's candidates (from the raw logits z), its CE into bce_row and, with grad, its gradients.
+static int selector(td_dev *d, const float *hp, long long np, int grad, bs_err *err) {
+    const td_shape &s = d->s;
+    td_sel_cand<<<(unsigned)np, 256, 0, d->st>>>(d->z, d->tid, d->w, d->cand, d->cval, d->gold, s.V, s.K);
+    LAUNCHED();
+    if (lin_fwd(d, d->zsel, hp, P_(d, s.i_sel), np, s.R, s.H, 0.f, err)) return -1;
+    td_sel_ce<<<tc_blocks(np, 128), 128, 0, d->st>>>(d->zsel, P_(d, s.i_sel + 1), P_(d, s.i_sel + 2), d->prev, d->cand, d->cval, d->gold, d->w,
+                                                     d->rs, s.conf_alpha, grad, d->bce_row, d->dzsel, G_(d, s.i_sel + 1), G_(d, s.i_sel + 2),
+                                                     d->sel_s, np, s.K, s.R);
+    LAUNCHED();
+    // dW_sel += dz^T hp (h itself gets nothing from the selector)
+    return grad ? mm(d, true, false, s.R, s.H, (int)np, 1.f, d->dzsel, s.R, hp, s.H, 1.f, G_(d, s.i_sel), s.H, err) : 0;
+}
+
 static int forward(td_dev *d, const td_batch *b, int grad, bs_err *err) {
     const td_shape &s = d->s;
     int H = s.H, qd = d->qd, kd = d->kd, I = s.I, B = s.B, Tc = b->Tc, nw = B * (s.nH / s.nKV);
@@ -424,9 +485,11 @@ static int forward(td_dev *d, const td_batch *b, int grad, bs_err *err) {
         td_layer *a = &d->lay[l];
         float *xout = l + 1 < s.L ? d->lay[l + 1].x_in : d->x_final;
         if (rmsnorm(d, a->xn1, a->rstd1, a->x_in, P_(d, LI(d, l, TC_IN_NORM)), nq, H, err) ||
-            lin_fwd(d, a->qraw, a->xn1, P_(d, LI(d, l, TC_WQ)), nq, qd, H, 0.f, err) ||
-            lin_fwd(d, a->kraw, a->xn1, P_(d, LI(d, l, TC_WK)), nq, kd, H, 0.f, err) ||
-            lin_fwd(d, a->v, a->xn1, P_(d, LI(d, l, TC_WV)), nq, kd, H, 0.f, err) ||
+            (s.d2 && conv_in_fwd(d, a, l, 0, a->xn1, nq, err))) return -1;
+        const float *ain = s.d2 ? a->cin[0] : a->xn1;   // what the attention's projections read
+        if (lin_fwd(d, a->qraw, ain, P_(d, LI(d, l, TC_WQ)), nq, qd, H, 0.f, err) ||
+            lin_fwd(d, a->kraw, ain, P_(d, LI(d, l, TC_WK)), nq, kd, H, 0.f, err) ||
+            lin_fwd(d, a->v, ain, P_(d, LI(d, l, TC_WV)), nq, kd, H, 0.f, err) ||
             lin_fwd(d, a->ckraw, d->c, P_(d, LI(d, l, TC_WK)), Nc, kd, H, 0.f, err) ||
             lin_fwd(d, a->cv, d->c, P_(d, LI(d, l, TC_WV)), Nc, kd, H, 0.f, err) ||
             qkrope(d, a->q, a->rq, a->qraw, P_(d, LI(d, l, TC_QNORM)), nq, s.nH, d->qpos, Tc, err) ||
@@ -435,15 +498,21 @@ static int forward(td_dev *d, const td_batch *b, int grad, bs_err *err) {
         td_att_fwd<<<(unsigned)(NB * s.nKV), 32 * nw, att_smem(d, 0), d->st>>>(att(d, a), a->att, a->lse);
         LAUNCHED();
         CU(cudaMemcpyAsync(a->mid, a->x_in, sizeof(float) * nq * H, cudaMemcpyDeviceToDevice, d->st));
-        if (lin_fwd(d, a->mid, a->att, P_(d, LI(d, l, TC_WO)), nq, H, qd, 1.f, err) ||
-            rmsnorm(d, a->xn2, a->rstd2, a->mid, P_(d, LI(d, l, TC_POST_NORM)), nq, H, err) ||
-            lin_fwd(d, a->gate, a->xn2, P_(d, LI(d, l, TC_WG)), nq, I, H, 0.f, err) ||
-            lin_fwd(d, a->up, a->xn2, P_(d, LI(d, l, TC_WU)), nq, I, H, 0.f, err)) return -1;
+        if (s.d2) {
+            if (lin_fwd(d, a->sub[0], a->att, P_(d, LI(d, l, TC_WO)), nq, H, qd, 0.f, err) || conv_out_fwd(d, a, l, 0, a->mid, nq, err)) return -1;
+        } else if (lin_fwd(d, a->mid, a->att, P_(d, LI(d, l, TC_WO)), nq, H, qd, 1.f, err)) return -1;
+        if (rmsnorm(d, a->xn2, a->rstd2, a->mid, P_(d, LI(d, l, TC_POST_NORM)), nq, H, err) ||
+            (s.d2 && conv_in_fwd(d, a, l, 1, a->xn2, nq, err))) return -1;
+        const float *min = s.d2 ? a->cin[1] : a->xn2;
+        if (lin_fwd(d, a->gate, min, P_(d, LI(d, l, TC_WG)), nq, I, H, 0.f, err) ||
+            lin_fwd(d, a->up, min, P_(d, LI(d, l, TC_WU)), nq, I, H, 0.f, err)) return -1;
         long long nI = nq * I;
         tc_swiglu_fwd<<<tc_blocks(nI, 256), 256, 0, d->st>>>(d->hbuf, a->gate, a->up, nI);
         LAUNCHED();
         CU(cudaMemcpyAsync(xout, a->mid, sizeof(float) * nq * H, cudaMemcpyDeviceToDevice, d->st));
-        if (lin_fwd(d, xout, d->hbuf, P_(d, LI(d, l, TC_WD)), nq, H, I, 1.f, err)) return -1;
+        if (s.d2) {
+            if (lin_fwd(d, a->sub[1], d->hbuf, P_(d, LI(d, l, TC_WD)), nq, H, I, 0.f, err) || conv_out_fwd(d, a, l, 1, xout, nq, err)) return -1;
+        } else if (lin_fwd(d, xout, d->hbuf, P_(d, LI(d, l, TC_WD)), nq, H, I, 1.f, err)) return -1;
     }
     if (rmsnorm(d, d->h, d->rstd_h, d->x_final, P_(d, s.i_norm), nq, H, err)) return -1;
     const float *hp = d->h;
@@ -474,13 +543,14 @@ static int forward(td_dev *d, const td_batch *b, int grad, bs_err *err) {
     }
     if (lin_fwd(d, d->z, hp, d->lm, np, s.V, H, 0.f, err)) return -1;
     if (s.r > 0 && lin_fwd(d, d->z, d->e, P_(d, s.i_w2), np, s.V, s.r, 1.f, err)) return -1;
+    if (s.d2 && selector(d, hp, np, grad, err)) return -1;   // (reads the logits before td_row_loss turns them into dz)
     td_row_loss<<<(unsigned)np, 256, 0, d->st>>>(d->z, d->zt, d->tid, d->w, d->rs, s.ce_alpha, s.l1_alpha, s.need_t, s.l1_on, grad,
                                                  d->ce_row, d->l1_row, d->acc, s.V);
     LAUNCHED();
     if (s.conf_in) {
         td_bce<<<tc_blocks(np, 256), 256, 0, d->st>>>(d->conf, d->acc, d->w, d->rs, s.conf_alpha, grad, d->bce_row, d->dconf, np);
         LAUNCHED();
-    } else CU(cudaMemsetAsync(d->bce_row, 0, sizeof(float) * np, d->st));
+    } else if (!s.d2) CU(cudaMemsetAsync(d->bce_row, 0, sizeof(float) * np, d->st));
     return 0;
 }
 
@@ -528,15 +598,20 @@ static int backward(td_dev *d, const td_batch *b, bs_err *err) {
         long long nI = nq * I;
         tc_swiglu_fwd<<<tc_blocks(nI, 256), 256, 0, d->st>>>(d->hbuf, a->gate, a->up, nI);
         LAUNCHED();
-        if (lin_bwd(d, d->dh, 0.f, G_(d, LI(d, l, TC_WD)), d->dres, d->hbuf, P_(d, LI(d, l, TC_WD)), nq, H, I, err)) return -1;
+        if (s.d2 && conv_out_bwd(d, a, l, 1, d->dres, nq, err)) return -1;
+        if (lin_bwd(d, d->dh, 0.f, G_(d, LI(d, l, TC_WD)), s.d2 ? d->dsub : d->dres, d->hbuf, P_(d, LI(d, l, TC_WD)), nq, H, I, err)) return -1;
         tc_swiglu_bwd<<<tc_blocks(nI, 256), 256, 0, d->st>>>(d->hbuf, d->dh, d->dh, a->gate, a->up, nI);
         LAUNCHED();
-        if (lin_bwd(d, d->dxn, 0.f, G_(d, LI(d, l, TC_WG)), d->hbuf, a->xn2, P_(d, LI(d, l, TC_WG)), nq, I, H, err) ||
-            lin_bwd(d, d->dxn, 1.f, G_(d, LI(d, l, TC_WU)), d->dh, a->xn2, P_(d, LI(d, l, TC_WU)), nq, I, H, err)) return -1;
+        float *dmin = s.d2 ? d->dcin : d->dxn;
+        const float *min = s.d2 ? a->cin[1] : a->xn2;
+        if (lin_bwd(d, dmin, 0.f, G_(d, LI(d, l, TC_WG)), d->hbuf, min, P_(d, LI(d, l, TC_WG)), nq, I, H, err) ||
+            lin_bwd(d, dmin, 1.f, G_(d, LI(d, l, TC_WU)), d->dh, min, P_(d, LI(d, l, TC_WU)), nq, I, H, err) ||
+            (s.d2 && conv_in_bwd(d, a, l, 1, a->xn2, d->dxn, nq, err))) return -1;
         tc_rmsnorm_bwd<<<rb, 32 * TC_WARPS, 0, d->st>>>(d->dres, d->dxn, a->mid, a->rstd2, P_(d, LI(d, l, TC_POST_NORM)), (int)nq, H);
         LAUNCHED();
         if (colsum(d, G_(d, LI(d, l, TC_POST_NORM)), d->dxn, a->mid, a->rstd2, nq, H, err)) return -1;
-        if (lin_bwd(d, d->datt, 0.f, G_(d, LI(d, l, TC_WO)), d->dres, a->att, P_(d, LI(d, l, TC_WO)), nq, H, qd, err)) return -1;
+        if (s.d2 && conv_out_bwd(d, a, l, 0, d->dres, nq, err)) return -1;
+        if (lin_bwd(d, d->datt, 0.f, G_(d, LI(d, l, TC_WO)), s.d2 ? d->dsub : d->dres, a->att, P_(d, LI(d, l, TC_WO)), nq, H, qd, err)) return -1;
         CU(cudaMemsetAsync(d->dk, 0, sizeof(float) * nq * kd, d->st));
         CU(cudaMemsetAsync(d->dv, 0, sizeof(float) * nq * kd, d->st));
         CU(cudaMemsetAsync(d->dck, 0, sizeof(float) * Nc * kd, d->st));
@@ -546,9 +621,12 @@ static int backward(td_dev *d, const td_batch *b, bs_err *err) {
         if (qkrope_bwd(d, d->dq, a->qraw, a->rq, LI(d, l, TC_QNORM), nq, s.nH, d->qpos, Tc, err) ||
             qkrope_bwd(d, d->dk, a->kraw, a->rk, LI(d, l, TC_KNORM), nq, s.nKV, d->qpos, Tc, err) ||
             qkrope_bwd(d, d->dck, a->ckraw, a->crk, LI(d, l, TC_KNORM), Nc, s.nKV, NULL, Tc, err)) return -1;
-        if (lin_bwd(d, d->dxn, 0.f, G_(d, LI(d, l, TC_WQ)), d->dq, a->xn1, P_(d, LI(d, l, TC_WQ)), nq, qd, H, err) ||
-            lin_bwd(d, d->dxn, 1.f, G_(d, LI(d, l, TC_WK)), d->dk, a->xn1, P_(d, LI(d, l, TC_WK)), nq, kd, H, err) ||
-            lin_bwd(d, d->dxn, 1.f, G_(d, LI(d, l, TC_WV)), d->dv, a->xn1, P_(d, LI(d, l, TC_WV)), nq, kd, H, err) ||
+        float *dain = s.d2 ? d->dcin : d->dxn;
+        const float *ain = s.d2 ? a->cin[0] : a->xn1;
+        if (lin_bwd(d, dain, 0.f, G_(d, LI(d, l, TC_WQ)), d->dq, ain, P_(d, LI(d, l, TC_WQ)), nq, qd, H, err) ||
+            lin_bwd(d, dain, 1.f, G_(d, LI(d, l, TC_WK)), d->dk, ain, P_(d, LI(d, l, TC_WK)), nq, kd, H, err) ||
+            lin_bwd(d, dain, 1.f, G_(d, LI(d, l, TC_WV)), d->dv, ain, P_(d, LI(d, l, TC_WV)), nq, kd, H, err) ||
+            (s.d2 && conv_in_bwd(d, a, l, 0, a->xn1, d->dxn, nq, err)) ||
             lin_bwd(d, d->dc, 1.f, G_(d, LI(d, l, TC_WK)), d->dck, d->c, P_(d, LI(d, l, TC_WK)), Nc, kd, H, err) ||
             lin_bwd(d, d->dc, 1.f, G_(d, LI(d, l, TC_WV)), d->dcv, d->c, P_(d, LI(d, l, TC_WV)), Nc, kd, H, err)) return -1;
         tc_rmsnorm_bwd<<<rb, 32 * TC_WARPS, 0, d->st>>>(d->dres, d->dxn, a->x_in, a->rstd1, P_(d, LI(d, l, TC_IN_NORM)), (int)nq, H);
@@ -621,6 +699,11 @@ static int dev_init(td_dev *d, const int64_t *numel, const int *trainable, const
         DA(a->v, nq * kd); DA(a->ckraw, Nc * kd); DA(a->crk, Nc * s.nKV); DA(a->ck, Nc * kd); DA(a->cv, Nc * kd);
         DA(a->att, nq * qd); DA(a->lse, nq * s.nH); DA(a->mid, nq * H); DA(a->xn2, nq * H); DA(a->rstd2, nq);
         DA(a->gate, nq * I); DA(a->up, nq * I);
+        for (int k = 0; s.d2 && k < 2; k++) { DA(a->dyn[k], nq * dyn_w(d)); DA(a->cin[k], nq * H); DA(a->sub[k], nq * H); }
+    }
+    if (s.d2) {
+        DA(d->dsub, nq * H); DA(d->dcin, nq * H); DA(d->ddyn, nq * dyn_w(d));
+        DA(d->cand, np * s.K); DA(d->gold, np); DA(d->cval, np * s.K); DA(d->zsel, np * s.R); DA(d->dzsel, np * s.R); DA(d->sel_s, np * s.K);
     }
     DA(d->c_pre, Nc * H); DA(d->c, Nc * H); DA(d->rstd_c, Nc); DA(d->dc, Nc * H); DA(d->dc_pre, Nc * H);
     DA(d->x_final, nq * H); DA(d->h, nq * H); DA(d->rstd_h, nq); DA(d->hp, s.zl ? np * H : 1);
@@ -661,6 +744,9 @@ extern "C" int td_dev_new(td_dev **out, const td_shape *s, tc_dev *target, int m
     *out = NULL;
     if (s->hd > 128 || s->hd % 2) return bs_fail(err, "drafter (cuda): head_dim %d (even, at most 128 supported)", s->hd);
     if (s->nH % s->nKV) return bs_fail(err, "drafter (cuda): %d query heads on %d K/V heads", s->nH, s->nKV);
+    if (s->d2 && (s->conv_taps < 1 || s->conv_group < 1 || s->H % s->conv_group || s->K < 1 || s->K > s->V || s->R < 1 || s->i_conv0 < 0 ||
+                  s->i_sel < 0 || !s->zl))
+        return bs_fail(err, "drafter (cuda): DFlash 2 shape (taps %d, group %d, K %d, R %d) or tensors missing", s->conv_taps, s->conv_group, s->K, s->R);
     if (s->B * (s->nH / s->nKV) > 32)
         return bs_fail(err, "drafter (cuda): block %d x %d query heads per K/V head exceeds the block attention kernel's 32 rows",
                        s->B, s->nH / s->nKV);

@@ -27,6 +27,11 @@ typedef struct {
     int i_fc, i_hn, i_layer0, i_norm, i_embed, i_lm, i_w1, i_w2, i_cw, i_cb;
     int t_embed, t_lm;                    // the target's embedding / LM head parameter indices (z-lab uses them)
     int t_final;                          // hidden_states index of the target's final normed state (its layer count)
+    // DFlash 2 (d2 = 1; z-lab's layout): convolutions of conv_taps taps, groups of conv_group channels, K
+    // candidates, selector rank R; layer l's conv tensors at i_conv0 + 4 l + (attention base, attention
+    // kernel_projection, MLP base, MLP kernel_projection); the selector's at i_sel + (hidden_projection,
+    // predecessor codebook, successor codebook). The selector's CE comes back in bce_row, weighted conf_alpha.
+    int d2, conv_taps, conv_group, K, R, i_conv0, i_sel;
 } td_shape;
 
 // One micro-batch, host arrays. nseq sequences padded to Tc tokens (ids [nseq*Tc]); NB = nseq * A blocks
